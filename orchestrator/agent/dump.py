@@ -1,0 +1,75 @@
+"""State of possibly hung processes: /proc/PID/stat (state field) and wchan, read with a timeout,
+plus a py-spy stack dump where py-spy is installed. Never reads /proc/PID/cmdline of a suspect:
+that read can itself hang on a process stuck in the kernel."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from orchestrator.agent.preflight import with_timeout
+
+READ_TIMEOUT_S = 2.0
+PYSPY_TIMEOUT_S = 10.0
+
+
+def read_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, ppid) from /proc/PID/stat; None if gone or unreadable in time."""
+    done, raw = with_timeout(lambda: Path(f"/proc/{pid}/stat").read_text(), READ_TIMEOUT_S)
+    if not done or not isinstance(raw, str):
+        return None
+    rest = raw[raw.rfind(")") + 2 :].split()
+    return (rest[0], int(rest[1])) if len(rest) > 1 else None
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            st = read_stat(int(d.name))
+            if st and st[1] == pid:
+                out.append(int(d.name))
+    return out
+
+
+def descendants(pids: list[int]) -> list[int]:
+    seen: list[int] = []
+    todo = list(pids)
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.append(p)
+            todo.extend(children(p))
+    return seen
+
+
+def pyspy(pid: int) -> str:
+    exe = shutil.which("py-spy")
+    if not exe:
+        return "py-spy not installed"
+    try:
+        res = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True,  # noqa: S603
+                             timeout=PYSPY_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return f"py-spy timed out after {PYSPY_TIMEOUT_S:.0f}s"
+    text = (res.stdout + res.stderr).decode(errors="replace")
+    return text[-4000:]
+
+
+def dump_processes(pids: list[int]) -> list[dict[str, Any]]:
+    records = []
+    for pid in descendants(pids):
+        st = read_stat(pid)
+        if st is None:
+            continue
+        done, wchan = with_timeout(lambda pid=pid: Path(f"/proc/{pid}/wchan").read_text(), READ_TIMEOUT_S)
+        stack = pyspy(pid) if st[0] != "Z" else ""
+        summary = next((ln.strip() for ln in stack.splitlines() if ln.strip().startswith(("Thread", "Error"))), "")
+        records.append({
+            "pid": pid, "state": st[0], "ppid": st[1],
+            "wchan": wchan if done and isinstance(wchan, str) else "unreadable",
+            "stack": stack, "stack_summary": summary[:200],
+        })
+    return records

@@ -1,0 +1,231 @@
+"""The node agent: what submitit runs on every node of a segment.
+
+preflight -> launch the training ranks -> tee their output to <segment>/logs/<host>.log with a
+timestamp and rank prefix -> heartbeat with the last progress -> exit record. On a dump request
+from the controller it records the state of every training process (see dump.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from orchestrator.agent import dump, preflight
+from orchestrator.model import SegmentSpec
+
+PREFLIGHT_EXIT = 86
+TERM_GRACE_S = 10.0
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def node_identity(node_name: str | None, node_rank: int | None) -> tuple[str, int, int]:
+    """(node name, node rank, number of nodes) from arguments (local backend) or Slurm's environment."""
+    name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    rank = node_rank if node_rank is not None else int(os.environ.get("SLURM_NODEID", "0"))
+    nnodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1")
+    return name, rank, nnodes
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+class NodeAgent:
+    def __init__(self, spec: SegmentSpec, node: str, node_rank: int, nnodes: int, job_id: str):
+        self.spec, self.node, self.node_rank, self.nnodes, self.job_id = spec, node, node_rank, nnodes, job_id
+        seg = Path(spec.segment_dir)
+        self.log_path = seg / "logs" / f"{node}.log"
+        self.node_dir = seg / "nodes"
+        self.hb_path = self.node_dir / f"{node}.heartbeat.json"
+        self.exit_path = self.node_dir / f"{node}.exit.json"
+        self.dump_request = seg / "dump-request"
+        self.dump_path = self.node_dir / f"{node}.dump.json"
+        self.progress = re.compile(spec.progress_regex)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.iteration: int | None = None
+        self.progress_time: str | None = None
+        self.tail: list[str] = []
+        self._lock = threading.Lock()
+        self._log: IO[str] | None = None
+        self._stopping = threading.Event()
+        self._last_hb = 0.0
+
+    # ---- output -------------------------------------------------------------------------------
+    def emit(self, rank: int | str, text: str) -> None:
+        line = f"{_now()} {rank}: {text}"
+        with self._lock:
+            assert self._log is not None
+            self._log.write(line + "\n")
+            self._log.flush()
+            self.tail = (self.tail + [line])[-20:]
+        m = self.progress.search(text)
+        if m:
+            try:
+                self.iteration = int(m.group(1))
+                self.progress_time = _now()
+            except (ValueError, IndexError):
+                pass
+            self.heartbeat(force=time.monotonic() - self._last_hb > 1.0)
+
+    def heartbeat(self, force: bool = True) -> None:
+        if not force:
+            return
+        self._last_hb = time.monotonic()
+        _write_json(self.hb_path, {
+            "node": self.node, "job_id": self.job_id, "iteration": self.iteration,
+            "progress_time": self.progress_time, "alive_time": _now(),
+            "pids": [p.pid for p in self.procs],
+        })
+
+    def _pump(self, rank: int, stream: IO[bytes]) -> None:
+        for raw in iter(stream.readline, b""):
+            text = raw.replace(b"\x00", b"").decode("utf-8", errors="replace").rstrip("\r\n")
+            self.emit(rank, text)
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def _env(self, local_rank: int) -> dict[str, str]:
+        s = self.spec
+        world = s.nodes * s.tasks_per_node
+        rank = self.node_rank * s.tasks_per_node + local_rank
+        env = dict(os.environ)
+        env.update(dict(s.env))
+        env.update({
+            "ORCH_NODE_NAME": self.node, "SLURMD_NODENAME": self.node, "ORCH_NODE_RANK": str(self.node_rank),
+            "ORCH_NNODES": str(self.nnodes), "ORCH_RANK": str(rank), "RANK": str(rank),
+            "ORCH_LOCAL_RANK": str(local_rank), "LOCAL_RANK": str(local_rank),
+            "ORCH_WORLD_SIZE": str(world), "WORLD_SIZE": str(world), "ORCH_SEGMENT_DIR": s.segment_dir,
+            "ORCH_JOB_ID": self.job_id, "PYTHONUNBUFFERED": "1",
+        })
+        nodelist = os.environ.get("SLURM_JOB_NODELIST")
+        if nodelist and "MASTER_ADDR" not in env:
+            import hostlist
+
+            env["MASTER_ADDR"] = hostlist.expand_hostlist(nodelist)[0]
+        return env
+
+    def _launch(self) -> list[threading.Thread]:
+        threads = []
+        for local_rank in range(self.spec.tasks_per_node):
+            rank = self.node_rank * self.spec.tasks_per_node + local_rank
+            proc = subprocess.Popen(  # noqa: S603 - argv list from config, never a shell
+                list(self.spec.command), cwd=self.spec.workdir, env=self._env(local_rank),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            self.procs.append(proc)
+            assert proc.stdout is not None
+            t = threading.Thread(target=self._pump, args=(rank, proc.stdout), daemon=True)
+            t.start()
+            threads.append(t)
+        return threads
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.emit("agent", f"ORCH-AGENT got signal {signal.Signals(signum).name}; stopping training")
+        self._stopping.set()
+        threading.Thread(target=self._terminate, daemon=True).start()
+
+    def _terminate(self) -> None:
+        for p in self.procs:
+            _killpg(p, signal.SIGTERM)
+        deadline = time.monotonic() + TERM_GRACE_S
+        while time.monotonic() < deadline and any(p.poll() is None for p in self.procs):
+            time.sleep(0.2)
+        for p in self.procs:
+            _killpg(p, signal.SIGKILL)
+
+    def _watch(self) -> None:
+        """Heartbeat every few seconds and answer dump requests until all ranks exit."""
+        dumped = False
+        while any(p.poll() is None for p in self.procs):
+            self.heartbeat(force=time.monotonic() - self._last_hb > 5.0)
+            if not dumped and self.dump_request.exists():
+                dumped = True
+                threading.Thread(target=self._dump, daemon=True).start()
+            time.sleep(0.5)
+
+    def _dump(self) -> None:
+        records = dump.dump_processes([p.pid for p in self.procs if p.poll() is None])
+        _write_json(self.dump_path, {"node": self.node, "time": _now(), "processes": records})
+        for r in records:
+            self.emit("agent", f"ORCH-DUMP pid={r['pid']} state={r['state']} wchan={r.get('wchan', '')} "
+                      f"stack={r.get('stack_summary', '')}")
+
+    def run(self) -> int:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.node_dir.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("a", encoding="utf-8")
+        self.emit("agent", f"ORCH-AGENT start segment={self.spec.index} job={self.job_id} node={self.node} "
+                  f"node_rank={self.node_rank} resume={self.spec.resume_from or '-'}")
+        self.heartbeat()
+        results = preflight.run_all(self.spec, self.node)
+        for r in results:
+            self.emit("agent", f"ORCH-PREFLIGHT {r.name}: {'ok' if r.ok else 'FAILED'}: {r.detail}")
+        failed = [r for r in results if not r.ok]
+        if failed:
+            self.emit("agent", f"ORCH-PREFLIGHT FAILED: {failed[0].detail}")
+            self._exit_record(PREFLIGHT_EXIT, [], results)
+            return PREFLIGHT_EXIT
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
+            signal.signal(sig, self._on_signal)
+        try:
+            threads = self._launch()
+        except OSError as exc:
+            self.emit("agent", f"ORCH-AGENT cannot start the training command: {exc}")
+            self._exit_record(127, [], results)
+            return 127
+        self._watch()
+        for t in threads:
+            t.join(timeout=5)
+        codes = [p.wait() for p in self.procs]
+        code = next((c for c in codes if c != 0), 0)
+        self.emit("agent", f"ORCH-AGENT exit segment={self.spec.index} codes={codes}")
+        self._exit_record(code, codes, results)
+        return code
+
+    def _exit_record(self, code: int, codes: list[int], results: list[preflight.CheckResult]) -> None:
+        signals = [signal.Signals(-c).name for c in codes if c < 0 and -c in signal.Signals._value2member_map_]
+        _write_json(self.exit_path, {
+            "node": self.node, "job_id": self.job_id, "exit_code": code, "rank_exit_codes": codes,
+            "signals": signals, "iteration": self.iteration, "time": _now(), "last_lines": self.tail[-10:],
+            "preflight": [r.as_dict() for r in results], "stopped_by_signal": self._stopping.is_set(),
+        })
+        if self._log:
+            self._log.close()
+            self._log = None
+
+
+def _killpg(p: subprocess.Popen[bytes], sig: int) -> None:
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def run_node(spec: SegmentSpec, node_name: str | None = None, node_rank: int | None = None,
+             job_id: str | None = None) -> int:
+    """Entry point pickled by submitit. Raises SystemExit(code) on failure so Slurm records it."""
+    node, rank, nnodes = node_identity(node_name, node_rank)
+    if node_name is not None:
+        nnodes = spec.nodes
+    jid = job_id or os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID", "local")
+    code = NodeAgent(spec, node, rank, nnodes, jid).run()
+    if code != 0:
+        sys.stdout.flush()
+        raise SystemExit(code if 0 < code < 256 else 1)
+    return code

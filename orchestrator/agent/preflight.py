@@ -1,0 +1,135 @@
+"""Node health checks before training starts: GPUs through NVML, a filesystem probe, user checks.
+
+Each check returns a CheckResult; any failure makes the agent exit with PREFLIGHT_EXIT and a reason
+the diagnosis engine recognises (the GPU reasons carry the same words CUDA uses).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.model import SegmentSpec
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    ok: bool
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def with_timeout(fn: Callable[[], Any], timeout: float) -> tuple[bool, Any]:
+    """Run fn in a daemon thread; (finished, result-or-exception). A hung call is abandoned, not joined."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - reported as the check's result
+            box["value"] = exc
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(timeout)
+    return (not t.is_alive()), box.get("value")
+
+
+class FakeNvml:
+    """Reads GPU health from a JSON file (ORCH_FAKE_NVML): {"nodeX": [{"ecc_uncorrected": 2}, ...]}."""
+
+    def __init__(self, path: str, node: str):
+        data = json.loads(Path(path).read_text())
+        self.gpus: list[dict[str, int]] = data.get(node, data.get("*", []))
+
+
+def check_gpus(node: str) -> CheckResult:
+    fake = os.environ.get("ORCH_FAKE_NVML")
+    if fake:
+        gpus = FakeNvml(fake, node).gpus
+    else:
+        try:
+            import pynvml  # type: ignore[import-not-found]
+
+            pynvml.nvmlInit()
+        except Exception:  # noqa: BLE001 - no driver, no library, no GPU: all mean "no NVML"
+            return CheckResult("gpu", True, "skipped: no NVML")
+        gpus = _read_nvml(pynvml)
+    for i, g in enumerate(gpus):
+        if g.get("lost"):
+            return CheckResult("gpu", False, f"GPU {i}: Unable to determine the device handle for GPU (lost)")
+        if g.get("ecc_uncorrected", 0) > 0:
+            return CheckResult("gpu", False, f"GPU {i}: {g['ecc_uncorrected']} volatile uncorrectable ECC error(s)")
+        if g.get("pending_retired", 0) or g.get("pending_remap", 0):
+            return CheckResult("gpu", False, f"GPU {i}: uncorrectable memory error pending page retirement/row remap")
+    return CheckResult("gpu", True, f"{len(gpus)} GPU(s) healthy")
+
+
+def _read_nvml(nv: Any) -> list[dict[str, int]]:
+    out = []
+    for i in range(nv.nvmlDeviceGetCount()):
+        try:
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+        except Exception:  # noqa: BLE001
+            out.append({"lost": 1})
+            continue
+        g: dict[str, int] = {}
+        for key, call in (
+            ("ecc_uncorrected", lambda h=h: nv.nvmlDeviceGetTotalEccErrors(
+                h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC)),
+            ("pending_retired", lambda h=h: int(nv.nvmlDeviceGetRetiredPagesPendingStatus(h))),
+            ("pending_remap", lambda h=h: int(nv.nvmlDeviceGetRemappedRows(h)[2])),
+        ):
+            try:
+                g[key] = int(call())
+            except Exception:  # noqa: BLE001 - not supported on this GPU
+                pass
+        out.append(g)
+    return out
+
+
+def probe_dir(path: Path, timeout: float) -> CheckResult:
+    def io() -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        f = path / f".orch-probe-{uuid.uuid4().hex}"
+        f.write_bytes(b"probe")
+        if f.read_bytes() != b"probe":
+            raise OSError("read back different bytes")
+        f.unlink()
+
+    done, value = with_timeout(io, timeout)
+    if not done:
+        return CheckResult("fs", False, f"ORCH-FS-PROBE FAILED: {path} did not answer within {timeout:.0f}s")
+    if isinstance(value, BaseException):
+        return CheckResult("fs", False, f"ORCH-FS-PROBE FAILED: {path}: {value}")
+    return CheckResult("fs", True, f"{path} writable")
+
+
+def run_command(argv: tuple[str, ...], timeout: float) -> CheckResult:
+    name = f"check {' '.join(argv)[:80]}"
+    try:
+        res = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False)  # noqa: S603
+    except subprocess.TimeoutExpired:
+        return CheckResult(name, False, f"{name} timed out after {timeout:.0f}s")
+    except OSError as exc:
+        return CheckResult(name, False, f"{name} could not start: {exc}")
+    if res.returncode != 0:
+        out = (res.stdout + res.stderr).decode(errors="replace").strip().splitlines()[-1:] or [""]
+        return CheckResult(name, False, f"{name} exited {res.returncode}: {out[0][:200]}")
+    return CheckResult(name, True, "ok")
+
+
+def run_all(spec: SegmentSpec, node: str) -> list[CheckResult]:
+    results = [check_gpus(node), probe_dir(Path(spec.segment_dir) / "nodes", spec.preflight_timeout_s)]
+    results += [run_command(c, spec.preflight_timeout_s) for c in spec.preflight_commands]
+    return results

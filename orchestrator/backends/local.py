@@ -1,0 +1,203 @@
+"""Embedded backend: a segment runs on N virtual nodes of this machine through submitit's local executor.
+
+Allocation follows Slurm: the lowest-numbered free nodes first, never an excluded one; a job that
+cannot be placed stays PENDING. Each virtual node runs one agent; the agent tells the training
+its node name (SLURMD_NODENAME, ORCH_NODE_NAME). The job registry is kept on disk so a restarted
+controller re-attaches to jobs that are still running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import signal
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from orchestrator.agent.main import run_node
+from orchestrator.backends.base import BackendError
+from orchestrator.clock import Clock
+from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
+from orchestrator.state import atomic_write, private_dir
+
+
+def natural_key(name: str) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+@dataclass
+class LocalJobRecord:
+    job_id: str
+    job_name: str
+    submitted_at: str
+    spec: dict[str, Any]
+    nodes: list[str] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+    started_at: str | None = None
+    end_state: str | None = None
+    ended_at: str | None = None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, node_names: list[str], state_dir: Path, clock: Clock):
+        self.node_names = sorted(node_names, key=natural_key)
+        self.state_dir = Path(state_dir)
+        self.registry = self.state_dir / "jobs.json"
+        self.clock = clock
+        self._jobs: dict[str, dict[str, submitit.local.local.LocalJob[Any]]] = {}
+        self._records: dict[str, LocalJobRecord] = self._load()
+
+    # ---- registry ---------------------------------------------------------------------------
+    def _load(self) -> dict[str, LocalJobRecord]:
+        try:
+            raw = json.loads(self.registry.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+        return {k: LocalJobRecord(**v) for k, v in raw.get("jobs", {}).items()}
+
+    def _save(self) -> None:
+        private_dir(self.state_dir)
+        atomic_write(self.registry, json.dumps({"jobs": {k: asdict(v) for k, v in self._records.items()}}))
+
+    def _next_id(self) -> str:
+        ids = [int(k) for k in self._records if k.isdigit()]
+        return str(max(ids, default=1000) + 1)
+
+    # ---- Backend protocol ------------------------------------------------------------------
+    def nodes(self) -> list[str]:
+        return list(self.node_names)
+
+    def render(self, spec: SegmentSpec) -> str:
+        lines = [
+            f"# local backend: {len(self.node_names)} virtual nodes {','.join(self.node_names)}",
+            f"job-name={spec.job_name}",
+            f"nodes={spec.nodes} tasks-per-node={spec.tasks_per_node} gpus-per-node={spec.gpus_per_node}",
+            f"time={spec.time_limit_min} (minutes)",
+            f"exclude={spec.exclude_hostlist or '(none)'}",
+            f"would run on: {','.join(self._place(spec, busy=set())) or '(cannot be placed: too many excluded)'}",
+            f"resume-from={spec.resume_from or '(none: start from scratch)'}",
+            f"workdir={spec.workdir}",
+            "command (argv): " + json.dumps(list(spec.command)),
+            "environment: " + json.dumps(dict(spec.env)),
+        ]
+        return "\n".join(lines)
+
+    def submit(self, spec: SegmentSpec) -> JobRef:
+        unknown = [n for n in spec.exclude if n not in self.node_names]
+        if unknown:
+            raise BackendError(f"invalid node name(s) in exclude: {','.join(unknown)}")
+        if spec.nodes > len(self.node_names) - len(spec.exclude):
+            raise BackendError(
+                f"job needs {spec.nodes} nodes but only {len(self.node_names) - len(spec.exclude)} are not excluded"
+            )
+        now = self.clock.now()
+        rec = LocalJobRecord(self._next_id(), spec.job_name, now.isoformat(), spec.model_dump(mode="json"))
+        self._records[rec.job_id] = rec
+        self._save()
+        self._try_start(rec)
+        return JobRef(job_id=rec.job_id, submitted_at=now, backend=self.name)
+
+    def _busy(self) -> set[str]:
+        return {n for r in self._records.values() if r.started_at and not r.end_state for n in r.nodes}
+
+    def _place(self, spec: SegmentSpec, busy: set[str]) -> list[str]:
+        free = [n for n in self.node_names if n not in spec.exclude and n not in busy]
+        return free[: spec.nodes] if len(free) >= spec.nodes else []
+
+    def _try_start(self, rec: LocalJobRecord) -> None:
+        spec = SegmentSpec.model_validate(rec.spec)
+        nodes = self._place(spec, self._busy())
+        if not nodes:
+            return
+        jobs = {}
+        for rank, node in enumerate(nodes):
+            folder = Path(spec.segment_dir) / "submitit" / node
+            ex = submitit.LocalExecutor(folder=folder)
+            ex.update_parameters(timeout_min=spec.time_limit_min + 10, tasks_per_node=1)
+            jobs[node] = ex.submit(run_node, spec, node, rank, rec.job_id)
+        self._jobs[rec.job_id] = jobs
+        rec.nodes = nodes
+        rec.pids = [int(j.job_id) for j in jobs.values()]
+        rec.started_at = self.clock.now().isoformat()
+        self._save()
+
+    def _node_result(self, rec: LocalJobRecord, node: str, pid: int) -> int | None:
+        """None while running; 0 when the agent returned; 1 when it failed or vanished."""
+        job = self._jobs.get(rec.job_id, {}).get(node)
+        running = job.state == "RUNNING" if job is not None else _alive(pid)
+        if running:
+            return None
+        folder = Path(rec.spec["segment_dir"]) / "submitit" / node
+        try:
+            with (folder / f"{pid}_0_result.pkl").open("rb") as fh:
+                outcome, _ = pickle.load(fh)
+            return 0 if outcome == "success" else 1
+        except (OSError, pickle.UnpicklingError, EOFError, ValueError):
+            return 1
+
+    def _status(self, rec: LocalJobRecord) -> JobStatus:
+        if rec.end_state:
+            return JobStatus(state=JobState(rec.end_state), nodes=tuple(rec.nodes),
+                             exit_code=0 if rec.end_state == "COMPLETED" else 1)
+        if not rec.started_at:
+            self._try_start(rec)
+            if not rec.started_at:
+                return JobStatus(state=JobState.PENDING, reason="Resources")
+        codes = [self._node_result(rec, n, p) for n, p in zip(rec.nodes, rec.pids, strict=True)]
+        started = datetime.fromisoformat(rec.started_at or rec.submitted_at)
+        limit = timedelta(minutes=int(rec.spec["time_limit_min"]))
+        if any(c is None for c in codes):
+            if self.clock.now() - started > limit:
+                self._kill(rec, "TIMEOUT")
+                return self._status(rec)
+            return JobStatus(state=JobState.RUNNING, nodes=tuple(rec.nodes), started_at=started)
+        state = "COMPLETED" if all(c == 0 for c in codes) else "FAILED"
+        self._finish(rec, state)
+        return self._status(rec)
+
+    def _finish(self, rec: LocalJobRecord, state: str) -> None:
+        rec.end_state, rec.ended_at = state, self.clock.now().isoformat()
+        self._save()
+
+    def _kill(self, rec: LocalJobRecord, state: str) -> None:
+        for pid in rec.pids:
+            try:
+X
+            except ProcessLookupError:
+                pass
+        self._finish(rec, state)
+
+    def poll(self, refs: list[JobRef]) -> dict[str, JobStatus]:
+        out = {}
+        for ref in refs:
+            rec = self._records.get(ref.job_id)
+            out[ref.job_id] = self._status(rec) if rec else JobStatus(state=JobState.UNKNOWN)
+        return out
+
+    def cancel(self, ref: JobRef) -> None:
+        rec = self._records.get(ref.job_id)
+        if rec and not rec.end_state:
+            self._kill(rec, "CANCELLED")
+
+    def find_jobs(self, job_name: str) -> list[JobRef]:
+        return [
+            JobRef(job_id=r.job_id, submitted_at=datetime.fromisoformat(r.submitted_at), backend=self.name)
+            for r in self._records.values()
+            if r.job_name == job_name and not r.end_state
+        ]

@@ -1,0 +1,107 @@
+"""The node blacklist as a value: record strikes, expire, cap, and render a compressed hostlist."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import hostlist
+
+from orchestrator.model import BlacklistEntry, Cause, Frozen
+
+
+def compress(nodes: list[str] | tuple[str, ...]) -> str:
+    """Slurm-style compressed hostlist: ['node3','node7','node8'] -> 'node[3,7-8]'."""
+    return hostlist.collect_hostlist(list(nodes)) if nodes else ""
+
+
+def expand(expr: str) -> list[str]:
+    """Inverse of compress; raises ValueError with the offending text on a bad hostlist."""
+    if not expr.strip():
+        return []
+    try:
+        return list(hostlist.expand_hostlist(expr))
+    except hostlist.BadHostlist as exc:
+        raise ValueError(f"bad hostlist {expr!r}: {exc}") from None
+
+
+class ExcludePlan(Frozen):
+    nodes: tuple[str, ...]
+    dropped: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def hostlist(self) -> str:
+        return compress(self.nodes)
+
+
+class Blacklist(Frozen):
+    entries: tuple[BlacklistEntry, ...] = ()
+
+    def get(self, node: str) -> BlacklistEntry | None:
+        return next((e for e in self.entries if e.node == node), None)
+
+    def record(
+        self,
+        node: str,
+        cause: Cause,
+        evidence: str,
+        job_id: str,
+        now: datetime,
+        *,
+        hard: bool,
+        expiry: timedelta,
+        source: str = "auto",
+    ) -> Blacklist:
+        """Add a strike against `node`; a hard strike excludes it at once."""
+        old = self.get(node)
+        live = old is not None and old.expires > now
+        strikes = (old.strikes + 1) if (old and live) else 1
+        entry = BlacklistEntry(
+            node=node,
+            cause=cause,
+            evidence=evidence[:500],
+            job_id=job_id,
+            since=now,
+            expires=now + expiry,
+            strikes=strikes,
+            hard=hard or bool(old and live and old.hard),
+            source=source,
+        )
+        return Blacklist(entries=tuple(e for e in self.entries if e.node != node) + (entry,))
+
+    def remove(self, node: str) -> Blacklist:
+        return Blacklist(entries=tuple(e for e in self.entries if e.node != node))
+
+    def prune(self, now: datetime) -> Blacklist:
+        return Blacklist(entries=tuple(e for e in self.entries if e.expires > now))
+
+    def excluding(self, now: datetime, threshold: int) -> list[BlacklistEntry]:
+        """Entries that exclude their node now: unexpired and hard, or with enough strikes."""
+        return [e for e in self.entries if e.expires > now and (e.hard or e.strikes >= threshold)]
+
+    def recent_hardware(self, node: str, now: datetime) -> bool:
+        e = self.get(node)
+        return bool(e and e.expires > now and e.hard)
+
+    def exclude_plan(
+        self, now: datetime, threshold: int, cap: int, known: set[str] | None = None
+    ) -> ExcludePlan:
+        """The --exclude list: strongest and most recent entries first, at most `cap`, only known nodes."""
+        live = self.excluding(now, threshold)
+        unknown = [e.node for e in live if known is not None and e.node not in known]
+        live = [e for e in live if known is None or e.node in known]
+        live.sort(key=lambda e: (e.hard, e.strikes, e.since), reverse=True)
+        kept, dropped = live[: max(cap, 0)], live[max(cap, 0) :]
+        notes = []
+        if dropped:
+            notes.append(
+                f"exclude list capped at {cap}: not excluding {compress([e.node for e in dropped])} "
+                "so the job stays placeable"
+            )
+        if unknown:
+            notes.append(f"ignoring blacklisted nodes the cluster does not know: {compress(unknown)}")
+        return ExcludePlan(
+            nodes=tuple(sorted(e.node for e in kept)),
+            dropped=tuple(e.node for e in dropped),
+            note="; ".join(notes),
+        )

@@ -1,0 +1,241 @@
+"""argv -> settings -> objects -> Controller.run(). The only place that sets up logging."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from loguru import logger
+from rich.console import Console
+
+from orchestrator.backends.base import Backend
+from orchestrator.clock import Clock, RealClock
+from orchestrator.diagnose.classify import Context, NodeEvidence, classify
+from orchestrator.diagnose.scan import NodeScan
+from orchestrator.diagnose.signatures import build_table
+from orchestrator.model import JobState, JobStatus
+from orchestrator.report import blacklist_table, status_json, timeline_table
+from orchestrator.settings import ConfigError, Settings, load_settings, parse_overrides
+from orchestrator.state import LockHeld, RunLock, StateError, StateStore
+from orchestrator.watch.tail import LogTail
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Keep long multi-node training on Slurm moving: diagnose, blacklist, resume.")
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True)
+
+EXIT_CONFIG = 2
+
+
+def fail(lines: list[str], code: int = EXIT_CONFIG) -> typer.Exit:
+    for line in lines:
+        err.print(f"error: {line}", markup=False, highlight=False)
+    return typer.Exit(code)
+
+
+def setup_logging(run_dir: Path | None, verbose: bool) -> None:
+    logger.remove()
+    fmt = "{time:YYYY-MM-DD HH:mm:ss} {level: <7} {message}"
+    logger.add(sys.stderr, level="DEBUG" if verbose else "INFO", format=fmt)
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        logger.add(run_dir / "controller.log", level="DEBUG", rotation="20 MB", retention=5,
+                   format="{time:YYYY-MM-DDTHH:mm:ss.SSSZ} {level} {message} {extra}")
+
+
+def load(config: Path, overrides: list[str]) -> Settings:
+    try:
+        return load_settings(config, parse_overrides(overrides))
+    except ConfigError as exc:
+        raise fail(exc.problems) from None
+
+
+def build_backend(s: Settings, clock: Clock) -> Backend:
+    if s.backend.kind == "local":
+        from orchestrator.backends.local import LocalBackend
+
+        return LocalBackend(s.backend.local.node_names(), s.run_dir / "local-backend", clock)
+    from orchestrator.backends.slurm import SlurmBackend
+
+    return SlurmBackend(s.backend.slurm, clock, s.run_dir)
+
+
+SetOpt = Annotated[list[str], typer.Option("--set", help="Override a setting: --set watch.poll_interval_s=5")]
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Argument(help="The run's YAML config file.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the next submission; submit nothing.")] = False,
+    cancel_on_exit: Annotated[bool, typer.Option(help="Cancel the running job when the controller stops.")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+    set_: SetOpt = [],  # noqa: B006 - typer needs a literal default
+) -> None:
+    """Run (or resume) the training until its goal, resubmitting segments as they end.
+
+    Examples:
+      orchestrator run configs/demo.yaml
+      orchestrator run configs/example.yaml --dry-run
+      orchestrator run configs/demo.yaml --set watch.poll_interval_s=1
+    """
+    s = load(config, set_)
+    clock = RealClock()
+    if dry_run:
+        dry(s, clock)
+        return
+    setup_logging(s.run_dir, verbose)
+    from orchestrator.controller import Controller
+
+    lock = RunLock(s.run_dir)
+    try:
+        lock.acquire()
+    except LockHeld as exc:
+        raise fail([str(exc)], 1) from None
+    backend = build_backend(s, clock)
+    store = StateStore(s.run_dir)
+    ctl = Controller(s, backend, clock, store)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _f: ctl.request_stop(signal.Signals(signum).name))
+    try:
+        state = ctl.run()
+    except StateError as exc:
+        raise fail([str(exc)], 1) from None
+    finally:
+        lock.release()
+    if cancel_on_exit and state.status.value == "running" and state.current and state.current.job_id:
+        from orchestrator.model import JobRef
+
+        cur = state.current
+        assert cur.submitted_at is not None and cur.job_id is not None
+        backend.cancel(JobRef(job_id=cur.job_id, submitted_at=cur.submitted_at, backend=backend.name))
+    out.print(timeline_table(state))
+    raise typer.Exit(0 if state.status.value in ("done", "running") else 1)
+
+
+def dry(s: Settings, clock: Clock) -> None:
+    from orchestrator.controller import Controller
+
+    store = StateStore(s.run_dir)
+    try:
+        state = store.load()
+    except StateError as exc:
+        raise fail([str(exc)], 1) from None
+    from orchestrator.state import RunState
+
+    now = clock.now()
+    state = state or RunState(run=s.name, created_at=now, updated_at=now)
+    backend = build_backend(s, clock)
+    ctl = Controller(s, backend, clock, store)
+    spec, excl = ctl.next_spec(state)
+    print(f"# dry run: nothing is submitted. Segment {spec.index} of run {s.name} ({s.backend.kind} backend)")
+    print(f"# exclude: {spec.exclude_hostlist or '(none)'}" + (f"  [{excl.note}]" if excl.note else ""))
+    print(f"# resume from: {spec.resume_from or '(no checkpoint: start from scratch)'} "
+          f"(iteration {spec.start_iteration})")
+    print(backend.render(spec))
+
+
+def _state_for(target: Path) -> tuple[StateStore, str]:
+    if target.is_dir():
+        return StateStore(target), str(target)
+    s = load(target, [])
+    return StateStore(s.run_dir), str(s.run_dir)
+
+
+@app.command()
+def status(
+    target: Annotated[Path, typer.Argument(help="A run's config file or its run directory.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Show segments, causes, culprits and the blacklist of a run.
+
+    Examples:
+      orchestrator status configs/demo.yaml
+      orchestrator status runs/demo --json
+    """
+    store, where = _state_for(target)
+    try:
+        state = store.load()
+    except StateError as exc:
+        raise fail([str(exc)], 1) from None
+    if state is None:
+        raise fail([f"{where}: no run state yet (has 'orchestrator run' been started for this config?)"], 1)
+    now = RealClock().now()
+    if as_json:
+        print(json.dumps(status_json(state, now), indent=2))
+        return
+    out.print(timeline_table(state))
+    if state.blacklist.entries:
+        out.print(blacklist_table(state, now))
+
+
+@app.command()
+def validate(config: Annotated[Path, typer.Argument(help="The YAML config file to check.")]) -> None:
+    """Check a config file and print every problem with its field path (exit 2 if any)."""
+    s = load(config, [])
+    out.print(f"{config}: ok (run {s.name}, {s.resources.nodes} nodes, backend {s.backend.kind})",
+              markup=False, highlight=False)
+
+
+def diagnose_dir(directory: Path, progress_regex: str = r"iteration\s+(\d+)\s*/\s*\d+") -> dict[str, Any]:
+    files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+    sigs = build_table()
+    rx = re.compile(progress_regex)
+    nodes = []
+    for f in files:
+        host = f.name.split(".")[0] if "." in f.name else f.name
+        scan = NodeScan(host, str(f), sigs, rx)
+        tail = LogTail(f)
+        while True:
+            lines = tail.read_new(final=True)
+            if not lines:
+                break
+            scan.feed(lines)
+        nodes.append(NodeEvidence.from_scan(scan))
+    v = classify(JobStatus(state=JobState.UNKNOWN), nodes, Context())
+    return {
+        "cause": v.cause.value, "culprit_nodes": list(v.culprit_nodes), "blame": v.blame,
+        "action": v.action.value, "confidence": v.confidence, "summary": v.summary,
+        "evidence": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text, "role": e.role}
+                     for e in v.evidence],
+    }
+
+
+@app.command()
+def diagnose(
+    directory: Annotated[Path, typer.Argument(help="A directory with one log file per node (host.out).")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Name the cause and the culprit node from per-node logs of any Slurm job.
+
+    Examples:
+      orchestrator diagnose runs/demo/segments/0001/logs
+      orchestrator diagnose /scratch/logs/job-12345 --json
+    """
+    if not directory.is_dir():
+        raise fail([f"{directory}: not a directory"])
+    if not any(p.is_file() for p in directory.iterdir()):
+        raise fail([f"{directory}: no log files in it (expected one file per node, named after the host)"])
+    result = diagnose_dir(directory)
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    out.print(f"cause: {result['cause']}  culprits: {','.join(result['culprit_nodes']) or '-'}  "
+              f"blame: {result['blame']}  action: {result['action']}  confidence: {result['confidence']:.2f}",
+              markup=False, highlight=False)
+    out.print(f"summary: {result['summary']}", markup=False, highlight=False)
+    for e in result["evidence"][:15]:
+        out.print(f"  [{e['role']}] {e['node']} {Path(e['file']).name}:{e['line']}: {e['text'][:160]}",
+                  markup=False, highlight=False)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

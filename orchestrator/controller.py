@@ -1,0 +1,296 @@
+"""The only loop with side effects: plan -> submit -> watch -> classify -> decide -> act -> report."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from loguru import logger
+
+from orchestrator import checkpoint as ckpt_mod
+from orchestrator.backends.base import Backend, BackendError, SchedulerUnavailable
+from orchestrator.blacklist import Blacklist, ExcludePlan
+from orchestrator.clock import Clock
+from orchestrator.diagnose.classify import Context, classify
+from orchestrator.diagnose.signatures import Signature, build_table
+from orchestrator.model import Action, Cause, JobRef, JobState, JobStatus, RunStatus, Verdict
+from orchestrator.plan import plan
+from orchestrator.policy import decide
+from orchestrator.settings import Settings
+from orchestrator.state import RunState, SegmentRecord, StateStore
+from orchestrator.watch.segment import SegmentWatch
+
+Notify = Callable[[str, str], None]
+
+
+def user_signatures(settings: Settings) -> tuple[Signature, ...]:
+    return build_table([Signature(s.name, s.pattern, s.cause, s.blame, s.cascade, source="config")
+                        for s in settings.signatures])
+
+
+class Controller:
+    def __init__(self, settings: Settings, backend: Backend, clock: Clock, store: StateStore,
+                 notify: Notify | None = None, python: str = sys.executable):
+        self.s, self.backend, self.clock, self.store = settings, backend, clock, store
+        self.notify = notify or (lambda title, body: None)
+        self.python = python
+        self.signatures = user_signatures(settings)
+        self.progress = re.compile(settings.progress_regex)
+        self.stop_requested = ""
+        self._watch: SegmentWatch | None = None
+        self._running_since: datetime | None = None
+        self._dump_deadline: datetime | None = None
+        self._unreachable_since: datetime | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def request_stop(self, why: str = "signal") -> None:
+        self.stop_requested = why
+        self.clock.wake()
+
+    def load_or_init(self) -> RunState:
+        state = self.store.load()
+        if state is None:
+            now = self.clock.now()
+            state = RunState(run=self.s.name, created_at=now, updated_at=now)
+            self.save(state)
+        return state
+
+    def save(self, state: RunState) -> None:
+        state.updated_at = self.clock.now()
+        self.store.save(state)
+
+    def run(self) -> RunState:
+        state = self.load_or_init()
+        log = logger.bind(run=state.run)
+        log.info("controller start run={} status={} segments={}", state.run, state.status, len(state.segments))
+        while state.status == RunStatus.RUNNING and not self.stop_requested:
+            self.step(state)
+        if self.stop_requested and state.status == RunStatus.RUNNING:
+            log.info("controller exit reason={} (the job, if any, keeps running)", self.stop_requested)
+        if self._watch:
+            self._watch.close()
+        return state
+
+    def step(self, state: RunState) -> None:
+        seg = state.current
+        if seg is None or seg.action is not None:
+            now = self.clock.now()
+            if state.wait_until and now < state.wait_until:
+                self.clock.sleep(min(self.s.watch.poll_interval_s, (state.wait_until - now).total_seconds()))
+                return
+            self.submit_next(state)
+        elif seg.job_id is None:
+            self.recover_intent(state, seg)
+        else:
+            self.watch_once(state, seg)
+
+    # ---- plan + submit ---------------------------------------------------------------------
+    def exclude_plan(self, blacklist: Blacklist, now: datetime) -> ExcludePlan:
+        inventory = self.backend.nodes()
+        cap = self.s.policy.max_excluded_nodes
+        if inventory is not None:
+            cap = min(cap, len(inventory) - self.s.resources.nodes)
+        return blacklist.exclude_plan(now, self.s.policy.strike_threshold, cap,
+                                      set(inventory) if inventory is not None else None)
+
+    def next_spec(self, state: RunState):  # noqa: ANN201 - SegmentSpec
+        now = self.clock.now()
+        skip = frozenset(p for p, n in state.bad_checkpoints.items() if n >= 2)
+        ckpt = ckpt_mod.find_latest(self.s.checkpoint, skip)
+        excl = self.exclude_plan(state.blacklist.prune(now), now)
+        return plan(self.s, state, ckpt, excl, self.python), excl
+
+    def submit_next(self, state: RunState) -> None:
+        spec, excl = self.next_spec(state)
+        log = logger.bind(run=state.run, segment=spec.index)
+        if excl.note:
+            log.warning("exclude note={}", excl.note)
+        seg = SegmentRecord(index=spec.index, job_name=spec.job_name, excluded=list(spec.exclude),
+                            resumed_from=spec.resume_from, start_iteration=spec.start_iteration,
+                            backend=self.backend.name)
+        state.segments.append(seg)
+        state.wait_until = None
+        self.save(state)  # intent first: a crash before the id is recorded is detected on restart
+        try:
+            ref = self.backend.submit(spec)
+        except SchedulerUnavailable as exc:
+            log.warning("submit deferred reason=scheduler-unreachable detail={}", exc)
+            self.clock.sleep(self.s.watch.poll_interval_s)
+            return
+        except BackendError as exc:
+            state.segments.pop()
+            self._stop(state, f"submission rejected: {exc}")
+            return
+        self._attach(state, seg, ref)
+        log.info("segment submitted job={} exclude={} resume_from={} start_iteration={}",
+                 ref.job_id, spec.exclude_hostlist or "-", spec.resume_from or "-", spec.start_iteration)
+
+    def _attach(self, state: RunState, seg: SegmentRecord, ref: JobRef) -> None:
+        seg.job_id, seg.submitted_at = ref.job_id, ref.submitted_at
+        self.save(state)
+        self._new_watch(seg)
+
+    def _new_watch(self, seg: SegmentRecord) -> None:
+        if self._watch:
+            self._watch.close()
+        spec_dir = self.s.run_dir / "segments" / f"{seg.index:04d}"
+        self._watch = SegmentWatch(spec_dir, self.signatures, self.progress, self.s.watch.read_timeout_s)
+        self._running_since = None
+        self._dump_deadline = None
+
+    def recover_intent(self, state: RunState, seg: SegmentRecord) -> None:
+        """The controller died between submitting and recording the job id: find the job by name."""
+        try:
+            live = self.backend.find_jobs(seg.job_name)
+        except SchedulerUnavailable:
+            self.clock.sleep(self.s.watch.poll_interval_s)
+            return
+        if live:
+            ref = sorted(live, key=lambda r: r.submitted_at)[-1]
+            logger.bind(run=state.run, segment=seg.index).warning(
+                "re-attached by job name job={} name={}", ref.job_id, seg.job_name)
+            self._attach(state, seg, ref)
+            return
+        state.segments.pop()
+        self.submit_next(state)
+
+    # ---- watch -----------------------------------------------------------------------------
+    def watch_once(self, state: RunState, seg: SegmentRecord) -> None:
+        assert seg.job_id and seg.submitted_at
+        if self._watch is None:
+            self._new_watch(seg)
+            logger.bind(run=state.run, segment=seg.index).info("watching job={}", seg.job_id)
+        watch = self._watch
+        assert watch is not None
+        ref = JobRef(job_id=seg.job_id, submitted_at=seg.submitted_at, backend=seg.backend or self.backend.name)
+        now = self.clock.now()
+        try:
+            status = self.backend.poll([ref]).get(seg.job_id, JobStatus(state=JobState.UNKNOWN))
+            if self._unreachable_since:
+                logger.info("scheduler reachable again after {}", now - self._unreachable_since)
+            self._unreachable_since = None
+        except SchedulerUnavailable as exc:
+            self._unreachable_since = self._unreachable_since or now
+            logger.warning("scheduler unreachable since {} ({}); waiting, not resubmitting",
+                           self._unreachable_since.isoformat(timespec="seconds"), exc)
+            self.clock.sleep(self.s.watch.poll_interval_s)
+            return
+        watch.poll(now, final=status.state.terminal)
+        changed = self._update_progress(seg, status, watch, now)
+        if status.state.terminal:
+            self.conclude(state, seg, status)
+            return
+        if status.state == JobState.RUNNING and self._running_since is None:
+            self._running_since = now
+        reason = self._should_cancel(seg, watch, now)
+        if reason:
+            seg.cancelled_by_controller = reason
+            self.save(state)
+            logger.bind(run=state.run, segment=seg.index).warning("cancel job={} reason={}", seg.job_id, reason)
+            self.backend.cancel(ref)
+            return
+        if changed:
+            self.save(state)
+        self.clock.sleep(self.s.watch.poll_interval_s)
+
+    def _update_progress(self, seg: SegmentRecord, status: JobStatus, watch: SegmentWatch, now: datetime) -> bool:
+        changed = False
+        if status.nodes and list(status.nodes) != seg.nodes:
+            seg.nodes, changed = list(status.nodes), True
+        elif not seg.nodes and watch.nodes:
+            seg.nodes, changed = sorted(watch.nodes), True
+        it = watch.max_iteration()
+        if it is not None and it != seg.end_iteration:
+            seg.end_iteration = it
+            seg.first_progress_at = seg.first_progress_at or now
+            seg.last_progress_at = now
+            changed = True
+        return changed
+
+    def _should_cancel(self, seg: SegmentRecord, watch: SegmentWatch, now: datetime) -> str:
+        w = self.s.watch
+        failed = watch.failed_nodes()
+        if failed:
+            first = min(failed.values())
+            if (now - first).total_seconds() >= w.cascade_grace_s:
+                return f"training failed on {','.join(sorted(failed))}; peers would wait forever"
+            return ""
+        if self._running_since is None:
+            return ""
+        ref_time = watch.last_progress() or self._running_since
+        limit = w.stall_timeout_s if watch.last_progress() else w.startup_timeout_s
+        if (now - ref_time).total_seconds() < limit:
+            self._dump_deadline = None
+            return ""
+        expected = sorted(watch.nodes)
+        if self._dump_deadline is None:
+            watch.request_dumps()
+            self._dump_deadline = now + timedelta(seconds=max(3 * w.poll_interval_s, 30.0))
+            logger.warning("stall: no progress for {:.0f}s; asked every node for stack dumps",
+                           (now - ref_time).total_seconds())
+            return ""
+        if watch.dumps_in(expected) or now >= self._dump_deadline:
+            return f"stall: no progress for {(now - ref_time).total_seconds():.0f}s (limit {limit:.0f}s)"
+        return ""
+
+    # ---- classify + decide + act -----------------------------------------------------------
+    def conclude(self, state: RunState, seg: SegmentRecord, status: JobStatus) -> None:
+        assert self._watch is not None
+        now = self.clock.now()
+        nodes = self._watch.evidence()
+        ctx = Context(
+            recent_hardware=frozenset(e.node for e in state.blacklist.entries if e.hard and e.expires > now),
+            start_iteration=seg.start_iteration,
+            stalled=seg.cancelled_by_controller.startswith("stall"),
+            cancelled_by_controller=seg.cancelled_by_controller,
+        )
+        verdict = classify(status, nodes, ctx)
+        if self._watch.fs_stalls and verdict.cause in (Cause.UNKNOWN, Cause.HANG) and not verdict.blame:
+            verdict = verdict.model_copy(update={"cause": Cause.FILESYSTEM, "action": Action.WAIT_AND_RESUBMIT,
+                                                 "summary": "; ".join(self._watch.fs_stalls[:3])})
+        seg.job_state, seg.ended_at = status.state, now
+        seg.cause, seg.culprit_nodes = verdict.cause, list(verdict.culprit_nodes)
+        seg.confidence, seg.evidence = verdict.confidence, list(verdict.evidence)
+        decision = decide(state, verdict, self.s.policy, self.s.goal, now)
+        self.act(state, seg, verdict, decision.action, decision.reason, decision.blame_nodes, decision.hard,
+                 decision.wait_s)
+
+    def act(self, state: RunState, seg: SegmentRecord, verdict: Verdict, action: Action, reason: str,
+            blame: tuple[str, ...], hard: bool, wait_s: float) -> None:
+        now = self.clock.now()
+        log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)
+        seg.action, seg.reason = action, reason
+        root = next((e for e in verdict.evidence if e.role == "root"), None)
+        for node in blame:
+            ev = next((e for e in verdict.evidence if e.node == node and e.role == "root"), root)
+            text = f"{ev.file}:{ev.line}: {ev.text}" if ev else verdict.summary
+            state.blacklist = state.blacklist.record(
+                node, verdict.cause, text, seg.job_id or "", now, hard=hard,
+                expiry=timedelta(hours=self.s.policy.blacklist_expiry_h))
+            log.warning("blacklist node={} cause={} hard={} evidence={!r}", node, verdict.cause.value, hard, text[:200])
+            self.notify(f"{state.run}: node {node} blacklisted", f"{verdict.cause.value}: {text[:300]}")
+        if seg.resumed_from and (seg.end_iteration is None or seg.end_iteration <= seg.start_iteration) \
+                and verdict.cause in (Cause.USER_BUG, Cause.UNKNOWN):
+            state.bad_checkpoints[seg.resumed_from] = state.bad_checkpoints.get(seg.resumed_from, 0) + 1
+        log.info("segment ended job={} state={} cause={} culprits={} confidence={:.2f} action={} reason={!r}",
+                 seg.job_id, seg.job_state, verdict.cause.value, ",".join(verdict.culprit_nodes) or "-",
+                 verdict.confidence, action.value, reason)
+        self.notify(f"{state.run}: segment {seg.index} ended ({verdict.cause.value})",
+                    f"culprits={','.join(verdict.culprit_nodes) or '-'} action={action.value}: {reason}")
+        if action == Action.DONE:
+            state.status, state.stop_reason = RunStatus.DONE, reason
+            self.notify(f"{state.run}: done", reason)
+        elif action == Action.STOP_AND_ALERT:
+            self._stop(state, reason)
+            return
+        elif action == Action.WAIT_AND_RESUBMIT:
+            state.wait_until = now + timedelta(seconds=wait_s)
+        self.save(state)
+
+    def _stop(self, state: RunState, reason: str) -> None:
+        state.status, state.stop_reason = RunStatus.STOPPED, reason
+        self.save(state)
+        logger.bind(run=state.run).error("controller stopped reason={!r}", reason)
+        self.notify(f"{state.run}: STOPPED, needs a human", reason)

@@ -1,0 +1,186 @@
+"""Pure: (job end state, per-node evidence, history) -> Verdict. No I/O, no logging."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from orchestrator.diagnose.scan import Match, NodeScan
+from orchestrator.model import HARDWARE_CAUSES, Action, Cause, Evidence, JobState, JobStatus, Verdict
+
+# Root-cause precedence when several non-cascade causes appear in one segment.
+PRECEDENCE: tuple[Cause, ...] = (
+    Cause.GPU_ECC,
+    Cause.GPU_LOST,
+    Cause.NODE_FAIL,
+    Cause.USER_OOM,  # refined into gpu_oom_startup / user_oom below
+    Cause.HOST_OOM,
+    Cause.FILESYSTEM,
+    Cause.BUS_ERROR,
+    Cause.SEGFAULT,
+    Cause.HANG,
+    Cause.USER_BUG,
+)
+
+SUGGESTED: dict[Cause, Action] = {
+    Cause.GPU_ECC: Action.RESUBMIT_EXCLUDE,
+    Cause.GPU_LOST: Action.RESUBMIT_EXCLUDE,
+    Cause.GPU_OOM_STARTUP: Action.RESUBMIT_EXCLUDE,
+    Cause.NODE_FAIL: Action.RESUBMIT_EXCLUDE,
+    Cause.HOST_OOM: Action.RESUBMIT_EXCLUDE,
+    Cause.SEGFAULT: Action.RESUBMIT_EXCLUDE,
+    Cause.BUS_ERROR: Action.RESUBMIT_EXCLUDE,
+    Cause.HANG: Action.RESUBMIT_EXCLUDE,
+    Cause.NCCL_TIMEOUT: Action.RESUBMIT,
+    Cause.NETWORK: Action.RESUBMIT,
+    Cause.FILESYSTEM: Action.WAIT_AND_RESUBMIT,
+    Cause.PREEMPTED: Action.RESUBMIT,
+    Cause.TIMELIMIT: Action.RESUBMIT,
+    Cause.USER_OOM: Action.STOP_AND_ALERT,
+    Cause.USER_BUG: Action.STOP_AND_ALERT,
+    Cause.SUCCESS: Action.DONE,
+    Cause.UNKNOWN: Action.RESUBMIT,
+}
+
+
+@dataclass(frozen=True)
+class NodeEvidence:
+    node: str
+    file: str = ""
+    matches: tuple[Match, ...] = ()
+    first_iteration: int | None = None
+    last_iteration: int | None = None
+    last_progress_ts: datetime | None = None
+    exit_code: int | None = None
+    tail: tuple[tuple[int, str], ...] = ()
+    stuck_detail: str = ""  # e.g. "pid 123 state D wchan=..." from a stall dump
+
+    @classmethod
+    def from_scan(cls, scan: NodeScan, exit_code: int | None = None, stuck_detail: str = "") -> NodeEvidence:
+        return cls(
+            node=scan.node,
+            file=scan.file,
+            matches=tuple(scan.matches),
+            first_iteration=scan.first_iteration,
+            last_iteration=scan.last_iteration,
+            last_progress_ts=scan.last_progress_ts,
+            exit_code=exit_code,
+            tail=tuple(scan.tail),
+            stuck_detail=stuck_detail,
+        )
+
+
+@dataclass(frozen=True)
+class Context:
+    """History the classifier may use: nodes with a recent hardware strike, the stall, who cancelled."""
+
+    recent_hardware: frozenset[str] = frozenset()
+    start_iteration: int = 0
+    stalled: bool = False
+    cancelled_by_controller: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def _ev(n: NodeEvidence, m: Match, role: str) -> Evidence:
+    return Evidence(node=n.node, file=n.file, line=m.line, text=m.text, role=role, cause=Cause(m.cause))
+
+
+def _refine_oom(nodes: list[NodeEvidence], oom_nodes: list[str], ctx: Context) -> tuple[Cause, bool, str]:
+    """CUDA OOM on a node with a recent hardware strike, or at start-up on a subset of nodes: poisoned GPU."""
+    by = {n.node: n for n in nodes}
+    at_start = [x for x in oom_nodes if by[x].last_iteration is None or by[x].last_iteration <= ctx.start_iteration]
+    if any(x in ctx.recent_hardware for x in oom_nodes):
+        return Cause.GPU_OOM_STARTUP, True, "CUDA OOM on a node with a recent hardware fault"
+    if at_start and len(oom_nodes) < len(nodes) and len(nodes) > 1:
+        return Cause.GPU_OOM_STARTUP, True, "CUDA OOM at start-up on some nodes only while the others were fine"
+    return Cause.USER_OOM, False, "CUDA OOM on every node or after training progressed: the model does not fit"
+
+
+def _progress_culprit(nodes: list[NodeEvidence]) -> list[str]:
+    """The node whose progress stopped first (strictly behind all others), if there is one."""
+    its = {n.node: (n.last_iteration if n.last_iteration is not None else -1) for n in nodes}
+    if len(its) < 2:
+        return []
+    low = min(its.values())
+    behind = [k for k, v in its.items() if v == low]
+    return behind if len(behind) < len(its) and max(its.values()) > low else []
+
+
+def _from_job_state(job: JobStatus) -> Cause | None:
+    return {
+        JobState.TIMEOUT: Cause.TIMELIMIT,
+        JobState.PREEMPTED: Cause.PREEMPTED,
+        JobState.NODE_FAIL: Cause.NODE_FAIL,
+        JobState.OUT_OF_MEMORY: Cause.HOST_OOM,
+    }.get(job.state)
+
+
+def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict:
+    all_ok = all(n.exit_code == 0 for n in nodes) and bool(nodes)
+    roots: list[tuple[NodeEvidence, Match]] = []
+    secondary: list[tuple[NodeEvidence, Match]] = []
+    for n in nodes:
+        for m in n.matches:
+            (secondary if m.cascade else roots).append((n, m))
+
+    if job.state == JobState.COMPLETED and (all_ok or not any(n.exit_code for n in nodes)) and not roots:
+        return Verdict(cause=Cause.SUCCESS, action=Action.DONE, confidence=0.95, summary="all nodes exited 0")
+
+    stuck = [n for n in nodes if n.stuck_detail]
+    if ctx.stalled and stuck:
+        return _verdict(Cause.HANG, [n.node for n in stuck], True, 0.9,
+                        [Evidence(node=n.node, file=n.file, text=n.stuck_detail, cause=Cause.HANG) for n in stuck]
+                        + [_ev(n, m, "secondary") for n, m in secondary[:20]],
+                        "a training process was stuck while the others waited")
+
+    state_cause = _from_job_state(job)
+    hardware_roots = [(n, m) for n, m in roots if Cause(m.cause) in HARDWARE_CAUSES]
+    if state_cause in (Cause.TIMELIMIT, Cause.PREEMPTED) and not hardware_roots:
+        return _verdict(state_cause, [], False, 0.9, [_ev(n, m, "secondary") for n, m in (roots + secondary)[:20]],
+                        f"Slurm ended the job: {job.state.value}")
+
+    if roots:
+        rank = {c: i for i, c in enumerate(PRECEDENCE)}
+        best = min(roots, key=lambda nm: rank.get(Cause(nm[1].cause), len(rank)))
+        cause = Cause(best[1].cause)
+        culprit_matches = [(n, m) for n, m in roots if Cause(m.cause) == cause]
+        culprits = sorted({m.named_node or n.node for n, m in culprit_matches})
+        blame = any(m.blame for _, m in culprit_matches)
+        note = ""
+        if cause == Cause.USER_OOM:
+            cause, blame, note = _refine_oom(nodes, culprits, ctx)
+        if cause == Cause.USER_BUG:
+            blame = False
+        evidence = [_ev(n, m, "root") for n, m in culprit_matches[:20]]
+        evidence += [_ev(n, m, "secondary") for n, m in (roots + secondary) if (n, m) not in culprit_matches][:30]
+        conf = 0.9 if blame or cause in (Cause.USER_BUG, Cause.USER_OOM) else 0.7
+        return _verdict(cause, culprits, blame, conf, evidence, note or f"first-rank error: {best[1].text[:160]}")
+
+    if state_cause is not None:
+        culprits = _progress_culprit(nodes) if state_cause == Cause.NODE_FAIL else []
+        return _verdict(state_cause, culprits, bool(culprits), 0.8 if culprits else 0.6,
+                        [_ev(n, m, "secondary") for n, m in secondary[:20]], f"Slurm job state {job.state.value}")
+
+    if secondary:
+        cause = Cause(secondary[0][1].cause)
+        cause = cause if cause != Cause.UNKNOWN else Cause.NCCL_TIMEOUT
+        behind = _progress_culprit(nodes)
+        return _verdict(cause, behind, False, 0.5, [_ev(n, m, "secondary") for n, m in secondary[:30]],
+                        "only cascade errors: the initiating fault left no line"
+                        + (f"; progress stopped first on {','.join(behind)}" if behind else ""))
+
+    if ctx.stalled:
+        behind = _progress_culprit(nodes)
+        return _verdict(Cause.HANG, behind, bool(behind), 0.6, [], "no progress before the stall timeout")
+
+    failing = [n for n in nodes if n.exit_code not in (0, None)]
+    ev = [Evidence(node=n.node, file=n.file, line=ln, text=t, role="context") for n in failing for ln, t in n.tail[-3:]]
+    return _verdict(Cause.UNKNOWN, [], False, 0.3, ev[:20],
+                    f"job {job.state.value}; no known error signature"
+                    + (f"; non-zero exit on {','.join(n.node for n in failing)}" if failing else ""))
+
+
+def _verdict(cause: Cause, culprits: list[str], blame: bool, conf: float, evidence: list[Evidence],
+             summary: str) -> Verdict:
+    return Verdict(cause=cause, culprit_nodes=tuple(culprits), blame=blame and bool(culprits),
+                   action=SUGGESTED[cause], confidence=conf, evidence=tuple(evidence), summary=summary)

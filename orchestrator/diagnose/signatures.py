@@ -1,0 +1,133 @@
+"""Signatures are data: an ordered table of (pattern -> cause, blame, cascade).
+
+The first matching signature names a line's cause. `blame` says the line implicates the node it
+was printed on (or, with `node_group`, the node named inside the line). `cascade` marks errors that
+healthy peers print when someone else failed first; they are evidence, never the root cause when a
+non-cascade error exists. Users add their own signatures in config; those are tried first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from orchestrator.model import Cause
+
+
+@dataclass(frozen=True)
+class Signature:
+    name: str
+    pattern: str
+    cause: Cause
+    blame: bool = False
+    cascade: bool = False
+    node_group: str | None = None  # named group holding the culprit host, if the line names it
+    source: str = ""
+    ignore_case: bool = True
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "regex", re.compile(self.pattern, re.IGNORECASE if self.ignore_case else 0))
+
+
+C = Cause
+
+# Order matters: specific hardware text first, generic Python exceptions last.
+BUILTIN: tuple[Signature, ...] = (
+    Signature("orch_fs_probe", r"ORCH-FS-PROBE FAILED", C.FILESYSTEM, source="the agent's filesystem probe"),
+    Signature(
+        "cuda_ecc",
+        r"uncorrectable ECC error|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE"
+        r"|ECC uncorrectable|double bit ECC|DBE \(double bit error\)|uncorrectable (?:DRAM|memory|SRAM) error"
+        r"|row.?remap(?:ping)? failure",
+        C.GPU_ECC,
+        blame=True,
+        source="CUDA runtime error strings; BigScience tr1-13B log (CONTEXT.md)",
+    ),
+    Signature(
+        "xid_ecc",
+        r"NVRM: Xid \([^)]*\): (?:48|63|64|92|94|95)\b",
+        C.GPU_ECC,
+        blame=True,
+        source="NVIDIA Xid catalog: 48 DBE, 63/64 row remap, 94/95 contained/uncontained ECC",
+    ),
+    Signature(
+        "gpu_lost",
+        r"fallen off the bus|NVRM: Xid \([^)]*\): (?:79|74|119|120|61|62)\b|GPU is lost|cudaErrorDevicesUnavailable"
+        r"|CUDA error: unspecified launch failure|NVLink.*(?:fatal|error)|RmInitAdapter failed"
+        r"|Unable to determine the device handle for GPU|GPU requires reset|cudaErrorLaunchFailure",
+        C.GPU_LOST,
+        blame=True,
+        source="NVIDIA Xid 79/74/119; nvidia-smi 'Unable to determine the device handle'",
+    ),
+    Signature(
+        "cuda_oom",
+        r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError: CUDA|cudaErrorMemoryAllocation"
+        r"|CUBLAS_STATUS_ALLOC_FAILED|NCCL WARN Cuda failure 'out of memory'",
+        C.USER_OOM,
+        source="PyTorch caching allocator; BigScience second crash in barrier()",
+    ),
+    Signature(
+        "node_failure_named",
+        r"srun: error: Node failure on (?P<node>[\w.-]+)|slurmstepd(?:-[\w.-]+)?: error: .*node failure",
+        C.NODE_FAIL,
+        blame=True,
+        node_group="node",
+        source="srun(1) messages",
+    ),
+    Signature("job_node_fail", r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO NODE FAILURE", C.NODE_FAIL,
+              cascade=True, source="slurmstepd job cancel banner"),
+    Signature("job_timelimit", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT",
+              C.TIMELIMIT, cascade=True),
+    Signature("job_preempted", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO PREEMPTION",
+              C.PREEMPTED, cascade=True),
+    Signature("orch_preflight", r"ORCH-PREFLIGHT FAILED", C.NODE_FAIL, blame=True,
+              source="the agent's preflight (specific GPU causes match earlier signatures)"),
+    Signature(
+        "host_oom",
+        r"oom[_-]kill event|Out of memory: Killed process|oom-kill:|Killed process \d+ .*total-vm"
+        r"|Some of your processes may have been killed by the cgroup out-of-memory handler",
+        C.HOST_OOM,
+        blame=True,
+        source="slurmstepd cgroup OOM message; kernel OOM killer",
+    ),
+    Signature(
+        "filesystem",
+        r"Stale file handle|Transport endpoint is not connected|Input/output error|Read-only file system"
+        r"|LustreError|lustre.*(?:evicted|timeout)|GPFS.*(?:error|unmounted)|ORCH-FS-PROBE FAILED",
+        C.FILESYSTEM,
+        source="errno strings ESTALE/ENOTCONN/EIO/EROFS",
+    ),
+    Signature("segfault", r"Segmentation fault|SIGSEGV|signal 11\b|Signals\.SIGSEGV", C.SEGFAULT, blame=True),
+    Signature("bus_error", r"Bus error|SIGBUS|signal 7\b|Signals\.SIGBUS", C.BUS_ERROR, blame=True),
+    Signature(
+        "nccl_timeout",
+        r"Watchdog caught collective operation timeout|collective operation timeout|NCCL.*[Tt]imeout"
+        r"|ProcessGroupNCCL.*timed? ?out|Timed out waiting for .* from rank|socket timeout|DistBackendError",
+        C.NCCL_TIMEOUT,
+        cascade=True,
+        source="torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp watchdog",
+    ),
+    Signature(
+        "network",
+        r"NET/IB ?: .*(?:error|failed)|IBV_WC_\w+|ibv_\w+ failed|Connection reset by peer|Connection refused"
+        r"|ncclRemoteError|ncclSystemError|NCCL WARN .*socket|Broken pipe|No route to host",
+        C.NETWORK,
+        cascade=True,
+        source="NCCL net plugin warnings; errno ECONNRESET/EPIPE",
+    ),
+    Signature("elastic_child", r"ChildFailedError|torch\.distributed\.elastic\.multiprocessing\.errors",
+              C.UNKNOWN, cascade=True),
+    Signature("nan", r"loss is nan|nan loss|Detected (?:inf|nan)|FloatingPointError|found NaN|non-finite loss",
+              C.USER_BUG),
+    Signature(
+        "python_exception",
+        r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt)(?::.*)?$|Traceback \(most recent call last\)",
+        C.USER_BUG,
+        ignore_case=False,
+    ),
+)
+
+
+def build_table(user: list[Signature] | tuple[Signature, ...] = ()) -> tuple[Signature, ...]:
+    return tuple(user) + BUILTIN

@@ -1,0 +1,152 @@
+"""Frozen value types shared by every layer: causes, actions, job states, specs, verdicts, decisions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Cause(StrEnum):
+    GPU_ECC = "gpu_ecc"
+    GPU_LOST = "gpu_lost"
+    GPU_OOM_STARTUP = "gpu_oom_startup"
+    USER_OOM = "user_oom"
+    NCCL_TIMEOUT = "nccl_timeout"
+    NETWORK = "network"
+    HANG = "hang"
+    NODE_FAIL = "node_fail"
+    FILESYSTEM = "filesystem"
+    HOST_OOM = "host_oom"
+    PREEMPTED = "preempted"
+    TIMELIMIT = "timelimit"
+    USER_BUG = "user_bug"
+    SEGFAULT = "segfault"
+    BUS_ERROR = "bus_error"
+    SUCCESS = "success"
+    UNKNOWN = "unknown"
+
+
+HARDWARE_CAUSES = frozenset({Cause.GPU_ECC, Cause.GPU_LOST, Cause.GPU_OOM_STARTUP, Cause.NODE_FAIL})
+
+
+class Action(StrEnum):
+    RESUBMIT_EXCLUDE = "resubmit_exclude"
+    RESUBMIT = "resubmit"
+    WAIT_AND_RESUBMIT = "wait_and_resubmit"
+    STOP_AND_ALERT = "stop_and_alert"
+    DONE = "done"
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    CANCELLED = "CANCELLED"
+    PREEMPTED = "PREEMPTED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in {JobState.PENDING, JobState.RUNNING, JobState.COMPLETING, JobState.UNKNOWN}
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    DONE = "done"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class SegmentSpec(Frozen):
+    """Everything needed to submit one segment; produced by plan, consumed by a backend."""
+
+    run_name: str
+    index: int = Field(ge=1)
+    job_name: str
+    nodes: int = Field(ge=1)
+    tasks_per_node: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=0)
+    cpus_per_task: int | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_limit_min: int = Field(ge=1)
+    exclude: tuple[str, ...] = ()
+    exclude_hostlist: str = ""
+    resume_from: str | None = None
+    start_iteration: int = 0
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    workdir: str
+    run_dir: str
+    segment_dir: str
+    sbatch_extra: tuple[tuple[str, str], ...] = ()
+    progress_regex: str
+    preflight_commands: tuple[tuple[str, ...], ...] = ()
+    preflight_timeout_s: float = 20.0
+
+
+class JobRef(Frozen):
+    job_id: str
+    submitted_at: datetime
+    backend: str
+
+
+class JobStatus(Frozen):
+    state: JobState
+    exit_code: int | None = None
+    nodes: tuple[str, ...] = ()
+    reason: str = ""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class Evidence(Frozen):
+    node: str
+    file: str = ""
+    line: int = 0
+    text: str
+    role: str = "root"  # root | secondary | context
+    cause: Cause = Cause.UNKNOWN
+
+
+class Verdict(Frozen):
+    cause: Cause
+    culprit_nodes: tuple[str, ...] = ()
+    blame: bool = False
+    action: Action
+    confidence: float = Field(ge=0.0, le=1.0)
+    evidence: tuple[Evidence, ...] = ()
+    summary: str = ""
+
+
+class Decision(Frozen):
+    action: Action
+    reason: str
+    blame_nodes: tuple[str, ...] = ()
+    hard: bool = False
+    wait_s: float = 0.0
+    drop_checkpoint: str | None = None
+
+
+class BlacklistEntry(Frozen):
+    node: str
+    cause: Cause
+    evidence: str
+    job_id: str
+    since: datetime
+    expires: datetime
+    strikes: int = 1
+    hard: bool = True
+    source: str = "auto"  # auto | manual

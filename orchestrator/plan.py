@@ -1,0 +1,73 @@
+"""Pure: (settings, run state, checkpoint, exclude plan) -> the next SegmentSpec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.blacklist import ExcludePlan
+from orchestrator.checkpoint import Checkpoint
+from orchestrator.model import SegmentSpec
+from orchestrator.settings import Settings
+from orchestrator.state import RunState
+
+
+def segment_dir(run_dir: Path, index: int) -> Path:
+    return Path(run_dir) / "segments" / f"{index:04d}"
+
+
+def job_name(run_name: str, index: int) -> str:
+    return f"{run_name}.seg{index:04d}"
+
+
+def render(argv: list[str], values: dict[str, str]) -> tuple[str, ...]:
+    """Substitute {placeholders} in each argv element; never joins or splits arguments."""
+    out = []
+    for arg in argv:
+        for key, val in values.items():
+            arg = arg.replace("{" + key + "}", val)
+        out.append(arg)
+    return tuple(out)
+
+
+def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: ExcludePlan,
+         python: str) -> SegmentSpec:
+    index = len(state.segments) + 1
+    run_dir = Path(settings.run_dir)
+    values = {
+        "checkpoint": ckpt.path if ckpt else "",
+        "segment": str(index),
+        "run_dir": str(run_dir),
+        "python": python,
+        "config_dir": str(settings.config_dir),
+    }
+    env = dict(settings.env)
+    env["ORCH_RESUME_FROM"] = ckpt.path if ckpt else ""
+    env["ORCH_SEGMENT"] = str(index)
+    env["ORCH_RUN_DIR"] = str(run_dir)
+    r = settings.resources
+    return SegmentSpec(
+        run_name=settings.name,
+        index=index,
+        job_name=job_name(settings.name, index),
+        nodes=r.nodes,
+        tasks_per_node=r.tasks_per_node,
+        gpus_per_node=r.gpus_per_node,
+        cpus_per_task=r.cpus_per_task,
+        partition=r.partition,
+        account=r.account,
+        qos=r.qos,
+        time_limit_min=r.time_limit_min,
+        exclude=exclude.nodes,
+        exclude_hostlist=exclude.hostlist,
+        resume_from=ckpt.path if ckpt else None,
+        start_iteration=(ckpt.iteration or 0) if ckpt else 0,
+        command=render(settings.command, values),
+        env=tuple(sorted(env.items())),
+        workdir=str(settings.workdir or settings.config_dir),
+        run_dir=str(run_dir),
+        segment_dir=str(segment_dir(run_dir, index)),
+        sbatch_extra=tuple(sorted(r.sbatch_extra.items())),
+        progress_regex=settings.progress_regex,
+        preflight_commands=tuple(tuple(c) for c in settings.preflight.commands),
+        preflight_timeout_s=settings.preflight.timeout_s,
+    )

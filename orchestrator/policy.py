@@ -1,0 +1,82 @@
+"""Pure: (run state, verdict, now) -> Decision. Budgets, strikes and circuit breakers live here."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from orchestrator.model import HARDWARE_CAUSES, Action, Cause, Decision, Verdict
+from orchestrator.settings import Goal, Policy
+from orchestrator.state import RunState, SegmentRecord
+
+
+def _progressed(seg: SegmentRecord) -> bool:
+    return seg.end_iteration is not None and seg.end_iteration > seg.start_iteration
+
+
+def no_progress_streak(segments: list[SegmentRecord]) -> int:
+    n = 0
+    for seg in reversed(segments):
+        if _progressed(seg):
+            break
+        n += 1
+    return n
+
+
+def _repeats_elsewhere(segments: list[SegmentRecord], verdict: Verdict) -> SegmentRecord | None:
+    """The previous segment ended with the same cause at the same iteration on a different node set."""
+    if len(segments) < 2:
+        return None
+    cur, prev = segments[-1], segments[-2]
+    same = (
+        prev.cause == verdict.cause
+        and prev.end_iteration is not None
+        and prev.end_iteration == cur.end_iteration
+        and set(prev.nodes) != set(cur.nodes)
+    )
+    return prev if same else None
+
+
+def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: datetime) -> Decision:
+    """Decide what to do after the current (last) segment ended with `verdict`."""
+    seg = state.segments[-1]
+    best = state.best_iteration()
+    if verdict.cause == Cause.SUCCESS:
+        if goal.target_iteration is None or best >= goal.target_iteration:
+            return Decision(action=Action.DONE, reason="the training command exited 0 on every node"
+                            + (f" and iteration {best} >= {goal.target_iteration}" if goal.target_iteration else ""))
+        verdict = verdict.model_copy(update={"cause": Cause.UNKNOWN})
+    if len(state.segments) >= policy.max_segments:
+        return Decision(action=Action.STOP_AND_ALERT, reason=f"max_segments={policy.max_segments} reached")
+    if verdict.cause == Cause.USER_BUG and policy.stop_on_user_bug:
+        return Decision(action=Action.STOP_AND_ALERT, reason=f"user_bug: {verdict.summary}"[:300])
+    if verdict.cause == Cause.USER_OOM:
+        return Decision(action=Action.STOP_AND_ALERT, reason="user_oom: the model does not fit; change the config")
+    prev = _repeats_elsewhere(state.segments, verdict)
+    if prev is not None and verdict.cause not in HARDWARE_CAUSES:
+        return Decision(
+            action=Action.STOP_AND_ALERT,
+            reason=f"{verdict.cause.value} at iteration {seg.end_iteration} in segments {prev.index} and "
+            f"{seg.index} on different nodes: code, data or numerics, not a node",
+        )
+    streak = no_progress_streak(state.segments)
+    if streak >= policy.max_no_progress_segments:
+        return Decision(
+            action=Action.STOP_AND_ALERT,
+            reason=f"no progress across {streak} consecutive segments (stuck at iteration {best}): "
+            "a bug or a bad checkpoint",
+        )
+    blame = verdict.culprit_nodes if verdict.blame else ()
+    hard = verdict.cause in HARDWARE_CAUSES or verdict.cause == Cause.HANG
+    if verdict.cause == Cause.FILESYSTEM:
+        return Decision(action=Action.WAIT_AND_RESUBMIT, reason="shared filesystem trouble: wait, then resubmit",
+                        wait_s=policy.wait_before_resubmit_s, blame_nodes=())
+    if blame:
+        def strikes(node: str) -> int:
+            e = state.blacklist.get(node)
+            return e.strikes if e and e.expires > now else 0
+
+        excludes = hard or any(strikes(n) + 1 >= policy.strike_threshold for n in blame)
+        what = "exclude" if hard else "strike against"
+        return Decision(action=Action.RESUBMIT_EXCLUDE if excludes else Action.RESUBMIT,
+                        reason=f"{verdict.cause.value}: {what} {','.join(blame)}", blame_nodes=tuple(blame), hard=hard)
+    return Decision(action=Action.RESUBMIT, reason=f"{verdict.cause.value}: resubmit; {verdict.summary}"[:300])

@@ -1,0 +1,171 @@
+"""The run ledger on disk. The only writer of run state: atomic replace, fsync, private permissions."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.blacklist import Blacklist
+from orchestrator.model import Action, Cause, Evidence, JobState, RunStatus
+
+SCHEMA_VERSION = 1
+STATE_FILE = "state.json"
+LOCK_FILE = "controller.lock"
+
+
+class StateError(Exception):
+    pass
+
+
+class SegmentRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    job_name: str
+    job_id: str | None = None
+    submitted_at: datetime | None = None
+    backend: str = ""
+    nodes: list[str] = Field(default_factory=list)
+    excluded: list[str] = Field(default_factory=list)
+    resumed_from: str | None = None
+    start_iteration: int = 0
+    end_iteration: int | None = None
+    first_progress_at: datetime | None = None
+    last_progress_at: datetime | None = None
+    ended_at: datetime | None = None
+    job_state: JobState | None = None
+    cause: Cause | None = None
+    culprit_nodes: list[str] = Field(default_factory=list)
+    action: Action | None = None
+    reason: str = ""
+    confidence: float | None = None
+    evidence: list[Evidence] = Field(default_factory=list)
+    cancelled_by_controller: str = ""
+
+
+class RunState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    run: str
+    status: RunStatus = RunStatus.RUNNING
+    stop_reason: str = ""
+    created_at: datetime
+    updated_at: datetime
+    segments: list[SegmentRecord] = Field(default_factory=list)
+    blacklist: Blacklist = Field(default_factory=Blacklist)
+    bad_checkpoints: dict[str, int] = Field(default_factory=dict)
+    wait_until: datetime | None = None
+
+    @property
+    def current(self) -> SegmentRecord | None:
+        return self.segments[-1] if self.segments else None
+
+    def best_iteration(self) -> int:
+        its = [s.end_iteration for s in self.segments if s.end_iteration is not None]
+        return max(its, default=0)
+
+
+def private_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+def atomic_write(path: Path, data: str) -> None:
+    """Write `data` so that a crash at any instant leaves the old or the new file, never a mix."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+class StateStore:
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / STATE_FILE
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def load(self) -> RunState | None:
+        try:
+            raw = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise StateError(f"{self.path}: not valid JSON ({exc}); restore it from {self.path}.bak") from None
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if version != SCHEMA_VERSION:
+            raise StateError(f"{self.path}: schema_version {version!r}, this orchestrator reads {SCHEMA_VERSION}")
+        try:
+            return RunState.model_validate(data)
+        except ValidationError as exc:
+            raise StateError(f"{self.path}: invalid state: {exc}") from None
+
+    def save(self, state: RunState) -> None:
+        private_dir(self.run_dir)
+        text = state.model_dump_json(indent=2)
+        if self.path.exists():
+            atomic_write(self.path.with_suffix(".json.bak"), self.path.read_text(encoding="utf-8"))
+        atomic_write(self.path, text)
+
+
+class LockHeld(Exception):
+    pass
+
+
+class RunLock:
+    """One controller per run: an exclusive flock, released by the kernel when the holder dies."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        private_dir(self.path.parent)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 256).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise LockHeld(
+                f"another controller is running this run ({holder}); stop it with 'orchestrator stop' first"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid={os.getpid()} host={socket.gethostname()}\n".encode())
+        self._fd = fd
+
+    def holder(self) -> str | None:
+        try:
+            return self.path.read_text().strip() or None
+        except OSError:
+            return None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,157 @@
+"""Watching one running segment: per-node logs (incrementally), exit records, stack dumps, progress.
+
+Every read of the shared filesystem goes through a worker with a timeout, so a hung file (a frozen
+filesystem, a FIFO with no writer) never hangs the controller; the stall is recorded instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from orchestrator.diagnose.classify import NodeEvidence
+from orchestrator.diagnose.scan import NodeScan
+from orchestrator.diagnose.signatures import Signature
+from orchestrator.watch.tail import LogTail
+
+
+@dataclass
+class NodeWatch:
+    tail: LogTail
+    scan: NodeScan
+    progress_seen_at: datetime | None = None
+    last_iteration: int | None = None
+    exit_record: dict[str, Any] | None = None
+    dump: dict[str, Any] | None = None
+    exit_seen_at: datetime | None = None
+    pending_read: Any = None
+
+
+@dataclass
+class SegmentWatch:
+    segment_dir: Path
+    signatures: tuple[Signature, ...]
+    progress: re.Pattern[str]
+    read_timeout_s: float
+    nodes: dict[str, NodeWatch] = field(default_factory=dict)
+    fs_stalls: list[str] = field(default_factory=list)
+    started_at: datetime | None = None
+    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.segment_dir / "logs"
+
+    def _call(self, what: str, fn: Any, *args: Any) -> tuple[bool, Any]:
+        fut = self._pool.submit(fn, *args)
+        try:
+            return True, fut.result(timeout=self.read_timeout_s)
+        except FutureTimeout:
+            self.fs_stalls.append(f"read of {what} did not return within {self.read_timeout_s:.0f}s")
+            return False, None
+        except OSError as exc:
+            return True, exc
+
+    def _discover(self) -> None:
+        ok, names = self._call(str(self.logs_dir), lambda: sorted(p.name for p in self.logs_dir.glob("*.log")))
+        if not ok or isinstance(names, Exception) or names is None:
+            return
+        for name in names:
+            node = name[: -len(".log")]
+            if node not in self.nodes:
+                path = self.logs_dir / name
+                self.nodes[node] = NodeWatch(
+                    tail=LogTail(path), scan=NodeScan(node, str(path), self.signatures, self.progress)
+                )
+
+    def poll(self, now: datetime, final: bool = False) -> None:
+        """Read what is new on every node; a node whose read hangs is skipped until it returns."""
+        if self.started_at is None:
+            self.started_at = now
+        self._discover()
+        for node, nw in self.nodes.items():
+            if nw.pending_read is not None and not nw.pending_read.done():
+                continue  # still stuck from an earlier poll: do not pile up readers
+            fut = nw.pending_read or self._pool.submit(nw.tail.read_new, final)
+            nw.pending_read = None
+            try:
+                lines = fut.result(timeout=self.read_timeout_s)
+            except FutureTimeout:
+                nw.pending_read = fut
+                self.fs_stalls.append(f"{node}: read of {nw.tail.path} did not return within "
+                                      f"{self.read_timeout_s:.0f}s")
+                continue
+            except OSError:
+                continue
+            nw.scan.feed(lines)
+            if nw.scan.last_iteration is not None and nw.scan.last_iteration != nw.last_iteration:
+                nw.last_iteration = nw.scan.last_iteration
+                nw.progress_seen_at = now
+            self._read_records(node, nw, now)
+
+    def _read_json(self, path: Path) -> dict[str, Any] | None:
+        ok, value = self._call(str(path), lambda: json.loads(path.read_text()) if path.exists() else None)
+        return value if ok and isinstance(value, dict) else None
+
+    def _read_records(self, node: str, nw: NodeWatch, now: datetime) -> None:
+        nd = self.segment_dir / "nodes"
+        if nw.exit_record is None:
+            nw.exit_record = self._read_json(nd / f"{node}.exit.json")
+            if nw.exit_record is not None:
+                nw.exit_seen_at = now
+        if nw.dump is None:
+            nw.dump = self._read_json(nd / f"{node}.dump.json")
+
+    # ---- derived views ---------------------------------------------------------------------
+    def iteration(self) -> int | None:
+        its = [nw.last_iteration for nw in self.nodes.values() if nw.last_iteration is not None]
+        return min(its) if its else None
+
+    def max_iteration(self) -> int | None:
+        its = [nw.last_iteration for nw in self.nodes.values() if nw.last_iteration is not None]
+        return max(its) if its else None
+
+    def last_progress(self) -> datetime | None:
+        seen = [nw.progress_seen_at for nw in self.nodes.values() if nw.progress_seen_at]
+        return max(seen) if seen else None
+
+    def failed_nodes(self) -> dict[str, datetime]:
+        """Nodes whose agent finished with a non-zero exit, and when the controller saw it."""
+        return {n: nw.exit_seen_at for n, nw in self.nodes.items()
+                if nw.exit_record and nw.exit_record.get("exit_code") not in (0, None) and nw.exit_seen_at}
+
+    def all_exited(self) -> bool:
+        return bool(self.nodes) and all(nw.exit_record is not None for nw in self.nodes.values())
+
+    def request_dumps(self) -> None:
+        path = self.segment_dir / "dump-request"
+        self._call(str(path), path.write_text, "dump\n")
+
+    def dumps_in(self, expected: list[str]) -> bool:
+        return all(self.nodes.get(n) is not None and self.nodes[n].dump is not None for n in expected)
+
+    def evidence(self) -> list[NodeEvidence]:
+        out = []
+        for node, nw in sorted(self.nodes.items()):
+            code = nw.exit_record.get("exit_code") if nw.exit_record else None
+            out.append(NodeEvidence.from_scan(nw.scan, exit_code=code, stuck_detail=_stuck(nw.dump)))
+        return out
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _stuck(dump: dict[str, Any] | None) -> str:
+    if not dump:
+        return ""
+    for p in dump.get("processes", []):
+        if p.get("state") == "D":
+            return (f"pid {p['pid']} in uninterruptible sleep (state D, wchan={p.get('wchan', '?')}); "
+                    f"py-spy: {p.get('stack_summary') or 'n/a'}")
+    return ""

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""A small, real data-parallel training job for the demo and the tests (CPU, numpy, seconds).
+
+Every rank trains a linear model on its own shard; gradients are averaged each iteration through
+files in a shared directory (an all-reduce: one stuck rank stalls all the others, as with NCCL).
+Rank 0 writes Megatron-layout checkpoints (iter_NNNNNNN/ + latest_checkpointed_iteration.txt, the
+tracker written last) and the job resumes from --resume. Progress lines look like Megatron's.
+
+Faults (--fault, repeatable) print the error text real stacks print, on the named node:
+  ecc:NODE:ITER        uncorrectable ECC in the backward pass at ITER (sticky: a later job on NODE
+                       that starts past ITER dies at start-up with CUDA OOM in barrier(), a poisoned GPU)
+  oom_startup:NODE     CUDA OOM in the first barrier()
+  hang:NODE:ITER       the rank stops answering at ITER (interruptible sleep), once per run
+  exception:NODE|all:ITER  a Python exception at ITER on every matching rank (a user bug)
+  nan:all:ITER         the loss becomes NaN at ITER
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+DIM = 32
+
+
+def node_name() -> str:
+    return os.environ.get("ORCH_NODE_NAME") or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def parse_faults(items: list[str]) -> list[tuple[str, str, int]]:
+    out = []
+    for item in items:
+        parts = item.split(":")
+        kind, node = parts[0], (parts[1] if len(parts) > 1 else "all")
+        at = int(parts[2]) if len(parts) > 2 else 0
+        out.append((kind, node, at))
+    return out
+
+
+def die_ecc(it: int) -> None:
+    sys.stderr.write(
+        "Traceback (most recent call last):\n"
+        '  File "pretrain_gpt.py", line 222, in <module>\n'
+        "    pretrain(train_valid_test_datasets_provider, model_provider, forward_step)\n"
+        '  File "/opt/deepspeed/runtime/pipe/engine.py", line 1257, in _exec_backward_pass\n'
+        "    torch.autograd.backward(tensors=(outputs, ), grad_tensors=(grad_tensors, ))\n"
+        "RuntimeError: transform: failed to synchronize: cudaErrorECCUncorrectable: "
+        "uncorrectable ECC error encountered\n"
+        "terminate called after throwing an instance of 'c10::Error'\n"
+        "  what():  CUDA error: uncorrectable ECC error encountered\n"
+        f"Exception raised from synchronize at iteration {it} (most recent call first):\n"
+    )
+    sys.stderr.flush()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.kill(os.getpid(), signal.SIGABRT)
+
+
+def die_oom_barrier() -> None:
+    sys.stderr.write(
+        "Traceback (most recent call last):\n"
+        '  File "pretrain_gpt.py", line 222, in <module>\n'
+        '  File "/opt/megatron/initialize.py", line 84, in _compile_dependencies\n'
+        "    torch.distributed.barrier()\n"
+        '  File "/opt/torch/distributed/distributed_c10d.py", line 2420, in barrier\n'
+        "    work = default_pg.barrier(opts=opts)\n"
+        "RuntimeError: CUDA error: out of memory\n"
+    )
+    sys.stderr.flush()
+    sys.exit(1)
+
+
+class AllReduce:
+    """Average arrays across ranks through files in a shared directory."""
+
+    def __init__(self, root: Path, rank: int, world: int, timeout: float):
+        self.root, self.rank, self.world, self.timeout = root, rank, world, timeout
+        root.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, seq: int, arr: np.ndarray) -> np.ndarray:
+        d = self.root / f"{seq:08d}"
+        d.mkdir(exist_ok=True)
+        tmp = d / f".r{self.rank}.tmp.npy"
+        np.save(tmp, arr)
+        os.replace(tmp, d / f"r{self.rank}.npy")
+        start = time.monotonic()
+        while True:
+            files = [d / f"r{r}.npy" for r in range(self.world)]
+            if all(f.exists() for f in files):
+                break
+            waited = time.monotonic() - start
+            if waited > self.timeout:
+                print(f"[Rank {self.rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, "
+                      f"OpType=ALLREDUCE, NumelIn={arr.size}, NumelOut={arr.size}, "
+                      f"Timeout(ms)={int(self.timeout * 1000)}) ran for {int(waited * 1000)} milliseconds "
+                      "before timing out.", file=sys.stderr, flush=True)
+                sys.exit(1)
+            time.sleep(0.005)
+        total = sum(np.load(f) for f in files)
+        if self.rank == 0 and seq >= 3:  # everyone has read seq-2 by now (they reached seq)
+            old = self.root / f"{seq - 3:08d}"
+            for f in old.glob("*"):
+                f.unlink(missing_ok=True)
+            old.rmdir() if old.exists() else None
+        return total / self.world
+
+
+def save_checkpoint(root: Path, it: int, w: np.ndarray) -> None:
+    d = root / f"iter_{it:07d}" / "mp_rank_00"
+    d.mkdir(parents=True, exist_ok=True)
+    np.savez(d / "model_optim_rng.npz", w=w, iteration=it)
+    tracker = root / "latest_checkpointed_iteration.txt"
+    tmp = root / ".latest.tmp"
+    tmp.write_text(str(it))
+    os.replace(tmp, tracker)  # the tracker is written last: it marks the checkpoint complete
+
+
+def load_checkpoint(path: str) -> tuple[int, np.ndarray]:
+    f = Path(path) / "mp_rank_00" / "model_optim_rng.npz"
+    with np.load(f) as z:
+        return int(z["iteration"]), z["w"].copy()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--iters", type=int, required=True)
+    ap.add_argument("--ckpt-dir", type=Path, required=True)
+    ap.add_argument("--ckpt-every", type=int, default=10)
+    ap.add_argument("--resume", default="")
+    ap.add_argument("--sync-dir", type=Path, required=True)
+    ap.add_argument("--step-time", type=float, default=0.05)
+    ap.add_argument("--collective-timeout", type=float, default=600.0)
+    ap.add_argument("--fault", action="append", default=[])
+    args = ap.parse_args()
+
+    rank = int(os.environ.get("ORCH_RANK", os.environ.get("RANK", "0")))
+    world = int(os.environ.get("ORCH_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    node = node_name()
+    faults = parse_faults(args.fault)
+    mine = [(k, at) for k, n, at in faults if n in (node, "all")]
+
+    rng = np.random.default_rng(1234)
+    w_true = rng.normal(size=DIM)
+    w = np.zeros(DIM)
+    start = 0
+    resume = args.resume or os.environ.get("ORCH_RESUME_FROM", "")
+    if resume:
+        start, w = load_checkpoint(resume)
+    print(f"> rank {rank}/{world} on {node}: {'resuming from ' + resume if resume else 'starting from scratch'} "
+          f"at iteration {start}", flush=True)
+
+    for kind, at in mine:
+        if kind == "oom_startup" or (kind == "ecc" and start >= at > 0):
+            die_oom_barrier()
+    reduce = AllReduce(args.sync_dir, rank, world, args.collective_timeout)
+    reduce(0, np.zeros(1))  # the first collective: a barrier
+
+    data_rng = np.random.default_rng(rank)
+    lr = 0.05
+    for it in range(start + 1, args.iters + 1):
+        for kind, at in mine:
+            if at != it:
+                continue
+            if kind == "ecc":
+                die_ecc(it)
+            if kind == "hang":
+                marker = args.ckpt_dir.parent / f".fault-hang-{node}-{it}"
+                if not marker.exists():
+                    marker.parent.mkdir(parents=True, exist_ok=True)
+                    marker.write_text("fired\n")
+                    print(f"PID {os.getpid()}: After clip in _do_batch", flush=True)
+                    while True:
+                        time.sleep(3600)
+            if kind == "exception":
+                raise ValueError(f"could not broadcast input array from shape (8,{DIM}) into shape (8,{DIM + 1}) "
+                                 f"(batch at iteration {it})")
+        x = data_rng.normal(size=(64, DIM))
+        y = x @ w_true + 0.01 * data_rng.normal(size=64)
+        err = x @ w - y
+        grad = reduce(it, 2 * x.T @ err / len(y))
+        loss = float(np.mean(err**2))
+        if any(k == "nan" and at <= it for k, at in mine):
+            loss = float("nan")
+            if not np.isfinite(loss):
+                raise FloatingPointError(f"Loss is NaN at iteration {it}")
+        w -= lr * grad
+        time.sleep(args.step_time)
+        print(f" iteration {it:8d}/{args.iters:8d} | consumed samples: {it * 64 * world:10d} | "
+              f"elapsed time per iteration (ms): {args.step_time * 1000:.1f} | learning rate: {lr:.3E} | "
+              f"lm loss: {loss:.6E} |", flush=True)
+        if rank == 0 and (it % args.ckpt_every == 0 or it == args.iters):
+            save_checkpoint(args.ckpt_dir, it, w)
+            print(f"saved checkpoint at iteration {it:8d} to {args.ckpt_dir}", flush=True)
+    reduce(args.iters + 1, np.zeros(1))  # everyone finished: rank 0's checkpoint is on disk
+    print(f"> training done at iteration {args.iters} on {node}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
