@@ -178,7 +178,7 @@ class LocalBackend:
     def _kill(self, rec: LocalJobRecord, state: str) -> None:
         for pid in rec.pids:
             try:
-X
+                os.kill(pid, signal.SIGTERM)  # submitit's local controller forwards it to the agent
             except ProcessLookupError:
                 pass
         self._finish(rec, state)

@@ -69,7 +69,7 @@ BUILTIN: tuple[Signature, ...] = (
     ),
     Signature(
         "node_failure_named",
-        r"srun: error: Node failure on (?P<node>[\w.-]+)|slurmstepd(?:-[\w.-]+)?: error: .*node failure",
+        r"srun: error: Node failure on (?P<node>[\w.-]+)",
         C.NODE_FAIL,
         blame=True,
         node_group="node",

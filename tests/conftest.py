@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def base_config(tmp: Path, **over: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "name": "t",
+        "run_dir": str(tmp / "run"),
+        "command": ["python", "train.py", "--resume={checkpoint}"],
+        "resources": {"nodes": 3, "time_limit_min": 60},
+        "checkpoint": {"dir": str(tmp / "ckpt"), "preset": "megatron"},
+        "goal": {"target_iteration": 50},
+        "watch": {"poll_interval_s": 1, "stall_timeout_s": 30, "startup_timeout_s": 60, "cascade_grace_s": 2},
+        "backend": {"kind": "local", "local": {"nodes": 4}},
+    }
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+            cfg[k] = {**cfg[k], **v}
+        else:
+            cfg[k] = v
+    return cfg
+
+
+def write_config(tmp: Path, cfg: dict[str, Any], name: str = "run.yaml") -> Path:
+    p = tmp / name
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+@pytest.fixture
+def cfg_path(tmp_path: Path) -> Path:
+    return write_config(tmp_path, base_config(tmp_path))

@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from orchestrator.diagnose.classify import Context, NodeEvidence, classify
+from orchestrator.diagnose.scan import NodeScan
+from orchestrator.diagnose.signatures import build_table
+from orchestrator.model import Cause, JobState, JobStatus
+
+SIGS = build_table()
+PROG = re.compile(r"iteration\s+(\d+)\s*/\s*\d+")
+
+
+def node(name: str, lines: list[str], exit_code: int | None = None) -> NodeEvidence:
+    s = NodeScan(name, f"{name}.log", SIGS, PROG)
+    s.feed(list(enumerate(lines, 1)))
+    return NodeEvidence.from_scan(s, exit_code=exit_code)
+
+
+def progress(n: int) -> list[str]:
+    return [f" iteration {i:8d}/     100 | lm loss: 1.0" for i in range(1, n + 1)]
+
+
+ECC = "RuntimeError: transform: failed to synchronize: cudaErrorECCUncorrectable: uncorrectable ECC error encountered"
+NCCL = ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
+        "Timeout(ms)=600000) ran for 600023 milliseconds before timing out.")
+FAILED = JobStatus(state=JobState.FAILED)
+CANCELLED = JobStatus(state=JobState.CANCELLED)
+
+
+def test_ecc_culprit_over_louder_cascade() -> None:
+    nodes = [node("n1", progress(35) + [NCCL] * 20), node("n2", progress(35) + ["0: " + NCCL] * 5),
+             node("n3", progress(34) + [f"2: {ECC}", "terminate called after throwing an instance of 'c10::Error'"])]
+    v = classify(CANCELLED, nodes, Context())
+    assert v.cause == Cause.GPU_ECC and v.culprit_nodes == ("n3",) and v.blame
+    assert any(e.role == "secondary" and e.node == "n1" for e in v.evidence)
+
+
+@pytest.mark.parametrize("line", [
+    "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    "[rank5]: torch.cuda: CUDA_ERROR_ECC_UNCORRECTABLE",
+    "NVRM: Xid (PCI:0000:3b:00): 48, pid=1234, DBE (double bit error) ECC Error",
+    "[Mon Aug  9 10:11:12 2021] NVRM: Xid (PCI:0000:b1:00): 94, pid=999, Contained: CE User Channel",
+])
+def test_ecc_variants(line: str) -> None:
+    v = classify(FAILED, [node("a", [line]), node("b", progress(3))], Context())
+    assert v.cause == Cause.GPU_ECC and v.culprit_nodes == ("a",)
+
+
+@pytest.mark.parametrize("line", [
+    "NVRM: Xid (PCI:0000:07:00): 79, pid=2961, GPU has fallen off the bus.",
+    "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error",
+])
+def test_gpu_lost(line: str) -> None:
+    v = classify(FAILED, [node("a", progress(2)), node("b", progress(2) + [line])], Context())
+    assert v.cause == Cause.GPU_LOST and v.culprit_nodes == ("b",) and v.blame
+
+
+def test_oom_after_hardware_fault_is_poisoned_gpu() -> None:
+    oom = "RuntimeError: CUDA error: out of memory"
+    nodes = [node("n3", [oom], 1), node("n1", []), node("n2", [])]
+    v = classify(FAILED, nodes, Context(recent_hardware=frozenset({"n3"}), start_iteration=30))
+    assert v.cause == Cause.GPU_OOM_STARTUP and v.culprit_nodes == ("n3",) and v.blame
+
+
+def test_oom_everywhere_after_progress_is_user_oom() -> None:
+    oom = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    nodes = [node(n, progress(500) + [oom], 1) for n in ("n1", "n2", "n3")]
+    v = classify(FAILED, nodes, Context(start_iteration=0))
+    assert v.cause == Cause.USER_OOM and not v.blame
+
+
+def test_timelimit_blames_nobody() -> None:
+    nodes = [node("n1", progress(10) + ["slurmstepd-n1: error: *** JOB 77 ON n1 CANCELLED AT 2026-01-01T00:00:00 "
+                                        "DUE TO TIME LIMIT ***"]), node("n2", progress(10))]
+    v = classify(JobStatus(state=JobState.TIMEOUT), nodes, Context())
+    assert v.cause == Cause.TIMELIMIT and not v.blame and v.culprit_nodes == ()
+
+
+def test_node_failure_names_the_failed_node_not_the_printer() -> None:
+    nodes = [node("n1", progress(10) + ["srun: error: Node failure on n4",
+                                        "slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO "
+                                        "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"]),
+             node("n4", progress(8))]
+    v = classify(JobStatus(state=JobState.NODE_FAIL), nodes, Context())
+    assert v.cause == Cause.NODE_FAIL and v.culprit_nodes == ("n4",) and v.blame
+
+
+def test_user_bug_blames_nobody() -> None:
+    tb = ["Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+          "ValueError: could not broadcast input array from shape (8,32) into shape (8,33)"]
+    v = classify(FAILED, [node(n, progress(25) + tb, 1) for n in ("n1", "n2")], Context())
+    assert v.cause == Cause.USER_BUG and not v.blame and v.culprit_nodes
+
+
+def test_nan_is_user_bug() -> None:
+    v = classify(FAILED, [node("n1", progress(5) + ["FloatingPointError: Loss is NaN at iteration 6"], 1)], Context())
+    assert v.cause == Cause.USER_BUG and not v.blame
+
+
+def test_only_cascade_points_at_the_node_that_stopped_first() -> None:
+    nodes = [node("n1", progress(40) + [NCCL]), node("n2", progress(40) + [NCCL]), node("n3", progress(37))]
+    v = classify(CANCELLED, nodes, Context())
+    assert v.cause == Cause.NCCL_TIMEOUT and v.culprit_nodes == ("n3",) and not v.blame
+
+
+def test_success() -> None:
+    v = classify(JobStatus(state=JobState.COMPLETED), [node("n1", progress(5), 0)], Context())
+    assert v.cause == Cause.SUCCESS
+
+
+def test_nothing_matches_is_unknown() -> None:
+    v = classify(FAILED, [node("n1", ["hello", "world"], 3)], Context())
+    assert v.cause == Cause.UNKNOWN and not v.blame and v.evidence
+
+
+def test_stall_with_d_state_names_the_stuck_node() -> None:
+    stuck = NodeEvidence(node="n2", stuck_detail="pid 280058 in uninterruptible sleep (state D)")
+    v = classify(CANCELLED, [node("n1", progress(5)), stuck], Context(stalled=True))
+    assert v.cause == Cause.HANG and v.culprit_nodes == ("n2",) and v.blame
+
+
+def test_rank_and_timestamp_prefixes_are_parsed() -> None:
+    s = NodeScan("n1", "n1.log", SIGS, PROG)
+    s.feed([(1, "2026-11-29T18:01:41.472Z 3: " + ECC), (2, "[2021-08-12 08:19:01,123] [rank7]: " + ECC)])
+    assert [m.rank for m in s.matches] == [3, 7]
+    assert all(m.ts is not None for m in s.matches)
+
+
+def test_later_allocation_replaces_earlier_one() -> None:
+    s = NodeScan("n1", "n1.log", SIGS, PROG)
+    s.feed(list(enumerate(["agent: ORCH-AGENT start segment=1 job=5", ECC,
+                           "agent: ORCH-AGENT start segment=2 job=6", " iteration 3/ 9"], 1)))
+    assert s.matches == [] and s.history and s.last_iteration == 3

@@ -1,0 +1,137 @@
+"""The whole loop on a FakeClock and a FakeCluster: no real sleeping, no real processes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from orchestrator.clock import FakeClock
+from orchestrator.controller import Controller
+from orchestrator.model import Action, Cause, JobState, RunStatus
+from orchestrator.settings import load_settings, parse_overrides
+from orchestrator.state import StateStore
+from tests.conftest import base_config, write_config
+from tests.fakes import FakeCluster, Fault
+
+NODES = ["node1", "node2", "node3", "node4"]
+
+
+def make(tmp_path: Path, faults: dict[str, Fault] | None = None, target: int = 50, overrides: list[str] = (),
+         nodes: list[str] = NODES, **cfg_over) -> tuple[Controller, FakeCluster, FakeClock]:
+    s = load_settings(write_config(tmp_path, base_config(tmp_path, **cfg_over)), parse_overrides(list(overrides)))
+    clock = FakeClock()
+    cluster = FakeCluster(clock, nodes, target, tmp_path / "ckpt", faults=faults)
+    ctl = Controller(s, cluster, clock, StateStore(s.run_dir), python="python")
+    return ctl, cluster, clock
+
+
+def test_sticky_ecc_excluded_and_resumed(tmp_path: Path) -> None:
+    ctl, cluster, clock = make(tmp_path, {"node3": Fault("ecc", at=35)})
+    state = ctl.run()
+    assert state.status == RunStatus.DONE
+    s1, s2 = state.segments
+    assert s1.cause == Cause.GPU_ECC and s1.culprit_nodes == ["node3"] and s1.action == Action.RESUBMIT_EXCLUDE
+    assert s1.nodes == ["node1", "node2", "node3"]
+    assert s2.excluded == ["node3"] and "node3" not in s2.nodes
+    assert s2.resumed_from and s2.start_iteration == 30 and s2.end_iteration == 50
+    assert cluster.submitted[1].exclude_hostlist == "node3"
+    assert "--resume=" + s2.resumed_from in cluster.submitted[1].command
+    assert ("ORCH_RESUME_FROM", s2.resumed_from) in cluster.submitted[1].env
+    assert [e.node for e in state.blacklist.entries] == ["node3"]
+    assert "ECC" in state.blacklist.entries[0].evidence and state.blacklist.entries[0].job_id == "101"
+    assert clock.slept < 600  # the whole run took minutes of fake time, milliseconds of real time
+
+
+def test_user_bug_stops_without_blaming(tmp_path: Path) -> None:
+    ctl, cluster, _ = make(tmp_path, {"all": Fault("bug", at=25)})
+    state = ctl.run()
+    assert state.status == RunStatus.STOPPED and len(cluster.submitted) == 1
+    assert state.segments[0].cause == Cause.USER_BUG and not state.blacklist.entries
+
+
+def test_timelimit_resubmits_and_resumes(tmp_path: Path) -> None:
+    ctl, cluster, _ = make(tmp_path, target=300, resources={"nodes": 2, "time_limit_min": 2},
+                           watch={"poll_interval_s": 5})
+    state = ctl.run()
+    assert state.status == RunStatus.DONE
+    assert state.segments[0].cause == Cause.TIMELIMIT and not state.blacklist.entries
+    assert all(s.job_state == JobState.TIMEOUT for s in state.segments[:-1])
+    assert [s.start_iteration for s in state.segments][:3] == [0, 120, 240]
+
+
+def test_hang_is_detected_cancelled_and_resubmitted(tmp_path: Path) -> None:
+    ctl, cluster, clock = make(tmp_path, {"node2": Fault("hang", at=20, sticky=False)},
+                               watch={"stall_timeout_s": 30, "poll_interval_s": 2})
+    state = ctl.run()
+    assert state.status == RunStatus.DONE
+    s1 = state.segments[0]
+    assert s1.cancelled_by_controller.startswith("stall") and s1.cause == Cause.HANG
+    assert s1.job_state == JobState.CANCELLED and state.segments[1].start_iteration == 10
+
+
+def test_no_progress_breaker(tmp_path: Path) -> None:
+    ctl, cluster, _ = make(tmp_path, {"node1": Fault("segfault", at=1), "node2": Fault("segfault", at=1),
+                                      "node3": Fault("segfault", at=1), "node4": Fault("segfault", at=1)},
+                           policy={"max_no_progress_segments": 2, "strike_threshold": 5})
+    state = ctl.run()
+    assert state.status == RunStatus.STOPPED and len(cluster.submitted) == 2
+    assert "no progress" in state.stop_reason
+
+
+def test_exclude_cap_keeps_job_placeable(tmp_path: Path) -> None:
+    faults = {n: Fault("ecc", at=5 * (i + 1)) for i, n in enumerate(NODES)}
+    ctl, cluster, _ = make(tmp_path, faults, resources={"nodes": 3}, policy={"max_segments": 6})
+    state = ctl.run()
+    for spec in cluster.submitted:
+        assert len(spec.exclude) <= len(NODES) - 3  # never unplaceable
+    assert state.status in (RunStatus.STOPPED, RunStatus.DONE)
+
+
+def test_scheduler_outage_is_not_a_failure(tmp_path: Path) -> None:
+    ctl, cluster, clock = make(tmp_path)
+    clock.on_advance.append(lambda now: None)
+    cluster.unavailable_until = clock.now() + timedelta(seconds=120)
+    state = ctl.run()
+    assert state.status == RunStatus.DONE and len(cluster.submitted) == 1
+
+
+def test_restart_reattaches_without_duplicate(tmp_path: Path) -> None:
+    ctl, cluster, clock = make(tmp_path)
+    state = ctl.load_or_init()
+    for _ in range(5):
+        ctl.step(state)  # submit, then a few polls
+    assert len(cluster.submitted) == 1 and state.current.job_id
+    # a new controller on the same run directory (the old one died)
+    ctl2 = Controller(ctl.s, cluster, clock, StateStore(ctl.s.run_dir), python="python")
+    state2 = ctl2.run()
+    assert state2.status == RunStatus.DONE and len(cluster.submitted) == 1
+
+
+def test_crash_between_submit_and_record_does_not_duplicate(tmp_path: Path) -> None:
+    ctl, cluster, clock = make(tmp_path)
+    state = ctl.load_or_init()
+    spec, _ = ctl.next_spec(state)
+    from orchestrator.state import SegmentRecord
+
+    state.segments.append(SegmentRecord(index=spec.index, job_name=spec.job_name))
+    ctl.save(state)
+    cluster.submit(spec)  # the job exists, but the controller "died" before recording its id
+    state2 = Controller(ctl.s, cluster, clock, StateStore(ctl.s.run_dir), python="python").run()
+    assert state2.status == RunStatus.DONE and len(cluster.submitted) == 1
+
+
+def test_state_file_is_private(tmp_path: Path) -> None:
+    ctl, _, _ = make(tmp_path)
+    ctl.run()
+    st = (ctl.s.run_dir / "state.json").stat()
+    assert st.st_mode & 0o777 == 0o600
+    assert ctl.s.run_dir.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("poll", [1, 7])
+def test_poll_interval_is_respected(tmp_path: Path, poll: int) -> None:
+    ctl, cluster, clock = make(tmp_path, watch={"poll_interval_s": poll})
+    ctl.run()
+    assert cluster.polls <= clock.slept / poll + 3

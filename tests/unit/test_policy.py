@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.blacklist import Blacklist
+from orchestrator.model import Action, Cause, Verdict
+from orchestrator.policy import decide
+from orchestrator.settings import Goal, Policy
+from orchestrator.state import RunState, SegmentRecord
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def seg(i: int, start: int, end: int | None, cause: Cause | None = None, nodes: tuple[str, ...] = ("n1", "n2")):
+    return SegmentRecord(index=i, job_name=f"t.seg{i}", start_iteration=start, end_iteration=end, cause=cause,
+                         nodes=list(nodes))
+
+
+def state(*segs: SegmentRecord, bl: Blacklist | None = None) -> RunState:
+    return RunState(run="t", created_at=NOW, updated_at=NOW, segments=list(segs), blacklist=bl or Blacklist())
+
+
+def v(cause: Cause, culprits: tuple[str, ...] = (), blame: bool = False) -> Verdict:
+    return Verdict(cause=cause, culprit_nodes=culprits, blame=blame, action=Action.RESUBMIT, confidence=0.9)
+
+
+P = Policy(max_segments=10, max_no_progress_segments=2, strike_threshold=2)
+G = Goal(target_iteration=100)
+
+CASES = [
+    # (label, state, verdict, expected action, expected blame nodes)
+    ("success at goal", state(seg(1, 0, 100)), v(Cause.SUCCESS), Action.DONE, ()),
+    ("exit 0 before goal", state(seg(1, 0, 50)), v(Cause.SUCCESS), Action.RESUBMIT, ()),
+    ("ecc excludes culprit", state(seg(1, 0, 35)), v(Cause.GPU_ECC, ("n3",), True), Action.RESUBMIT_EXCLUDE, ("n3",)),
+    ("poisoned gpu excludes", state(seg(1, 30, 30)), v(Cause.GPU_OOM_STARTUP, ("n3",), True),
+     Action.RESUBMIT_EXCLUDE, ("n3",)),
+    ("node_fail excludes", state(seg(1, 0, 20)), v(Cause.NODE_FAIL, ("n2",), True), Action.RESUBMIT_EXCLUDE, ("n2",)),
+    ("first soft strike resubmits", state(seg(1, 0, 20)), v(Cause.SEGFAULT, ("n2",), True), Action.RESUBMIT, ("n2",)),
+    ("user bug stops", state(seg(1, 0, 20)), v(Cause.USER_BUG), Action.STOP_AND_ALERT, ()),
+    ("user oom stops", state(seg(1, 0, 20)), v(Cause.USER_OOM), Action.STOP_AND_ALERT, ()),
+    ("timelimit resubmits without blame", state(seg(1, 0, 40)), v(Cause.TIMELIMIT), Action.RESUBMIT, ()),
+    ("preempted resubmits", state(seg(1, 0, 40)), v(Cause.PREEMPTED), Action.RESUBMIT, ()),
+    ("filesystem waits", state(seg(1, 0, 40)), v(Cause.FILESYSTEM), Action.WAIT_AND_RESUBMIT, ()),
+    ("nccl timeout no culprit", state(seg(1, 0, 40)), v(Cause.NCCL_TIMEOUT), Action.RESUBMIT, ()),
+    ("no progress twice stops", state(seg(1, 40, 40), seg(2, 40, 40)), v(Cause.UNKNOWN), Action.STOP_AND_ALERT, ()),
+    ("no progress once goes on", state(seg(1, 0, 40), seg(2, 40, 40)), v(Cause.UNKNOWN), Action.RESUBMIT, ()),
+    ("same failure same iteration elsewhere", state(seg(1, 0, 57, Cause.SEGFAULT, ("n1", "n2")),
+                                                    seg(2, 50, 57, Cause.SEGFAULT, ("n3", "n4"))),
+     v(Cause.SEGFAULT, ("n3",), True), Action.STOP_AND_ALERT, ()),
+    ("max segments", state(*[seg(i, i * 10, i * 10 + 5) for i in range(1, 11)]), v(Cause.GPU_ECC, ("n1",), True),
+     Action.STOP_AND_ALERT, ()),
+]
+
+
+@pytest.mark.parametrize("label,st_,verdict,action,blame", CASES, ids=[c[0] for c in CASES])
+def test_decide_table(label: str, st_: RunState, verdict: Verdict, action: Action, blame: tuple[str, ...]) -> None:
+    d = decide(st_, verdict, P, G, NOW)
+    assert d.action == action, d.reason
+    assert d.blame_nodes == blame
+
+
+def test_second_soft_strike_excludes() -> None:
+    bl = Blacklist().record("n2", Cause.SEGFAULT, "x", "1", NOW, hard=False, expiry=timedelta(hours=1))
+    d = decide(state(seg(1, 0, 20), bl=bl), v(Cause.SEGFAULT, ("n2",), True), P, G, NOW)
+    assert d.action == Action.RESUBMIT_EXCLUDE and not d.hard
+
+
+def test_wait_duration_comes_from_policy() -> None:
+    d = decide(state(seg(1, 0, 40)), v(Cause.FILESYSTEM), Policy(wait_before_resubmit_s=123), G, NOW)
+    assert d.wait_s == 123
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=1, max_size=12),
+       st.sampled_from(list(Cause)), st.booleans())
+def test_decide_is_deterministic_and_bounded(progress: list[tuple[int, int]], cause: Cause, blame: bool) -> None:
+    segs, it = [], 0
+    for i, (a, b) in enumerate(progress, 1):
+        segs.append(seg(i, it, it + a * b))
+        it += a * b
+    s = state(*segs)
+    verdict = v(cause, ("n1",) if blame else (), blame)
+    d1, d2 = decide(s, verdict, P, G, NOW), decide(s, verdict, P, G, NOW)
+    assert d1 == d2
+    if len(segs) >= P.max_segments and d1.action != Action.DONE:
+        assert d1.action == Action.STOP_AND_ALERT  # restarts are bounded
+    if cause == Cause.USER_BUG:
+        assert d1.action in (Action.STOP_AND_ALERT,) and not d1.blame_nodes
