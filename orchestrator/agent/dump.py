@@ -64,7 +64,8 @@ def dump_processes(pids: list[int]) -> list[dict[str, Any]]:
         st = read_stat(pid)
         if st is None:
             continue
-        done, wchan = with_timeout(lambda pid=pid: Path(f"/proc/{pid}/wchan").read_text(), READ_TIMEOUT_S)
+        wchan_path = Path(f"/proc/{pid}/wchan")
+        done, wchan = with_timeout(wchan_path.read_text, READ_TIMEOUT_S)
         stack = pyspy(pid) if st[0] != "Z" else ""
         summary = next((ln.strip() for ln in stack.splitlines() if ln.strip().startswith(("Thread", "Error"))), "")
         records.append({

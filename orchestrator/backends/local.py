@@ -60,7 +60,7 @@ class LocalBackend:
         self.state_dir = Path(state_dir)
         self.registry = self.state_dir / "jobs.json"
         self.clock = clock
-        self._jobs: dict[str, dict[str, submitit.local.local.LocalJob[Any]]] = {}
+        self._jobs: dict[str, dict[str, Any]] = {}
         self._records: dict[str, LocalJobRecord] = self._load()
 
     # ---- registry ---------------------------------------------------------------------------

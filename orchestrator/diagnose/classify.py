@@ -88,7 +88,7 @@ def _ev(n: NodeEvidence, m: Match, role: str) -> Evidence:
 def _refine_oom(nodes: list[NodeEvidence], oom_nodes: list[str], ctx: Context) -> tuple[Cause, bool, str]:
     """CUDA OOM on a node with a recent hardware strike, or at start-up on a subset of nodes: poisoned GPU."""
     by = {n.node: n for n in nodes}
-    at_start = [x for x in oom_nodes if by[x].last_iteration is None or by[x].last_iteration <= ctx.start_iteration]
+    at_start = [x for x in oom_nodes if (by[x].last_iteration or 0) <= ctx.start_iteration]
     if any(x in ctx.recent_hardware for x in oom_nodes):
         return Cause.GPU_OOM_STARTUP, True, "CUDA OOM on a node with a recent hardware fault"
     if at_start and len(oom_nodes) < len(nodes) and len(nodes) > 1:

@@ -138,7 +138,7 @@ class SegmentWatch:
 
     def evidence(self) -> list[NodeEvidence]:
         out = []
-        for node, nw in sorted(self.nodes.items()):
+        for _node, nw in sorted(self.nodes.items()):
             code = nw.exit_record.get("exit_code") if nw.exit_record else None
             out.append(NodeEvidence.from_scan(nw.scan, exit_code=code, stuck_detail=_stuck(nw.dump)))
         return out
