@@ -177,6 +177,8 @@ class Controller:
                            self._unreachable_since.isoformat(timespec="seconds"), exc)
             self.clock.sleep(self.s.watch.poll_interval_s)
             return
+        if status.nodes and (status.state == JobState.RUNNING or not watch.slurm_nodes):
+            watch.slurm_nodes = list(status.nodes)  # COMPLETING lists only the nodes still busy
         watch.poll(now, final=status.state.terminal)
         changed = self._update_progress(seg, status, watch, now)
         if status.state.terminal:
@@ -197,7 +199,8 @@ class Controller:
 
     def _update_progress(self, seg: SegmentRecord, status: JobStatus, watch: SegmentWatch, now: datetime) -> bool:
         changed = False
-        if status.nodes and list(status.nodes) != seg.nodes:
+        full = status.state == JobState.RUNNING or not seg.nodes  # COMPLETING lists only busy nodes
+        if status.nodes and full and list(status.nodes) != seg.nodes:
             seg.nodes, changed = list(status.nodes), True
         elif not seg.nodes and watch.nodes:
             seg.nodes, changed = sorted(watch.nodes), True

@@ -82,7 +82,7 @@ class Context:
 
 
 def _ev(n: NodeEvidence, m: Match, role: str) -> Evidence:
-    return Evidence(node=n.node, file=n.file, line=m.line, text=m.text, role=role, cause=Cause(m.cause))
+    return Evidence(node=n.node, file=m.file or n.file, line=m.line, text=m.text, role=role, cause=Cause(m.cause))
 
 
 def _refine_oom(nodes: list[NodeEvidence], oom_nodes: list[str], ctx: Context) -> tuple[Cause, bool, str]:

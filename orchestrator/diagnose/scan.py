@@ -30,6 +30,7 @@ class Match:
     rank: int | None = None
     ts: datetime | None = None
     named_node: str | None = None
+    file: str = ""
 
 
 def parse_prefix(line: str) -> tuple[datetime | None, int | None, str]:
@@ -97,7 +98,7 @@ class NodeScan:
             if m:
                 named = m.groupdict().get(sig.node_group) if sig.node_group else None
                 self._add(Match(line_no, body[:MAX_TEXT], sig.name, sig.cause.value, sig.blame, sig.cascade,
-                                rank, ts, named))
+                                rank, ts, named, self.file))
                 return
 
     def _add(self, match: Match) -> None:

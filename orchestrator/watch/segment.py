@@ -6,6 +6,7 @@ filesystem, a FIFO with no writer) never hangs the controller; the stall is reco
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.diagnose.classify import NodeEvidence
-from orchestrator.diagnose.scan import NodeScan
+from orchestrator.diagnose.scan import Match, NodeScan
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.watch.tail import LogTail
 
@@ -42,6 +43,8 @@ class SegmentWatch:
     nodes: dict[str, NodeWatch] = field(default_factory=dict)
     fs_stalls: list[str] = field(default_factory=list)
     started_at: datetime | None = None
+    slurm_nodes: list[str] = field(default_factory=list)
+    scheduler_logs: dict[str, NodeWatch] = field(default_factory=dict)
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
 
     @property
@@ -70,24 +73,52 @@ class SegmentWatch:
                     tail=LogTail(path), scan=NodeScan(node, str(path), self.signatures, self.progress)
                 )
 
+    def _discover_scheduler_logs(self) -> None:
+        """submitit's per-task files (<job>/<job>_<task>_log.out) hold slurmstepd's and srun's own lines;
+        with one task per node, task t ran on the t-th node of the allocation."""
+        if not self.slurm_nodes:
+            return
+        ok, paths = self._call("submitit logs", lambda: sorted((self.segment_dir / "submitit").glob("*/*_log.out")))
+        if not ok or not isinstance(paths, list):
+            return
+        for path in paths:
+            key = str(path)
+            parts = path.name.split("_")
+            if key in self.scheduler_logs or len(parts) < 3 or not parts[1].isdigit():
+                continue
+            task = int(parts[1])
+            if task < len(self.slurm_nodes):
+                node = self.slurm_nodes[task]
+                self.scheduler_logs[key] = NodeWatch(
+                    tail=LogTail(path), scan=NodeScan(node, key, self.signatures, self.progress))
+
+    def _read_tail(self, label: str, nw: NodeWatch, final: bool) -> list[tuple[int, str]] | None:
+        if nw.pending_read is not None and not nw.pending_read.done():
+            return None  # still stuck from an earlier poll: do not pile up readers
+        fut = nw.pending_read or self._pool.submit(nw.tail.read_new, final)
+        nw.pending_read = None
+        try:
+            return list(fut.result(timeout=self.read_timeout_s))
+        except FutureTimeout:
+            nw.pending_read = fut
+            self.fs_stalls.append(f"{label}: read of {nw.tail.path} did not return within {self.read_timeout_s:.0f}s")
+        except OSError:
+            pass
+        return None
+
     def poll(self, now: datetime, final: bool = False) -> None:
         """Read what is new on every node; a node whose read hangs is skipped until it returns."""
         if self.started_at is None:
             self.started_at = now
         self._discover()
+        self._discover_scheduler_logs()
+        for key, sw in self.scheduler_logs.items():
+            lines = self._read_tail(key, sw, final)
+            if lines:
+                sw.scan.feed(lines)
         for node, nw in self.nodes.items():
-            if nw.pending_read is not None and not nw.pending_read.done():
-                continue  # still stuck from an earlier poll: do not pile up readers
-            fut = nw.pending_read or self._pool.submit(nw.tail.read_new, final)
-            nw.pending_read = None
-            try:
-                lines = fut.result(timeout=self.read_timeout_s)
-            except FutureTimeout:
-                nw.pending_read = fut
-                self.fs_stalls.append(f"{node}: read of {nw.tail.path} did not return within "
-                                      f"{self.read_timeout_s:.0f}s")
-                continue
-            except OSError:
+            lines = self._read_tail(node, nw, final)
+            if lines is None:
                 continue
             nw.scan.feed(lines)
             if nw.scan.last_iteration is not None and nw.scan.last_iteration != nw.last_iteration:
@@ -138,9 +169,20 @@ class SegmentWatch:
 
     def evidence(self) -> list[NodeEvidence]:
         out = []
-        for _node, nw in sorted(self.nodes.items()):
-            code = nw.exit_record.get("exit_code") if nw.exit_record else None
-            out.append(NodeEvidence.from_scan(nw.scan, exit_code=code, stuck_detail=_stuck(nw.dump)))
+        extra: dict[str, list[Match]] = {}
+        for sw in self.scheduler_logs.values():
+            extra.setdefault(sw.scan.node, []).extend(sw.scan.matches)
+        names = sorted(set(self.nodes) | set(extra))
+        for node in names:
+            nw = self.nodes.get(node)
+            code = nw.exit_record.get("exit_code") if nw and nw.exit_record else None
+            if nw is None:
+                ev = NodeEvidence(node=node, matches=tuple(extra[node]))
+            else:
+                ev = NodeEvidence.from_scan(nw.scan, exit_code=code, stuck_detail=_stuck(nw.dump))
+                if node in extra:
+                    ev = dataclasses.replace(ev, matches=ev.matches + tuple(extra[node]))
+            out.append(ev)
         return out
 
     def close(self) -> None:

@@ -1,0 +1,244 @@
+"""Real Slurm: submission through submitit, one batched sacct (squeue as fallback) per poll.
+
+Every Slurm command is an argv list run with a timeout and retried by tenacity (bounded exponential
+backoff with jitter). A command that still fails makes the state *unknown* (SchedulerUnavailable),
+never *failed*. Jobs are submitted with --no-requeue so that only the controller retries them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import submitit
+from submitit.slurm.slurm import _make_sbatch_string
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+from tenacity import wait_random_exponential as wait_rexp
+
+from orchestrator.agent.main import run_node
+from orchestrator.backends.base import BackendError, SchedulerUnavailable
+from orchestrator.blacklist import expand
+from orchestrator.clock import Clock
+from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
+from orchestrator.settings import SlurmBackendCfg
+
+Runner = Callable[[list[str], float], str]
+SACCT_FIELDS = "JobIDRaw,JobName,State,ExitCode,NodeList,Submit,Start,End"
+TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "slurm_persist_conn_open",
+             "Connection refused", "Zero Bytes were transmitted", "Transport endpoint", "timed out")
+
+
+class CommandFailed(Exception):
+    def __init__(self, argv: list[str], detail: str):
+        super().__init__(f"{argv[0]}: {detail.strip()[:300]}")
+        self.detail = detail
+
+
+def run_command(argv: list[str], timeout: float) -> str:
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)  # noqa: S603
+    except subprocess.TimeoutExpired:
+        raise CommandFailed(argv, f"timed out after {timeout:.0f}s") from None
+    except OSError as exc:
+        raise CommandFailed(argv, str(exc)) from None
+    if res.returncode != 0:
+        raise CommandFailed(argv, res.stderr or res.stdout or f"exit {res.returncode}")
+    return res.stdout
+
+
+def parse_state(raw: str) -> JobState:
+    word = raw.split()[0] if raw.strip() else ""
+    if word in JobState.__members__:
+        return JobState(word)
+    return {
+        "CONFIGURING": JobState.PENDING, "REQUEUED": JobState.PENDING, "REQUEUE_HOLD": JobState.PENDING,
+        "RESIZING": JobState.RUNNING, "SUSPENDED": JobState.RUNNING, "STOPPED": JobState.RUNNING,
+        "SIGNALING": JobState.RUNNING, "STAGE_OUT": JobState.COMPLETING, "BOOT_FAIL": JobState.NODE_FAIL,
+        "DEADLINE": JobState.TIMEOUT, "REVOKED": JobState.CANCELLED, "SPECIAL_EXIT": JobState.FAILED,
+    }.get(word, JobState.UNKNOWN)
+
+
+def _time(raw: str) -> datetime | None:
+    if not raw or raw in ("Unknown", "None"):
+        return None
+    try:
+        return datetime.fromisoformat(raw).astimezone()
+    except ValueError:
+        return None
+
+
+def parse_sacct(text: str, refs: list[JobRef]) -> dict[str, JobStatus]:
+    """Parse `sacct -X -n -P -o SACCT_FIELDS`; pick the row whose submit time matches each ref."""
+    rows: dict[str, list[list[str]]] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 8:
+            rows.setdefault(parts[0], []).append(parts)
+    out = {}
+    for ref in refs:
+        cands = rows.get(ref.job_id, [])
+        # a reused job id: keep the row submitted at (or after) our submission, never an older job's
+        ok = [r for r in cands if (_time(r[5]) or ref.submitted_at) >= ref.submitted_at - timedelta(minutes=10)]
+        if not ok:
+            continue
+        r = ok[-1]
+        code, _, sig = r[3].partition(":")
+        out[ref.job_id] = JobStatus(
+            state=parse_state(r[2]),
+            exit_code=int(code) if code.isdigit() else None,
+            nodes=tuple(expand(r[4])) if r[4] and r[4] != "None assigned" else (),
+            reason=f"signal {sig}" if sig not in ("", "0") else "",
+            started_at=_time(r[6]),
+            ended_at=_time(r[7]),
+        )
+    return out
+
+
+def parse_squeue(text: str) -> dict[str, JobStatus]:
+    out = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 4:
+            out[parts[0]] = JobStatus(state=parse_state(parts[1]),
+                                      nodes=tuple(expand(parts[2])) if parts[2] else (), reason=parts[3])
+    return out
+
+
+class SlurmBackend:
+    name = "slurm"
+
+    def __init__(self, cfg: SlurmBackendCfg, clock: Clock, run_dir: Path, runner: Runner = run_command,
+                 attempts: int = 4):
+        self.cfg, self.clock, self.run_dir, self.runner = cfg, clock, Path(run_dir), runner
+        self.attempts = attempts
+        self._nodes: tuple[datetime, list[str]] | None = None
+        self.commands_run = 0
+
+    # ---- commands --------------------------------------------------------------------------
+    def _sleep(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+
+    def _run(self, argv: list[str]) -> str:
+        """Run a Slurm command with bounded exponential backoff and jitter; SchedulerUnavailable at the end."""
+        retry = Retrying(
+            retry=retry_if_exception_type(CommandFailed),
+            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.cfg.retry_max_s),
+            wait=wait_rexp(multiplier=1, max=30),
+            sleep=self._sleep,
+            reraise=False,
+        )
+        try:
+            for attempt in retry:
+                with attempt:
+                    self.commands_run += 1
+                    return self.runner(argv, self.cfg.command_timeout_s)
+        except RetryError as exc:
+            raise SchedulerUnavailable(str(exc.last_attempt.exception())) from None
+        raise SchedulerUnavailable(f"{argv[0]}: no attempt ran")
+
+    # ---- Backend protocol ------------------------------------------------------------------
+    def nodes(self) -> list[str] | None:
+        now = self.clock.now()
+        if self._nodes and now - self._nodes[0] < timedelta(minutes=5):
+            return self._nodes[1]
+        try:
+            text = self._run(["sinfo", "-h", "-N", "-o", "%N"])
+        except SchedulerUnavailable:
+            return self._nodes[1] if self._nodes else None
+        names = sorted({ln.strip() for ln in text.splitlines() if ln.strip()})
+        self._nodes = (now, names)
+        return names
+
+    def _params(self, spec: SegmentSpec) -> dict[str, Any]:
+        extra: dict[str, Any] = {"no-requeue": True, **dict(spec.sbatch_extra)}
+        if spec.account:
+            extra["account"] = spec.account
+        p: dict[str, Any] = {
+            "job_name": spec.job_name, "nodes": spec.nodes, "ntasks_per_node": 1, "time": spec.time_limit_min,
+            "comment": f"orchestrator:{spec.run_name}:seg{spec.index}", "additional_parameters": extra,
+            "stderr_to_stdout": True, "signal_delay_s": 60,
+        }
+        if spec.gpus_per_node:
+            p["gpus_per_node"] = spec.gpus_per_node
+        if spec.cpus_per_task:
+            p["cpus_per_task"] = spec.cpus_per_task
+        if spec.partition:
+            p["partition"] = spec.partition
+        if spec.qos:
+            p["qos"] = spec.qos
+        if spec.exclude:
+            p["exclude"] = spec.exclude_hostlist
+        if self.cfg.setup:
+            p["setup"] = list(self.cfg.setup)
+        if self.cfg.srun_args:
+            p["srun_args"] = list(self.cfg.srun_args)
+        return p
+
+    def folder(self, spec: SegmentSpec) -> Path:
+        return Path(spec.segment_dir) / "submitit"
+
+    def render(self, spec: SegmentSpec) -> str:
+        cmd = f"{sys.executable} -u -m submitit.core._submit {self.folder(spec)}"
+        return _make_sbatch_string(command=cmd, folder=self.folder(spec) / "%j", **self._params(spec))
+
+    def submit(self, spec: SegmentSpec) -> JobRef:
+        known = self.nodes()
+        if known is not None and self.cfg.validate_exclude:
+            unknown = [n for n in spec.exclude if n not in known]
+            if unknown:
+                raise BackendError(f"exclude names nodes sinfo does not know: {','.join(unknown)}")
+        ex = submitit.SlurmExecutor(folder=self.folder(spec) / "%j", max_num_timeout=0)
+        ex.update_parameters(**self._params(spec))
+        submitted_at = self.clock.now()
+        try:
+            job = ex.submit(run_node, spec)
+        except Exception as exc:  # noqa: BLE001 - submitit wraps sbatch failures in its own types
+            text = str(exc)
+            if any(t in text for t in TRANSIENT):
+                live = self.find_jobs(spec.job_name)
+                if live:
+                    return live[-1]  # sbatch went through although the answer was lost
+                raise SchedulerUnavailable(text[:300]) from None
+            raise BackendError(f"sbatch rejected segment {spec.index}: {text.strip()[-500:]}") from None
+        self.commands_run += 1
+        return JobRef(job_id=str(job.job_id), submitted_at=submitted_at, backend=self.name)
+
+    def poll(self, refs: list[JobRef]) -> dict[str, JobStatus]:
+        if not refs:
+            return {}
+        ids = ",".join(r.job_id for r in refs)
+        start = min(r.submitted_at for r in refs) - timedelta(days=1)
+        try:
+            text = self._run(["sacct", "-X", "-n", "-P", "-j", ids, "-S", start.strftime("%Y-%m-%dT%H:%M:%S"),
+                              "-o", SACCT_FIELDS])
+            found = parse_sacct(text, refs)
+        except SchedulerUnavailable:
+            found = {}
+        missing = [r for r in refs if r.job_id not in found or found[r.job_id].state == JobState.UNKNOWN]
+        if missing:  # accounting lags or is down: ask the controller directly
+            try:
+                sq = parse_squeue(self._run(["squeue", "-h", "-j", ",".join(r.job_id for r in missing),
+                                             "-o", "%i|%T|%N|%r"]))
+            except SchedulerUnavailable:
+                if not found:
+                    raise
+                sq = {}
+            found.update({k: v for k, v in sq.items() if k in {r.job_id for r in missing}})
+        return {r.job_id: found.get(r.job_id, JobStatus(state=JobState.UNKNOWN)) for r in refs}
+
+    def cancel(self, ref: JobRef) -> None:
+        self._run(["scancel", ref.job_id])
+
+    def find_jobs(self, job_name: str) -> list[JobRef]:
+        text = self._run(["squeue", "-h", "-n", job_name, "-o", "%i|%V|%T"])
+        out = []
+        for line in text.splitlines():
+            parts = line.split("|")
+            if len(parts) >= 2 and parts[0]:
+                sub = _time(parts[1]) or self.clock.now()
+                out.append(JobRef(job_id=parts[0], submitted_at=sub, backend=self.name))
+        return sorted(out, key=lambda r: r.submitted_at)
