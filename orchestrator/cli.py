@@ -181,6 +181,110 @@ def validate(config: Annotated[Path, typer.Argument(help="The YAML config file t
               markup=False, highlight=False)
 
 
+bl_app = typer.Typer(help="List or edit a run's node blacklist (manual overrides).", no_args_is_help=True)
+app.add_typer(bl_app, name="blacklist")
+
+
+def _locked_state(target: Path):  # noqa: ANN202 - (store, state, lock)
+    store, where = _state_for(target)
+    lock = RunLock(store.run_dir)
+    try:
+        lock.acquire()
+    except LockHeld as exc:
+        raise fail([f"{exc}. Blacklist edits need the controller stopped ('orchestrator stop')."], 1) from None
+    try:
+        state = store.load()
+    except StateError as exc:
+        lock.release()
+        raise fail([str(exc)], 1) from None
+    if state is None:
+        lock.release()
+        raise fail([f"{where}: no run state yet"], 1)
+    return store, state, lock
+
+
+@bl_app.command("list")
+def bl_list(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
+            as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Show blacklisted nodes with cause, evidence and expiry.
+
+    Example: orchestrator blacklist list configs/demo.yaml
+    """
+    store, where = _state_for(target)
+    state = store.load()
+    if state is None:
+        raise fail([f"{where}: no run state yet"], 1)
+    now = RealClock().now()
+    if as_json:
+        print(json.dumps(status_json(state, now)["blacklist"], indent=2))
+    else:
+        out.print(blacklist_table(state, now))
+
+
+@bl_app.command("add")
+def bl_add(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
+           nodes: Annotated[str, typer.Argument(help="Hostlist, e.g. node[3,7-9].")],
+           reason: Annotated[str, typer.Option(help="Why (kept as evidence).")] = "added by hand",
+           hours: Annotated[float, typer.Option(help="Expiry in hours.")] = 72.0) -> None:
+    """Exclude nodes by hand. Example: orchestrator blacklist add runs/demo 'node[3-4]' --reason 'Xid 79'"""
+    from datetime import timedelta
+
+    from orchestrator.blacklist import expand
+    from orchestrator.model import Cause
+
+    try:
+        names = expand(nodes)
+    except ValueError as exc:
+        raise fail([str(exc)]) from None
+    store, state, lock = _locked_state(target)
+    try:
+        now = RealClock().now()
+        for n in names:
+            state.blacklist = state.blacklist.record(n, Cause.UNKNOWN, reason, "manual", now, hard=True,
+                                                     expiry=timedelta(hours=hours), source="manual")
+        store.save(state)
+    finally:
+        lock.release()
+    out.print(f"blacklisted {','.join(names)} for {hours:g} h", markup=False)
+
+
+@bl_app.command("remove")
+def bl_remove(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
+              nodes: Annotated[str, typer.Argument(help="Hostlist, e.g. node3.")]) -> None:
+    """Return nodes to the pool. Example: orchestrator blacklist remove configs/demo.yaml node3"""
+    from orchestrator.blacklist import expand
+
+    try:
+        names = expand(nodes)
+    except ValueError as exc:
+        raise fail([str(exc)]) from None
+    store, state, lock = _locked_state(target)
+    try:
+        missing = [n for n in names if state.blacklist.get(n) is None]
+        for n in names:
+            state.blacklist = state.blacklist.remove(n)
+        store.save(state)
+    finally:
+        lock.release()
+    out.print(f"removed {','.join(n for n in names if n not in missing) or 'nothing'}"
+              + (f"; not blacklisted: {','.join(missing)}" if missing else ""), markup=False)
+
+
+@bl_app.command("clear")
+def bl_clear(target: Annotated[Path, typer.Argument(help="Config file or run directory.")]) -> None:
+    """Empty the blacklist. Example: orchestrator blacklist clear runs/demo"""
+    from orchestrator.blacklist import Blacklist
+
+    store, state, lock = _locked_state(target)
+    try:
+        n = len(state.blacklist.entries)
+        state.blacklist = Blacklist()
+        store.save(state)
+    finally:
+        lock.release()
+    out.print(f"cleared {n} entries", markup=False)
+
+
 def diagnose_dir(directory: Path, progress_regex: str = r"iteration\s+(\d+)\s*/\s*\d+") -> dict[str, Any]:
     files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
     sigs = build_table()

@@ -15,14 +15,15 @@ from orchestrator.blacklist import Blacklist, ExcludePlan
 from orchestrator.clock import Clock
 from orchestrator.diagnose.classify import Context, classify
 from orchestrator.diagnose.signatures import Signature, build_table
-from orchestrator.model import Action, Cause, JobRef, JobState, JobStatus, RunStatus, Verdict
+from orchestrator.model import HARDWARE_CAUSES, Action, Cause, JobRef, JobState, JobStatus, RunStatus, Verdict
 from orchestrator.plan import plan
 from orchestrator.policy import decide
 from orchestrator.settings import Settings
-from orchestrator.state import RunState, SegmentRecord, StateStore
+from orchestrator.state import HardwareEvent, RunState, SegmentRecord, StateStore
 from orchestrator.watch.segment import SegmentWatch
 
 Notify = Callable[[str, str], None]
+HARDWARE_MEMORY = timedelta(days=7)  # a node that had a hardware fault this recently: OOM there is a poisoned GPU
 
 
 def user_signatures(settings: Settings) -> tuple[Signature, ...]:
@@ -64,6 +65,10 @@ class Controller:
     def run(self) -> RunState:
         state = self.load_or_init()
         log = logger.bind(run=state.run)
+        if state.status == RunStatus.STOPPED:
+            log.warning("resuming a stopped run (it stopped because: {})", state.stop_reason)
+            state.status, state.stop_reason = RunStatus.RUNNING, ""
+            self.save(state)
         log.info("controller start run={} status={} segments={}", state.run, state.status, len(state.segments))
         while state.status == RunStatus.RUNNING and not self.stop_requested:
             self.step(state)
@@ -244,7 +249,7 @@ class Controller:
         now = self.clock.now()
         nodes = self._watch.evidence()
         ctx = Context(
-            recent_hardware=frozenset(e.node for e in state.blacklist.entries if e.hard and e.expires > now),
+            recent_hardware=frozenset(h.node for h in state.hardware_events if now - h.time < HARDWARE_MEMORY),
             start_iteration=seg.start_iteration,
             stalled=seg.cancelled_by_controller.startswith("stall"),
             cancelled_by_controller=seg.cancelled_by_controller,
@@ -273,6 +278,10 @@ class Controller:
                 node, verdict.cause, text, seg.job_id or "", now, hard=hard,
                 expiry=timedelta(hours=self.s.policy.blacklist_expiry_h))
             log.warning("blacklist node={} cause={} hard={} evidence={!r}", node, verdict.cause.value, hard, text[:200])
+            if verdict.cause in HARDWARE_CAUSES:
+                state.hardware_events.append(HardwareEvent(node=node, cause=verdict.cause, job_id=seg.job_id or "",
+                                                           time=now))
+                state.hardware_events = state.hardware_events[-500:]
             self.notify(f"{state.run}: node {node} blacklisted", f"{verdict.cause.value}: {text[:300]}")
         if seg.resumed_from and (seg.end_iteration is None or seg.end_iteration <= seg.start_iteration) \
                 and verdict.cause in (Cause.USER_BUG, Cause.UNKNOWN):

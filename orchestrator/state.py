@@ -50,6 +50,15 @@ class SegmentRecord(BaseModel):
     cancelled_by_controller: str = ""
 
 
+class HardwareEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    node: str
+    cause: Cause
+    job_id: str
+    time: datetime
+
+
 class RunState(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -62,6 +71,7 @@ class RunState(BaseModel):
     segments: list[SegmentRecord] = Field(default_factory=list)
     blacklist: Blacklist = Field(default_factory=Blacklist)
     bad_checkpoints: dict[str, int] = Field(default_factory=dict)
+    hardware_events: list[HardwareEvent] = Field(default_factory=list)
     wait_until: datetime | None = None
 
     @property

@@ -7,8 +7,8 @@ Rank 0 writes Megatron-layout checkpoints (iter_NNNNNNN/ + latest_checkpointed_i
 tracker written last) and the job resumes from --resume. Progress lines look like Megatron's.
 
 Faults (--fault, repeatable) print the error text real stacks print, on the named node:
-  ecc:NODE:ITER        uncorrectable ECC in the backward pass at ITER (sticky: a later job on NODE
-                       that starts past ITER dies at start-up with CUDA OOM in barrier(), a poisoned GPU)
+  ecc:NODE:ITER        uncorrectable ECC in the backward pass at ITER; sticky: every later job on NODE
+                       dies at start-up with CUDA OOM in barrier() (a poisoned GPU)
   oom_startup:NODE     CUDA OOM in the first barrier()
   hang:NODE:ITER       the rank stops answering at ITER (interruptible sleep), once per run
   exception:NODE|all:ITER  a Python exception at ITER on every matching rank (a user bug)
@@ -156,8 +156,9 @@ def main() -> int:
     print(f"> rank {rank}/{world} on {node}: {'resuming from ' + resume if resume else 'starting from scratch'} "
           f"at iteration {start}", flush=True)
 
-    for kind, at in mine:
-        if kind == "oom_startup" or (kind == "ecc" and start >= at > 0):
+    poisoned = args.ckpt_dir.parent / f".fault-ecc-{node}"
+    for kind, _at in mine:
+        if kind == "oom_startup" or (kind == "ecc" and poisoned.exists()):
             die_oom_barrier()
     reduce = AllReduce(args.sync_dir, rank, world, args.collective_timeout)
     reduce(0, np.zeros(1))  # the first collective: a barrier
@@ -169,6 +170,8 @@ def main() -> int:
             if at != it:
                 continue
             if kind == "ecc":
+                poisoned.parent.mkdir(parents=True, exist_ok=True)
+                poisoned.write_text("the GPU on this node had an uncorrectable ECC error\n")
                 die_ecc(it)
             if kind == "hang":
                 marker = args.ckpt_dir.parent / f".fault-hang-{node}-{it}"

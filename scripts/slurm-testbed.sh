@@ -170,13 +170,13 @@ start_ctld() {
 }
 
 node_pid1() {  # the PID (in our namespace) of the shell that is PID 1 of the node's namespace
-  cat "$D/run/node-$1.pid" 2>/dev/null || true
+  pgrep -f "^sh -c hostname $1; " | head -1 || true
 }
 
 start_node() {
   local n=$1 pid
   pid=$(node_pid1 "$n")
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then return 0; fi
+  if [ -n "$pid" ]; then return 0; fi
   mkdir -p "$D/spool/$n"
   setsid unshare --uts --pid --mount --fork --mount-proc --propagation private \
     sh -c "hostname $n; mount --bind '$D/etc/hosts' /etc/hosts; SLURM_CONF='$CONF' slurmd -D -N $n & wait" \
@@ -204,7 +204,9 @@ start() {
 }
 
 stop() {
-  for f in "$D"/run/node-*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true; rm -f "$f"; done
+  pkill -9 -f "^sh -c hostname node[0-9]+; " 2>/dev/null || true
+  pkill -9 -f "^unshare --uts --pid --mount" 2>/dev/null || true
+  rm -f "$D"/run/node-*.pid
   pkill -f "slurmd -D -N node" 2>/dev/null || true
   pkill -f "slurmctld -D" 2>/dev/null || true
   pkill -f "slurmdbd -D" 2>/dev/null || true
@@ -221,7 +223,8 @@ crash() {
   local n=$1 pid
   pid=$(node_pid1 "$n")
   [ -n "$pid" ] || { log "no such node $n"; exit 1; }
-  kill -9 "$pid"
+  kill -9 "$pid"  # PID 1 of the namespace: the kernel kills every process in it
+  [ -f "$D/run/node-$n.pid" ] && kill -9 "$(cat "$D/run/node-$n.pid")" 2>/dev/null || true
   rm -f "$D/run/node-$n.pid"
   log "crashed $n (its namespace and every process in it are gone)"
 }

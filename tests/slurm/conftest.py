@@ -1,0 +1,125 @@
+"""Fixtures for scenario tests on the real test cluster (scripts/slurm-testbed.sh start).
+
+The tests skip when no cluster answers, unless ORCH_REQUIRE_SLURM=1 (CI), where that is a failure.
+They never sleep for a fixed time: they wait on conditions with deadlines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+TESTBED = REPO / "scripts" / "slurm-testbed.sh"
+DEFAULT_CONF = Path(os.environ.get("ORCH_TESTBED_DIR", "/tmp/orch-testbed")) / "etc" / "slurm.conf"
+
+
+def slurm_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("SLURM_CONF", str(DEFAULT_CONF))
+    return env
+
+
+def sh(*argv: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=slurm_env(),
+                          check=check)
+
+
+def wait_until(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+def node_states() -> dict[str, str]:
+    out = sh("sinfo", "-h", "-N", "-o", "%N %t", check=False).stdout
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+@pytest.fixture(scope="session")
+def slurm_up() -> None:
+    ok = False
+    try:
+        ok = sh("scontrol", "ping", timeout=10, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    if not ok:
+        if os.environ.get("ORCH_REQUIRE_SLURM") == "1":
+            pytest.fail("the Slurm test cluster is not up (scripts/slurm-testbed.sh start)")
+        pytest.skip("no Slurm test cluster (run scripts/slurm-testbed.sh start)")
+
+
+@pytest.fixture
+def cluster(slurm_up: None) -> None:
+    """Every test starts on an idle cluster: no jobs, no frozen tasks, every node back up."""
+    sh("scancel", "--user=root", check=False)
+    for node, st in node_states().items():
+        sh(str(TESTBED), "thaw-job", node, check=False)
+        if st.startswith("down") or st.endswith("*") or st.startswith("drain"):
+            sh(str(TESTBED), "revive", node, timeout=90, check=False)
+            sh("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+    wait_until(lambda: all(s == "idle" for s in node_states().values()) and len(node_states()) >= 4,
+               90, "all test nodes idle")
+
+
+def make_config(tmp_path: Path, name: str, *, iters: int = 60, faults: tuple[str, ...] = (), nodes: int = 3,
+                step: float = 0.05, collective_timeout: float = 120, time_limit: int = 10,
+                **over: Any) -> Path:
+    cfg: dict[str, Any] = {
+        "name": name,
+        "run_dir": str(tmp_path / "run"),
+        "workdir": str(REPO),
+        "command": ["{python}", "scripts/demo_train.py", f"--iters={iters}", "--ckpt-every=10",
+                    "--ckpt-dir={run_dir}/checkpoints", "--resume={checkpoint}",
+                    "--sync-dir={run_dir}/sync/seg{segment}", f"--step-time={step}",
+                    f"--collective-timeout={collective_timeout}", *[f"--fault={f}" for f in faults]],
+        "env": {"OMP_NUM_THREADS": "1"},
+        "resources": {"nodes": nodes, "time_limit_min": time_limit},
+        "checkpoint": {"dir": str(tmp_path / "run" / "checkpoints"), "preset": "megatron"},
+        "goal": {"target_iteration": iters},
+        "policy": {"max_segments": 6, "max_no_progress_segments": 2},
+        "watch": {"poll_interval_s": 1, "stall_timeout_s": 120, "startup_timeout_s": 180, "cascade_grace_s": 3},
+        "backend": {"kind": "slurm", "slurm": {"command_timeout_s": 20}},
+    }
+    for k, v in over.items():
+        cfg[k] = {**cfg[k], **v} if isinstance(v, dict) and isinstance(cfg.get(k), dict) else v
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+def orch(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
+                          timeout=timeout, env=slurm_env(), cwd=REPO)
+
+
+def orch_bg(*args: str, log: Path) -> subprocess.Popen[bytes]:
+    fh = log.open("ab")
+    return subprocess.Popen([sys.executable, "-m", "orchestrator", *args], stdout=fh, stderr=subprocess.STDOUT,
+                            env=slurm_env(), cwd=REPO)
+
+
+def status(cfg: Path) -> dict[str, Any]:
+    res = orch("status", str(cfg), "--json", timeout=60)
+    return json.loads(res.stdout) if res.returncode == 0 else {}
+
+
+def sacct_jobs(name_prefix: str) -> list[tuple[str, str, str, str]]:
+    out = sh("sacct", "-X", "-n", "-P", "-a", "-S", "now-1days", "-o", "JobID,JobName,State,NodeList").stdout
+    rows = [tuple(line.split("|")) for line in out.splitlines() if line.strip()]
+    return [r for r in rows if r[1].startswith(name_prefix)]  # type: ignore[misc]
