@@ -139,6 +139,11 @@ class NodeAgent:
         self._stopping.set()
         threading.Thread(target=self._terminate, daemon=True).start()
 
+    def _on_warning(self, signum: int, _frame: Any) -> None:
+        """submitit's --signal=USR2@N: the job nears its time limit or is being preempted. The training
+        keeps running (its own checkpointing decides what to save); the controller reads Slurm's end state."""
+        self.emit("agent", f"ORCH-AGENT got signal {signal.Signals(signum).name}: time limit or preemption near")
+
     def _terminate(self) -> None:
         for p in self.procs:
             _killpg(p, signal.SIGTERM)
@@ -180,14 +185,18 @@ class NodeAgent:
             self.emit("agent", f"ORCH-PREFLIGHT FAILED: {failed[0].detail}")
             self._exit_record(PREFLIGHT_EXIT, [], results)
             return PREFLIGHT_EXIT
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
+        for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        # Slurm's --signal=USR2@N reaches every process of the step; its default action would kill the
+        # training. The ranks inherit "ignore" (a training script that handles USR2 installs its own handler).
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         try:
             threads = self._launch()
         except OSError as exc:
             self.emit("agent", f"ORCH-AGENT cannot start the training command: {exc}")
             self._exit_record(127, [], results)
             return 127
+        signal.signal(signal.SIGUSR2, self._on_warning)
         self._watch()
         for t in threads:
             t.join(timeout=5)
