@@ -12,7 +12,15 @@ import pytest
 
 from tests.conftest import REPO
 from tests.slurm.conftest import (
-    TESTBED, make_config, node_states, orch, orch_bg, sacct_jobs, sh, status, wait_until,
+    TESTBED,
+    make_config,
+    node_states,
+    orch,
+    orch_bg,
+    sacct_jobs,
+    sh,
+    status,
+    wait_until,
 )
 
 pytestmark = pytest.mark.slurm
