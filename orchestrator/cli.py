@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import sys
@@ -21,7 +22,7 @@ from orchestrator.diagnose.signatures import build_table
 from orchestrator.model import JobState, JobStatus
 from orchestrator.report import blacklist_table, status_json, timeline_table
 from orchestrator.settings import ConfigError, Settings, load_settings, parse_overrides
-from orchestrator.state import LockHeld, RunLock, StateError, StateStore
+from orchestrator.state import STOP_REQUEST, LockHeld, RunLock, StateError, StateStore, write_request
 from orchestrator.watch.tail import LogTail
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -99,8 +100,10 @@ def run(
     backend = build_backend(s, clock)
     store = StateStore(s.run_dir)
     ctl = Controller(s, backend, clock, store)
+    ctl.reloader = lambda: load_settings(config, parse_overrides(set_))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _f: ctl.request_stop(signal.Signals(signum).name))
+    signal.signal(signal.SIGHUP, lambda _s, _f: ctl.request_reload())
     try:
         state = ctl.run()
     except StateError as exc:
@@ -181,8 +184,61 @@ def validate(config: Annotated[Path, typer.Argument(help="The YAML config file t
               markup=False, highlight=False)
 
 
+@app.command()
+def stop(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
+         wait: Annotated[float, typer.Option(help="Seconds to wait for the controller to exit.")] = 60.0) -> None:
+    """Ask the run's controller to stop; the job keeps running and a new controller re-attaches to it.
+
+    Example: orchestrator stop configs/demo.yaml
+    """
+    import time
+
+    store, where = _state_for(target)
+    lock = RunLock(store.run_dir)
+    try:
+        lock.acquire()
+        lock.release()
+        out.print(f"{where}: no controller is running", markup=False)
+        return
+    except LockHeld:
+        pass
+    (store.run_dir / STOP_REQUEST).write_text("stop\n")
+    pid = lock.holder_pid()
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            lock.acquire()
+            lock.release()
+            out.print(f"controller of {where} stopped", markup=False)
+            return
+        except LockHeld:
+            time.sleep(0.2)
+    raise fail([f"{where}: the controller ({lock.holder()}) has not exited after {wait:.0f}s; "
+                "it stops at its next poll"], 1)
+
+
 bl_app = typer.Typer(help="List or edit a run's node blacklist (manual overrides).", no_args_is_help=True)
 app.add_typer(bl_app, name="blacklist")
+
+
+def _queue_if_running(target: Path, request: dict[str, Any]) -> bool:
+    """If a controller holds the run, queue the edit for it and poke it with SIGHUP; True if queued."""
+    store, _ = _state_for(target)
+    lock = RunLock(store.run_dir)
+    try:
+        lock.acquire()
+    except LockHeld:
+        write_request(store.run_dir, request)
+        pid = lock.holder_pid()
+        if pid:
+            os.kill(pid, signal.SIGHUP)
+        out.print(f"queued for the running controller ({lock.holder()}); it applies it at its next poll",
+                  markup=False)
+        return True
+    lock.release()
+    return False
 
 
 def _locked_state(target: Path):  # noqa: ANN202 - (store, state, lock)
@@ -191,7 +247,7 @@ def _locked_state(target: Path):  # noqa: ANN202 - (store, state, lock)
     try:
         lock.acquire()
     except LockHeld as exc:
-        raise fail([f"{exc}. Blacklist edits need the controller stopped ('orchestrator stop')."], 1) from None
+        raise fail([f"{exc}; try again"], 1) from None
     try:
         state = store.load()
     except StateError as exc:
@@ -236,6 +292,8 @@ def bl_add(target: Annotated[Path, typer.Argument(help="Config file or run direc
         names = expand(nodes)
     except ValueError as exc:
         raise fail([str(exc)]) from None
+    if _queue_if_running(target, {"op": "add", "nodes": names, "reason": reason, "hours": hours}):
+        return
     store, state, lock = _locked_state(target)
     try:
         now = RealClock().now()
@@ -258,6 +316,8 @@ def bl_remove(target: Annotated[Path, typer.Argument(help="Config file or run di
         names = expand(nodes)
     except ValueError as exc:
         raise fail([str(exc)]) from None
+    if _queue_if_running(target, {"op": "remove", "nodes": names}):
+        return
     store, state, lock = _locked_state(target)
     try:
         missing = [n for n in names if state.blacklist.get(n) is None]
@@ -275,6 +335,8 @@ def bl_clear(target: Annotated[Path, typer.Argument(help="Config file or run dir
     """Empty the blacklist. Example: orchestrator blacklist clear runs/demo"""
     from orchestrator.blacklist import Blacklist
 
+    if _queue_if_running(target, {"op": "clear", "nodes": []}):
+        return
     store, state, lock = _locked_state(target)
     try:
         n = len(state.blacklist.entries)

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from loguru import logger
 
 from orchestrator import checkpoint as ckpt_mod
+from orchestrator.agent.main import PREFLIGHT_EXIT
 from orchestrator.backends.base import Backend, BackendError, SchedulerUnavailable
 from orchestrator.blacklist import Blacklist, ExcludePlan
 from orchestrator.clock import Clock
@@ -19,7 +20,7 @@ from orchestrator.model import HARDWARE_CAUSES, Action, Cause, JobRef, JobState,
 from orchestrator.plan import plan
 from orchestrator.policy import decide
 from orchestrator.settings import Settings
-from orchestrator.state import HardwareEvent, RunState, SegmentRecord, StateStore
+from orchestrator.state import STOP_REQUEST, HardwareEvent, RunState, SegmentRecord, StateStore, take_requests
 from orchestrator.watch.segment import SegmentWatch
 
 Notify = Callable[[str, str], None]
@@ -40,6 +41,8 @@ class Controller:
         self.signatures = user_signatures(settings)
         self.progress = re.compile(settings.progress_regex)
         self.stop_requested = ""
+        self.reload_requested = False
+        self.reloader: Callable[[], Settings] | None = None
         self._watch: SegmentWatch | None = None
         self._running_since: datetime | None = None
         self._dump_deadline: datetime | None = None
@@ -49,6 +52,44 @@ class Controller:
     def request_stop(self, why: str = "signal") -> None:
         self.stop_requested = why
         self.clock.wake()
+
+    def request_reload(self) -> None:
+        self.reload_requested = True
+        self.clock.wake()
+
+    def apply_requests(self, state: RunState) -> None:
+        """Blacklist edits queued by `orchestrator blacklist ...`, a stop asked by `orchestrator stop`,
+        and on SIGHUP the policy, watch and goal sections re-read from the config file."""
+        if (self.s.run_dir / STOP_REQUEST).exists():
+            (self.s.run_dir / STOP_REQUEST).unlink(missing_ok=True)
+            self.request_stop("orchestrator stop")
+        if self.reload_requested and self.reloader is not None:
+            self.reload_requested = False
+            try:
+                new = self.reloader()
+            except Exception as exc:  # noqa: BLE001 - a bad edit must not kill a running controller
+                logger.error("reload failed; keeping the old settings: {}", exc)
+            else:
+                self.s = self.s.model_copy(update={"policy": new.policy, "watch": new.watch, "goal": new.goal})
+                logger.info("reloaded policy, watch and goal from {}", self.s.config_path)
+        now = self.clock.now()
+        changed = False
+        for req in take_requests(self.s.run_dir):
+            nodes = [str(n) for n in req.get("nodes", [])]  # type: ignore[attr-defined]
+            if req.get("op") == "add":
+                for n in nodes:
+                    state.blacklist = state.blacklist.record(
+                        n, Cause.UNKNOWN, str(req.get("reason", "added by hand")), "manual", now, hard=True,
+                        expiry=timedelta(hours=float(req.get("hours", 72))), source="manual")  # type: ignore[arg-type]
+            elif req.get("op") == "remove":
+                for n in nodes:
+                    state.blacklist = state.blacklist.remove(n)
+            elif req.get("op") == "clear":
+                state.blacklist = Blacklist()
+            logger.info("blacklist request applied op={} nodes={}", req.get("op"), ",".join(nodes) or "-")
+            changed = True
+        if changed:
+            self.save(state)
 
     def load_or_init(self) -> RunState:
         state = self.store.load()
@@ -71,6 +112,9 @@ class Controller:
             self.save(state)
         log.info("controller start run={} status={} segments={}", state.run, state.status, len(state.segments))
         while state.status == RunStatus.RUNNING and not self.stop_requested:
+            self.apply_requests(state)
+            if self.stop_requested:
+                break
             self.step(state)
         if self.stop_requested and state.status == RunStatus.RUNNING:
             log.info("controller exit reason={} (the job, if any, keeps running)", self.stop_requested)
@@ -220,6 +264,9 @@ class Controller:
     def _should_cancel(self, seg: SegmentRecord, watch: SegmentWatch, now: datetime) -> str:
         w = self.s.watch
         failed = watch.failed_nodes()
+        preflight = sorted(n for n in failed if watch.exit_code(n) == PREFLIGHT_EXIT)
+        if preflight:
+            return f"preflight failed on {','.join(preflight)}; no training can run there"
         if failed:
             first = min(failed.values())
             if (now - first).total_seconds() >= w.cascade_grace_s:
@@ -234,7 +281,7 @@ class Controller:
             return ""
         expected = sorted(watch.nodes)
         if self._dump_deadline is None:
-            watch.request_dumps()
+            watch.request_dumps(now)
             self._dump_deadline = now + timedelta(seconds=max(3 * w.poll_interval_s, 30.0))
             logger.warning("stall: no progress for {:.0f}s; asked every node for stack dumps",
                            (now - ref_time).total_seconds())

@@ -80,6 +80,13 @@ class CheckpointCfg(Section):
     glob: str | None = Field(None, description="For preset glob: pattern of checkpoint entries, e.g. 'step_*'.")
     marker: str | None = Field(None, description="For preset glob: file that marks an entry complete.")
 
+    @field_validator("dir")
+    @classmethod
+    def _path(cls, v: Path) -> Path:
+        if any(ord(c) < 32 for c in str(v)):
+            raise ValueError("a path must not contain newlines or control characters")
+        return v
+
     @model_validator(mode="after")
     def _glob_needs_pattern(self) -> CheckpointCfg:
         if self.preset == "glob" and not self.glob:
@@ -202,6 +209,13 @@ class Settings(BaseSettings):
     signatures: list[UserSignature] = Field(default_factory=list, description="Extra diagnosis signatures.")
     preflight: PreflightCfg = Field(default_factory=PreflightCfg)
     config_path: Path | None = Field(None, exclude=True, description="Set by the loader.")
+
+    @field_validator("run_dir", "workdir")
+    @classmethod
+    def _path(cls, v: Path | None) -> Path | None:
+        if v is not None and any(ord(c) < 32 for c in str(v)):
+            raise ValueError("a path must not contain newlines or control characters")
+        return v
 
     @field_validator("name")
     @classmethod

@@ -142,6 +142,29 @@ class StateStore:
         atomic_write(self.path, text)
 
 
+REQUESTS_DIR = "requests"
+STOP_REQUEST = "stop-request"
+
+
+def write_request(run_dir: Path, request: dict[str, object]) -> Path:
+    """Queue a blacklist edit for a running controller (applied on SIGHUP or at its next poll)."""
+    d = private_dir(Path(run_dir) / REQUESTS_DIR)
+    path = d / f"{datetime.now().strftime('%Y%m%dT%H%M%S%f')}-{os.getpid()}.json"
+    atomic_write(path, json.dumps(request))
+    return path
+
+
+def take_requests(run_dir: Path) -> list[dict[str, object]]:
+    out = []
+    for path in sorted((Path(run_dir) / REQUESTS_DIR).glob("*.json")):
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            pass
+        path.unlink(missing_ok=True)
+    return out
+
+
 class LockHeld(Exception):
     pass
 
@@ -173,6 +196,14 @@ class RunLock:
             return self.path.read_text().strip() or None
         except OSError:
             return None
+
+    def holder_pid(self) -> int | None:
+        """The holder's PID if it runs on this host (a signal can reach it), else None."""
+        text = self.holder() or ""
+        fields = dict(f.split("=", 1) for f in text.split() if "=" in f)
+        if fields.get("host") != socket.gethostname() or not fields.get("pid", "").isdigit():
+            return None
+        return int(fields["pid"])
 
     def release(self) -> None:
         if self._fd is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,8 @@ def descendants(pids: list[int]) -> list[int]:
 
 
 def pyspy(pid: int) -> str:
-    exe = shutil.which("py-spy")
+    beside = Path(sys.executable).parent / "py-spy"  # installed in the same virtualenv
+    exe = str(beside) if beside.is_file() else shutil.which("py-spy")
     if not exe:
         return "py-spy not installed"
     try:
@@ -56,6 +58,24 @@ def pyspy(pid: int) -> str:
         return f"py-spy timed out after {PYSPY_TIMEOUT_S:.0f}s"
     text = (res.stdout + res.stderr).decode(errors="replace")
     return text[-4000:]
+
+
+FS_WCHAN = ("nfs", "rpc_wait", "fuse", "lustre", "ll_", "osc_", "gpfs", "mmfs", "cifs", "smb", "ceph", "beegfs",
+            "wait_on_page", "folio_wait", "io_schedule", "jbd2", "xfs_", "ext4_", "vfs_")
+
+
+def top_frame(stack: str) -> str:
+    """Innermost Python frame of the main thread in a py-spy dump, without the line number."""
+    lines = stack.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Thread ") and i + 1 < len(lines) and lines[i + 1].startswith("    "):
+            frame = lines[i + 1].strip()
+            return frame.split(":")[0] + ")" if ":" in frame else frame
+    return ""
+
+
+def fs_suspect(wchan: str) -> bool:
+    return any(w in wchan for w in FS_WCHAN)
 
 
 def dump_processes(pids: list[int]) -> list[dict[str, Any]]:
@@ -68,9 +88,9 @@ def dump_processes(pids: list[int]) -> list[dict[str, Any]]:
         done, wchan = with_timeout(wchan_path.read_text, READ_TIMEOUT_S)
         stack = pyspy(pid) if st[0] != "Z" else ""
         summary = next((ln.strip() for ln in stack.splitlines() if ln.strip().startswith(("Thread", "Error"))), "")
+        wchan_s = wchan if done and isinstance(wchan, str) else "unreadable"
         records.append({
-            "pid": pid, "state": st[0], "ppid": st[1],
-            "wchan": wchan if done and isinstance(wchan, str) else "unreadable",
-            "stack": stack, "stack_summary": summary[:200],
+            "pid": pid, "state": st[0], "ppid": st[1], "wchan": wchan_s, "fs_suspect": fs_suspect(wchan_s),
+            "stack": stack, "stack_summary": summary[:200], "top_frame": top_frame(stack),
         })
     return records

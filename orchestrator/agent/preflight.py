@@ -53,8 +53,8 @@ class FakeNvml:
         self.gpus: list[dict[str, int]] = data.get(node, data.get("*", []))
 
 
-def check_gpus(node: str) -> CheckResult:
-    fake = os.environ.get("ORCH_FAKE_NVML")
+def check_gpus(node: str, env: dict[str, str] | None = None) -> CheckResult:
+    fake = (env or {}).get("ORCH_FAKE_NVML") or os.environ.get("ORCH_FAKE_NVML")
     if fake:
         gpus = FakeNvml(fake, node).gpus
     else:
@@ -130,6 +130,6 @@ def run_command(argv: tuple[str, ...], timeout: float) -> CheckResult:
 
 
 def run_all(spec: SegmentSpec, node: str) -> list[CheckResult]:
-    results = [check_gpus(node), probe_dir(Path(spec.segment_dir) / "nodes", spec.preflight_timeout_s)]
+    results = [check_gpus(node, dict(spec.env)), probe_dir(Path(spec.segment_dir) / "nodes", spec.preflight_timeout_s)]
     results += [run_command(c, spec.preflight_timeout_s) for c in spec.preflight_commands]
     return results

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -54,9 +55,12 @@ class NodeEvidence:
     exit_code: int | None = None
     tail: tuple[tuple[int, str], ...] = ()
     stuck_detail: str = ""  # e.g. "pid 123 state D wchan=..." from a stall dump
+    top_frames: tuple[str, ...] = ()  # innermost Python frame of each training process (py-spy)
+    fs_suspect: bool = False  # the stuck process waits in filesystem code, or the fs probe timed out
 
     @classmethod
-    def from_scan(cls, scan: NodeScan, exit_code: int | None = None, stuck_detail: str = "") -> NodeEvidence:
+    def from_scan(cls, scan: NodeScan, exit_code: int | None = None, stuck_detail: str = "",
+                  top_frames: tuple[str, ...] = (), fs_suspect: bool = False) -> NodeEvidence:
         return cls(
             node=scan.node,
             file=scan.file,
@@ -67,6 +71,8 @@ class NodeEvidence:
             exit_code=exit_code,
             tail=tuple(scan.tail),
             stuck_detail=stuck_detail,
+            top_frames=top_frames,
+            fs_suspect=fs_suspect,
         )
 
 
@@ -106,6 +112,42 @@ def _progress_culprit(nodes: list[NodeEvidence]) -> list[str]:
     return behind if len(behind) < len(its) and max(its.values()) > low else []
 
 
+def _stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
+    """Nodes with a rank outside the frame where (strictly) most ranks wait: 'not in the collective'."""
+    frames = Counter(f for n in nodes for f in n.top_frames if f)
+    if len(frames) < 2:
+        return [], ""
+    (common, count), = frames.most_common(1)
+    if count * 2 <= sum(frames.values()):
+        return [], ""
+    odd = [n.node for n in nodes if any(f and f != common for f in n.top_frames)]
+    return (odd, common) if 0 < len(odd) < len(nodes) else ([], "")
+
+
+def _hang(nodes: list[NodeEvidence], secondary: list[Evidence]) -> Verdict | None:
+    """Who stalled the segment: a process in D state, an agent that stopped answering, a rank outside
+    the collective everyone else waits in, or the node whose progress stopped first."""
+    stuck = [n for n in nodes if n.stuck_detail]
+    if stuck:
+        fs = any(n.fs_suspect for n in stuck)
+        ev = [Evidence(node=n.node, file=n.file, text=n.stuck_detail, cause=Cause.HANG) for n in stuck]
+        if fs:
+            return _verdict(Cause.FILESYSTEM, [n.node for n in stuck], False, 0.8, ev + secondary,
+                            "a training process is stuck in filesystem I/O: the shared filesystem, not the node")
+        return _verdict(Cause.HANG, [n.node for n in stuck], True, 0.9, ev + secondary,
+                        "a training process was stuck while the others waited")
+    odd, common = _stack_outliers(nodes)
+    if odd:
+        ev = [Evidence(node=n.node, file=n.file, text=f"innermost frames {', '.join(n.top_frames)}; the others "
+                       f"wait in {common}", cause=Cause.HANG) for n in nodes if n.node in odd]
+        return _verdict(Cause.HANG, odd, True, 0.8, ev + secondary,
+                        f"ranks on {','.join(odd)} are not in {common}, where all the others wait")
+    behind = _progress_culprit(nodes)
+    if behind:
+        return _verdict(Cause.HANG, behind, True, 0.6, secondary, "progress stopped first on " + ",".join(behind))
+    return None
+
+
 def _from_job_state(job: JobStatus) -> Cause | None:
     return {
         JobState.TIMEOUT: Cause.TIMELIMIT,
@@ -126,12 +168,10 @@ def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict
     if job.state == JobState.COMPLETED and (all_ok or not any(n.exit_code for n in nodes)) and not roots:
         return Verdict(cause=Cause.SUCCESS, action=Action.DONE, confidence=0.95, summary="all nodes exited 0")
 
-    stuck = [n for n in nodes if n.stuck_detail]
-    if ctx.stalled and stuck:
-        return _verdict(Cause.HANG, [n.node for n in stuck], True, 0.9,
-                        [Evidence(node=n.node, file=n.file, text=n.stuck_detail, cause=Cause.HANG) for n in stuck]
-                        + [_ev(n, m, "secondary") for n, m in secondary[:20]],
-                        "a training process was stuck while the others waited")
+    if ctx.stalled and not roots:
+        hung = _hang(nodes, [_ev(n, m, "secondary") for n, m in secondary[:20]])
+        if hung is not None:
+            return hung
 
     state_cause = _from_job_state(job)
     hardware_roots = [(n, m) for n, m in roots if Cause(m.cause) in HARDWARE_CAUSES]
@@ -170,8 +210,7 @@ def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict
                         + (f"; progress stopped first on {','.join(behind)}" if behind else ""))
 
     if ctx.stalled:
-        behind = _progress_culprit(nodes)
-        return _verdict(Cause.HANG, behind, bool(behind), 0.6, [], "no progress before the stall timeout")
+        return _verdict(Cause.HANG, [], False, 0.5, [], "no progress before the stall timeout; no node stood out")
 
     failing = [n for n in nodes if n.exit_code not in (0, None)]
     ev = [Evidence(node=n.node, file=n.file, line=ln, text=t, role="context") for n in failing for ln, t in n.tail[-3:]]

@@ -32,6 +32,8 @@ class NodeWatch:
     dump: dict[str, Any] | None = None
     exit_seen_at: datetime | None = None
     pending_read: Any = None
+    heartbeat: str = ""
+    heartbeat_seen_at: datetime | None = None
 
 
 @dataclass
@@ -44,6 +46,7 @@ class SegmentWatch:
     fs_stalls: list[str] = field(default_factory=list)
     started_at: datetime | None = None
     slurm_nodes: list[str] = field(default_factory=list)
+    dumps_requested_at: datetime | None = None
     scheduler_logs: dict[str, NodeWatch] = field(default_factory=dict)
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
 
@@ -132,6 +135,9 @@ class SegmentWatch:
 
     def _read_records(self, node: str, nw: NodeWatch, now: datetime) -> None:
         nd = self.segment_dir / "nodes"
+        hb = self._read_json(nd / f"{node}.heartbeat.json")
+        if hb is not None and str(hb.get("alive_time")) != nw.heartbeat:
+            nw.heartbeat, nw.heartbeat_seen_at = str(hb.get("alive_time")), now
         if nw.exit_record is None:
             nw.exit_record = self._read_json(nd / f"{node}.exit.json")
             if nw.exit_record is not None:
@@ -157,10 +163,15 @@ class SegmentWatch:
         return {n: nw.exit_seen_at for n, nw in self.nodes.items()
                 if nw.exit_record and nw.exit_record.get("exit_code") not in (0, None) and nw.exit_seen_at}
 
+    def exit_code(self, node: str) -> int | None:
+        nw = self.nodes.get(node)
+        return nw.exit_record.get("exit_code") if nw and nw.exit_record else None
+
     def all_exited(self) -> bool:
         return bool(self.nodes) and all(nw.exit_record is not None for nw in self.nodes.values())
 
-    def request_dumps(self) -> None:
+    def request_dumps(self, now: datetime) -> None:
+        self.dumps_requested_at = now
         path = self.segment_dir / "dump-request"
         self._call(str(path), path.write_text, "dump\n")
 
@@ -179,7 +190,8 @@ class SegmentWatch:
             if nw is None:
                 ev = NodeEvidence(node=node, matches=tuple(extra[node]))
             else:
-                ev = NodeEvidence.from_scan(nw.scan, exit_code=code, stuck_detail=_stuck(nw.dump))
+                ev = NodeEvidence.from_scan(nw.scan, exit_code=code, stuck_detail=self._stuck(nw),
+                                            top_frames=_frames(nw.dump), fs_suspect=_fs(nw.dump))
                 if node in extra:
                     ev = dataclasses.replace(ev, matches=ev.matches + tuple(extra[node]))
             out.append(ev)
@@ -189,9 +201,29 @@ class SegmentWatch:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _stuck(dump: dict[str, Any] | None) -> str:
-    if not dump:
-        return ""
+    def _stuck(self, nw: NodeWatch) -> str:
+        """A process in D state, or an agent that did not answer the dump request while its heartbeat
+        stopped (the whole node's job processes are frozen)."""
+        if nw.dump is None:
+            asked = self.dumps_requested_at
+            quiet = asked is not None and (nw.heartbeat_seen_at is None or nw.heartbeat_seen_at < asked)
+            others = [o for o in self.nodes.values() if o is not nw and o.dump is not None]
+            if quiet and others:
+                since = nw.heartbeat_seen_at.isoformat(timespec="seconds") if nw.heartbeat_seen_at else "start"
+                return f"the agent did not answer the stack-dump request; its heartbeat stopped at {since}"
+            return ""
+        return _stuck_dump(nw.dump)
+
+
+def _frames(dump: dict[str, Any] | None) -> tuple[str, ...]:
+    return tuple(p.get("top_frame", "") for p in (dump or {}).get("processes", []) if p.get("top_frame"))
+
+
+def _fs(dump: dict[str, Any] | None) -> bool:
+    return any(p.get("state") == "D" and p.get("fs_suspect") for p in (dump or {}).get("processes", []))
+
+
+def _stuck_dump(dump: dict[str, Any]) -> str:
     for p in dump.get("processes", []):
         if p.get("state") == "D":
             return (f"pid {p['pid']} in uninterruptible sleep (state D, wchan={p.get('wchan', '?')}); "

@@ -24,7 +24,7 @@ class LogTail:
         """Return (line_no, text) for every complete line appended since the last call."""
         out: list[tuple[int, str]] = []
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            fd = os.open(self.path, os.O_RDONLY)  # may block (hung filesystem, FIFO): callers use a timeout
         except FileNotFoundError:
             return out
         try:

@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.agent import dump, preflight
+from orchestrator.diagnose.classify import Context, NodeEvidence, classify
+from orchestrator.model import Cause, JobState, JobStatus
+
+
+def test_gpu_check_without_nvml_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ORCH_FAKE_NVML", raising=False)
+    r = preflight.check_gpus("node1")
+    if r.detail.startswith("skipped"):
+        assert r.ok and r.detail == "skipped: no NVML"
+
+
+@pytest.mark.parametrize("gpus,ok,words", [
+    ([{}, {}], True, "2 GPU(s) healthy"),
+    ([{}, {"ecc_uncorrected": 3}], False, "GPU 1: 3 volatile uncorrectable ECC error"),
+    ([{"pending_retired": 1}], False, "pending page retirement"),
+    ([{"lost": 1}], False, "Unable to determine the device handle"),
+])
+def test_fake_nvml(tmp_path: Path, gpus: list[dict[str, int]], ok: bool, words: str) -> None:
+    f = tmp_path / "nvml.json"
+    f.write_text(json.dumps({"node2": gpus, "*": [{}]}))
+    r = preflight.check_gpus("node2", {"ORCH_FAKE_NVML": str(f)})
+    assert r.ok is ok and words in r.detail
+    assert preflight.check_gpus("node9", {"ORCH_FAKE_NVML": str(f)}).ok
+
+
+def test_fs_probe_reports_an_unusable_dir(tmp_path: Path) -> None:
+    assert preflight.probe_dir(tmp_path, 5).ok
+    r = preflight.probe_dir(tmp_path / "no" / "such" / "\x00bad", 2)
+    assert not r.ok and "ORCH-FS-PROBE FAILED" in r.detail
+
+
+def test_user_check_commands(tmp_path: Path) -> None:
+    assert preflight.run_command(("true",), 5).ok
+    bad = preflight.run_command(("sh", "-c", "echo ib0 down; exit 3"), 5)
+    assert not bad.ok and "exited 3" in bad.detail and "ib0 down" in bad.detail
+    slow = preflight.run_command(("sleep", "30"), 0.5)
+    assert not slow.ok and "timed out" in slow.detail
+
+
+def test_dump_reads_state_and_stack_of_a_live_process() -> None:
+    code = "import time\ndef wait_in_collective():\n    while True:\n        time.sleep(0.01)\nwait_in_collective()\n"
+    p = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        recs = []
+        for _ in range(50):  # the interpreter needs a moment before py-spy can read its frames
+            recs = dump.dump_processes([p.pid])
+            if recs and recs[0]["top_frame"]:
+                break
+        assert recs and recs[0]["pid"] == p.pid and recs[0]["state"] in "SR"
+        if "not installed" not in recs[0]["stack"]:
+            assert recs[0]["top_frame"].startswith("wait_in_collective (")
+    finally:
+        p.kill()
+        p.wait()
+    assert dump.read_stat(p.pid) is None  # gone: no hang, no exception
+
+
+def test_top_frame_parsing() -> None:
+    text = ('Process 1: python x.py\nPython v3.11.7\n\nThread 1 (idle): "MainThread"\n'
+            "    barrier (torch/distributed/distributed_c10d.py:2784)\n    main (train.py:10)\n")
+    assert dump.top_frame(text) == "barrier (torch/distributed/distributed_c10d.py)"
+    assert dump.top_frame("Error: Failed to suspend process\nReason: EPERM") == ""
+    assert dump.fs_suspect("nfs_wait_on_request") and not dump.fs_suspect("do_freezer_trap")
+
+
+STALL = Context(stalled=True)
+CANCELLED = JobStatus(state=JobState.CANCELLED)
+
+
+def test_rank_outside_the_collective_is_the_culprit() -> None:
+    coll = "barrier (torch/distributed/distributed_c10d.py)"
+    nodes = [NodeEvidence(node=f"n{i}", top_frames=(coll,) * 8) for i in range(1, 8)]
+    nodes.append(NodeEvidence(node="n8", top_frames=(coll,) * 7 + ("_do_batch (engine.py)",)))
+    v = classify(CANCELLED, nodes, STALL)
+    assert v.cause == Cause.HANG and v.culprit_nodes == ("n8",) and v.blame
+
+
+def test_d_state_on_filesystem_is_not_the_nodes_fault() -> None:
+    nodes = [NodeEvidence(node="n1"), NodeEvidence(node="n2", stuck_detail="pid 7 state D wchan=nfs_wait",
+                                                   fs_suspect=True)]
+    v = classify(CANCELLED, nodes, STALL)
+    assert v.cause == Cause.FILESYSTEM and not v.blame and v.action.value == "wait_and_resubmit"
+
+
+def test_stall_with_nobody_standing_out_blames_nobody() -> None:
+    nodes = [NodeEvidence(node="n1", top_frames=("a (x.py)",)), NodeEvidence(node="n2", top_frames=("a (x.py)",))]
+    v = classify(CANCELLED, nodes, STALL)
+    assert v.cause == Cause.HANG and not v.blame
+
+
+def test_agent_sets_rank_environment(tmp_path: Path) -> None:
+    from orchestrator.agent.main import NodeAgent
+    from orchestrator.model import SegmentSpec
+
+    spec = SegmentSpec(run_name="r", index=1, job_name="r.seg0001", nodes=2, tasks_per_node=4, gpus_per_node=0,
+                       time_limit_min=5, command=("true",), workdir=str(tmp_path), run_dir=str(tmp_path),
+                       segment_dir=str(tmp_path / "s"), progress_regex=r"it (\d+)", env=(("A", "1"),))
+    env = NodeAgent(spec, "node7", 1, 2, "9")._env(2)
+    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["ORCH_NODE_NAME"]) == ("6", "2", "8", "node7")
+    assert env["A"] == "1" and env["SLURMD_NODENAME"] == "node7" and os.environ.get("A") != "1"

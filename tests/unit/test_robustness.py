@@ -1,0 +1,128 @@
+"""A hung log read, shell metacharacters on their way to sbatch, stop and reload requests."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from orchestrator.backends.slurm import SlurmBackend
+from orchestrator.blacklist import ExcludePlan
+from orchestrator.clock import FakeClock
+from orchestrator.controller import Controller
+from orchestrator.diagnose.signatures import build_table
+from orchestrator.model import RunStatus
+from orchestrator.plan import plan
+from orchestrator.settings import SlurmBackendCfg, load_settings, parse_overrides
+from orchestrator.state import STOP_REQUEST, RunState, StateStore, write_request
+from orchestrator.watch.segment import SegmentWatch
+from tests.conftest import base_config, write_config
+from tests.fakes import FakeCluster
+
+
+def test_fifo_log_never_hangs_the_loop(tmp_path: Path) -> None:
+    logs = tmp_path / "seg" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "node1.log").write_text("0:  iteration 5/ 9 |\n")
+    os.mkfifo(logs / "node2.log")  # a read of it blocks, like a file on a frozen filesystem
+    w = SegmentWatch(tmp_path / "seg", build_table(), re.compile(r"iteration\s+(\d+)/"), read_timeout_s=0.3)
+    clock = FakeClock()
+    for round_ in range(3):
+        t = threading.Thread(target=w.poll, args=(clock.now(),), daemon=True)
+        t.start()
+        t.join(timeout=20)
+        assert not t.is_alive(), f"poll {round_} hung on the FIFO"
+        with (logs / "node1.log").open("a") as fh:
+            fh.write(f"0:  iteration {6 + round_}/ 9 |\n")
+    assert w.nodes["node1"].last_iteration == 7  # the healthy node kept being read
+    assert any("node2" in s and "did not return" in s for s in w.fs_stalls)
+    assert len([s for s in w.fs_stalls if "node2" in s]) == 1  # one stuck reader, not one per poll
+    with open(logs / "node2.log", "w") as fh:  # unblock the reader so the thread ends
+        fh.write("x\n")
+    w.close()
+
+
+@pytest.fixture
+def fake_slurm_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """sbatch/srun/sinfo stand-ins that record exactly what they were given."""
+    bindir, rec = tmp_path / "bin", tmp_path / "rec"
+    bindir.mkdir()
+    rec.mkdir()
+    scripts = {
+        "sbatch": f'#!/bin/sh\ncp "$1" {rec}/script.sh\nprintf "%s\\n" "$@" > {rec}/sbatch.argv\n'
+                  'echo "Submitted batch job 4242"\n',
+        "srun": f"#!/usr/bin/env python3\nimport json, sys\njson.dump(sys.argv[1:], open('{rec}/srun.json', 'w'))\n",
+        "sinfo": "#!/bin/sh\nprintf 'node1\\nnode2\\nnode3\\nnode4\\n'\n",
+    }
+    for name, text in scripts.items():
+        (bindir / name).write_text(text)
+        (bindir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    return rec
+
+
+def test_shell_metacharacters_reach_sbatch_as_literal_text(tmp_path: Path, fake_slurm_bin: Path) -> None:
+    mark = tmp_path / "PWNED"
+    evil = f"r; $(touch {mark}) `touch {mark}` -x"
+    cfg = base_config(tmp_path, run_dir=str(tmp_path / evil), name="ok-name",
+                      command=["python", f"--data=; $(touch {mark})", "-rf", "{checkpoint}"],
+                      checkpoint={"dir": str(tmp_path / evil / "ck"), "preset": "megatron"},
+                      resources={"nodes": 2, "partition": "gpu",
+                                 "sbatch_extra": {"constraint": f"a100&$(touch {mark})"}},
+                      backend={"kind": "slurm"})
+    s = load_settings(write_config(tmp_path, cfg))
+    clock = FakeClock()
+    state = RunState(run=s.name, created_at=clock.now(), updated_at=clock.now())
+    spec = plan(s, state, None, ExcludePlan(nodes=("node3",)), "python")
+    backend = SlurmBackend(SlurmBackendCfg(), clock, s.run_dir, runner=lambda argv, t: "node1\nnode3\n")
+    ref = backend.submit(spec)
+    assert ref.job_id == "4242"
+    script = (fake_slurm_bin / "script.sh").read_text()
+    assert subprocess.run(["bash", "-n", fake_slurm_bin / "script.sh"]).returncode == 0
+    assert "#SBATCH --exclude=node3" in script and "#SBATCH --no-requeue" in script
+    # run the generated batch script: bash evaluates its lines, srun records the argv it got
+    env = dict(os.environ, SLURM_JOB_ID="4242")
+    subprocess.run(["bash", fake_slurm_bin / "script.sh"], check=True, env=env, cwd=tmp_path)
+    argv = json.loads((fake_slurm_bin / "srun.json").read_text())
+    assert any(str(s.run_dir) in a for a in argv)  # the path arrived whole, quotes and all
+    assert not mark.exists()  # nothing was ever interpreted by a shell
+    assert spec.command[1] == f"--data=; $(touch {mark})" and spec.command[2] == "-rf"
+
+
+def make_ctl(tmp_path: Path) -> tuple[Controller, FakeCluster, FakeClock]:
+    p = write_config(tmp_path, base_config(tmp_path))
+    s = load_settings(p)
+    clock = FakeClock()
+    cluster = FakeCluster(clock, ["node1", "node2", "node3", "node4"], 50, tmp_path / "ckpt")
+    ctl = Controller(s, cluster, clock, StateStore(s.run_dir), python="python")
+    ctl.reloader = lambda: load_settings(p, parse_overrides(["policy.max_segments=7"]))
+    return ctl, cluster, clock
+
+
+def test_stop_request_leaves_the_job_running(tmp_path: Path) -> None:
+    ctl, cluster, clock = make_ctl(tmp_path)
+    state = ctl.load_or_init()
+    ctl.step(state)
+    (ctl.s.run_dir / STOP_REQUEST).write_text("stop\n")
+    state = ctl.run()
+    assert state.status == RunStatus.RUNNING and ctl.stop_requested == "orchestrator stop"
+    assert not list(cluster.jobs.values())[0].state.terminal
+
+
+def test_queued_blacklist_edits_and_reload(tmp_path: Path) -> None:
+    ctl, cluster, clock = make_ctl(tmp_path)
+    state = ctl.load_or_init()
+    write_request(ctl.s.run_dir, {"op": "add", "nodes": ["node1", "node2"], "reason": "Xid 79 seen by admins"})
+    write_request(ctl.s.run_dir, {"op": "remove", "nodes": ["node2"]})
+    ctl.request_reload()
+    ctl.apply_requests(state)
+    assert [e.node for e in state.blacklist.entries] == ["node1"] and state.blacklist.entries[0].source == "manual"
+    assert ctl.s.policy.max_segments == 7
+    ctl.step(state)
+    assert cluster.submitted[0].exclude == ("node1",)
+    assert StateStore(ctl.s.run_dir).load().blacklist.entries[0].node == "node1"  # persisted
