@@ -16,10 +16,9 @@ from rich.console import Console
 
 from orchestrator.backends.base import Backend
 from orchestrator.clock import Clock, RealClock
-from orchestrator.diagnose.classify import Context, NodeEvidence, classify
+from orchestrator.diagnose.classify import Context, NodeEvidence, classify, infer_job_state
 from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import build_table
-from orchestrator.model import JobState, JobStatus
 from orchestrator.report import blacklist_table, status_json, timeline_table
 from orchestrator.settings import ConfigError, Settings, load_settings, parse_overrides
 from orchestrator.state import STOP_REQUEST, LockHeld, RunLock, StateError, StateStore, write_request
@@ -362,7 +361,8 @@ def diagnose_dir(directory: Path, progress_regex: str = r"iteration\s+(\d+)\s*/\
                 break
             scan.feed(lines)
         nodes.append(NodeEvidence.from_scan(scan))
-    v = classify(JobStatus(state=JobState.UNKNOWN), nodes, Context())
+    stalled = any(n.top_frames or n.stuck_detail for n in nodes)
+    v = classify(infer_job_state(nodes), nodes, Context(stalled=stalled))
     return {
         "cause": v.cause.value, "culprit_nodes": list(v.culprit_nodes), "blame": v.blame,
         "action": v.action.value, "confidence": v.confidence, "summary": v.summary,

@@ -56,6 +56,7 @@ class NodeEvidence:
     tail: tuple[tuple[int, str], ...] = ()
     stuck_detail: str = ""  # e.g. "pid 123 state D wchan=..." from a stall dump
     top_frames: tuple[str, ...] = ()  # innermost Python frame of each training process (py-spy)
+    addresses: frozenset[str] = frozenset()  # IP addresses this host announced in NCCL INFO lines
     fs_suspect: bool = False  # the stuck process waits in filesystem code, or the fs probe timed out
 
     @classmethod
@@ -68,11 +69,12 @@ class NodeEvidence:
             first_iteration=scan.first_iteration,
             last_iteration=scan.last_iteration,
             last_progress_ts=scan.last_progress_ts,
-            exit_code=exit_code,
+            exit_code=exit_code if exit_code is not None else (0 if scan.completed else None),
             tail=tuple(scan.tail),
-            stuck_detail=stuck_detail,
-            top_frames=top_frames,
+            stuck_detail=stuck_detail or scan.stuck,
+            top_frames=top_frames or tuple(scan.top_frames),
             fs_suspect=fs_suspect,
+            addresses=frozenset(scan.addresses),
         )
 
 
@@ -124,6 +126,13 @@ def _stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
     return (odd, common) if 0 < len(odd) < len(nodes) else ([], "")
 
 
+def _peer_culprits(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> list[str]:
+    """Hosts whose address other nodes name in transport errors (NCCL INFO maps addresses to hosts)."""
+    owner = {ip: n.node for n in nodes for ip in n.addresses}
+    named = {owner[m.peer_ip] for n, m in secondary if m.peer_ip and m.peer_ip in owner and owner[m.peer_ip] != n.node}
+    return sorted(named) if 0 < len(named) < len(nodes) else []
+
+
 def _hang(nodes: list[NodeEvidence], secondary: list[Evidence]) -> Verdict | None:
     """Who stalled the segment: a process in D state, an agent that stopped answering, a rank outside
     the collective everyone else waits in, or the node whose progress stopped first."""
@@ -146,6 +155,18 @@ def _hang(nodes: list[NodeEvidence], secondary: list[Evidence]) -> Verdict | Non
     if behind:
         return _verdict(Cause.HANG, behind, True, 0.6, secondary, "progress stopped first on " + ",".join(behind))
     return None
+
+
+def infer_job_state(nodes: list[NodeEvidence]) -> JobStatus:
+    """For logs of jobs the orchestrator did not run: Slurm's end state from the lines it printed."""
+    sigs = {m.signature for n in nodes for m in n.matches}
+    for name, state in (("job_timelimit", JobState.TIMEOUT), ("job_preempted", JobState.PREEMPTED),
+                        ("node_failure_named", JobState.NODE_FAIL), ("job_node_fail", JobState.NODE_FAIL)):
+        if name in sigs:
+            return JobStatus(state=state)
+    if nodes and all(n.exit_code == 0 for n in nodes):
+        return JobStatus(state=JobState.COMPLETED, exit_code=0)
+    return JobStatus(state=JobState.UNKNOWN)
 
 
 def _from_job_state(job: JobStatus) -> Cause | None:
@@ -184,6 +205,9 @@ def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict
         best = min(roots, key=lambda nm: rank.get(Cause(nm[1].cause), len(rank)))
         cause = Cause(best[1].cause)
         culprit_matches = [(n, m) for n, m in roots if Cause(m.cause) == cause]
+        named = [(n, m) for n, m in culprit_matches if m.named_node]
+        if named:  # a line that names the failed host outranks where the line was printed
+            culprit_matches = named
         culprits = sorted({m.named_node or n.node for n, m in culprit_matches})
         blame = any(m.blame for _, m in culprit_matches)
         note = ""
@@ -201,6 +225,12 @@ def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict
         return _verdict(state_cause, culprits, bool(culprits), 0.8 if culprits else 0.6,
                         [_ev(n, m, "secondary") for n, m in secondary[:20]], f"Slurm job state {job.state.value}")
 
+    peers = _peer_culprits(nodes, secondary)
+    if peers:
+        ev = [_ev(n, m, "root") for n, m in secondary if m.peer_ip][:10]
+        ev += [_ev(n, m, "secondary") for n, m in secondary if not m.peer_ip][:20]
+        return _verdict(Cause.NETWORK, peers, True, 0.7, ev,
+                        f"peers report transport errors from {','.join(peers)} (address from NCCL INFO)")
     if secondary:
         cause = Cause(secondary[0][1].cause)
         cause = cause if cause != Cause.UNKNOWN else Cause.NCCL_TIMEOUT
@@ -219,7 +249,18 @@ def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict
                     + (f"; non-zero exit on {','.join(n.node for n in failing)}" if failing else ""))
 
 
+NOT_A_NODE = frozenset({Cause.USER_BUG, Cause.USER_OOM, Cause.FILESYSTEM, Cause.TIMELIMIT, Cause.PREEMPTED,
+                        Cause.SUCCESS})
+
+
 def _verdict(cause: Cause, culprits: list[str], blame: bool, conf: float, evidence: list[Evidence],
              summary: str) -> Verdict:
-    return Verdict(cause=cause, culprit_nodes=tuple(culprits), blame=blame and bool(culprits),
-                   action=SUGGESTED[cause], confidence=conf, evidence=tuple(evidence), summary=summary)
+    """Causes that are not a node's fault name no culprit (the evidence still says where it was printed)."""
+    if cause in NOT_A_NODE:
+        culprits, blame = [], False
+    blame = blame and bool(culprits)
+    action = SUGGESTED[cause]
+    if blame and action == Action.RESUBMIT:
+        action = Action.RESUBMIT_EXCLUDE
+    return Verdict(cause=cause, culprit_nodes=tuple(culprits), blame=blame, action=action, confidence=conf,
+                   evidence=tuple(evidence), summary=summary)

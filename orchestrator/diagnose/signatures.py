@@ -22,6 +22,7 @@ class Signature:
     blame: bool = False
     cascade: bool = False
     node_group: str | None = None  # named group holding the culprit host, if the line names it
+    peer_group: str | None = None  # named group holding a peer IP address (mapped to a host via NCCL INFO)
     source: str = ""
     ignore_case: bool = True
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
@@ -75,6 +76,30 @@ BUILTIN: tuple[Signature, ...] = (
         node_group="node",
         source="srun(1) messages",
     ),
+    Signature(
+        "srun_task_oom",
+        r"srun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Out Of Memory",
+        C.HOST_OOM,
+        blame=True,
+        node_group="node",
+        source="srun(1): 'srun: error: NODE: task N: Out Of Memory' (nextflow-io/nextflow#5932)",
+    ),
+    Signature(
+        "srun_task_bus",
+        r"srun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Bus error",
+        C.BUS_ERROR,
+        blame=True,
+        node_group="node",
+        source="srun(1): 'srun: error: NODE: task N: Bus error' (hafs-community/HAFS#101)",
+    ),
+    Signature(
+        "srun_task_segv",
+        r"srun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Segmentation fault",
+        C.SEGFAULT,
+        blame=True,
+        node_group="node",
+        source="srun(1) task exit report",
+    ),
     Signature("job_node_fail", r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO NODE FAILURE", C.NODE_FAIL,
               cascade=True, source="slurmstepd job cancel banner"),
     Signature("job_timelimit", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT",
@@ -109,8 +134,17 @@ BUILTIN: tuple[Signature, ...] = (
         source="torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp watchdog",
     ),
     Signature(
+        "nccl_ib_peer",
+        r"NET/IB\w* ?: Got completion from peer (?P<peer>\d+\.\d+\.\d+\.\d+)<\d+> with (?:status|error)",
+        C.NETWORK,
+        cascade=True,
+        peer_group="peer",
+        source="NCCL ib_plugin 'Got completion from peer IP<port> with status=12 ...' (NVIDIA/nccl#1405)",
+    ),
+    Signature(
         "network",
         r"NET/IB ?: .*(?:error|failed)|IBV_WC_\w+|ibv_\w+ failed|Connection reset by peer|Connection refused"
+        r"|Connection closed by (?:remote )?peer"
         r"|ncclRemoteError|ncclSystemError|NCCL WARN .*socket|Broken pipe|No route to host",
         C.NETWORK,
         cascade=True,

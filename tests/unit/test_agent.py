@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,17 +50,19 @@ def test_user_check_commands(tmp_path: Path) -> None:
 
 
 def test_dump_reads_state_and_stack_of_a_live_process() -> None:
-    code = "import time\ndef wait_in_collective():\n    while True:\n        time.sleep(0.01)\nwait_in_collective()\n"
-    p = subprocess.Popen([sys.executable, "-c", code])
+    code = ("import sys, time\ndef wait_in_collective():\n    print('ready', flush=True)\n    while True:\n"
+            "        time.sleep(0.01)\nwait_in_collective()\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
-        recs = []
-        for _ in range(50):  # the interpreter needs a moment before py-spy can read its frames
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 60
+        while True:  # under load py-spy may time out; a dump that got the frames is what we check
             recs = dump.dump_processes([p.pid])
-            if recs and recs[0]["top_frame"]:
+            assert recs and recs[0]["pid"] == p.pid and recs[0]["state"] in "SR"
+            if "Thread" in recs[0]["stack"] or "not installed" in recs[0]["stack"] or time.monotonic() > deadline:
                 break
-        assert recs and recs[0]["pid"] == p.pid and recs[0]["state"] in "SR"
         if "not installed" not in recs[0]["stack"]:
-            assert recs[0]["top_frame"].startswith("wait_in_collective (")
+            assert recs[0]["top_frame"].startswith("wait_in_collective ("), recs[0]["stack"]
     finally:
         p.kill()
         p.wait()

@@ -92,7 +92,8 @@ def test_user_bug_blames_nobody() -> None:
     tb = ["Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
           "ValueError: could not broadcast input array from shape (8,32) into shape (8,33)"]
     v = classify(FAILED, [node(n, progress(25) + tb, 1) for n in ("n1", "n2")], Context())
-    assert v.cause == Cause.USER_BUG and not v.blame and v.culprit_nodes
+    assert v.cause == Cause.USER_BUG and not v.blame and v.culprit_nodes == ()
+    assert {e.node for e in v.evidence} == {"n1", "n2"}  # where it was printed stays in the evidence
 
 
 def test_nan_is_user_bug() -> None:
