@@ -69,7 +69,7 @@ def test_preflight_failure_excludes_node_before_training(cluster: None, tmp_path
     st = status(cfg)
     s1 = st["segments"][0]
     assert s1["cause"] == "gpu_ecc" and s1["culprit_nodes"] == ["node2"]
-    assert "ORCH-PREFLIGHT FAILED" in s1["evidence"][0]["text"]
+    assert "ORCH-PREFLIGHT gpu: FAILED" in s1["evidence"][0]["text"]
     log2 = (tmp_path / "run" / "segments" / "0001" / "logs" / "node2.log").read_text()
     assert not re.search(r"iteration\s+\d+/", log2) and "starting from scratch" not in log2  # never trained
     assert all("node2" in s["excluded"] for s in st["segments"][1:]) and st["state"] == "done"
