@@ -96,9 +96,15 @@ def run(
         lock.acquire()
     except LockHeld as exc:
         raise fail([str(exc)], 1) from None
+    from orchestrator.failpoints import Failpoints
+
+    try:
+        failpoint = Failpoints.from_env()
+    except ValueError as exc:
+        raise fail([str(exc)]) from None
     backend = build_backend(s, clock)
-    store = StateStore(s.run_dir)
-    ctl = Controller(s, backend, clock, store)
+    store = StateStore(s.run_dir, failpoint)
+    ctl = Controller(s, backend, clock, store, failpoint=failpoint)
     ctl.reloader = lambda: load_settings(config, parse_overrides(set_))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _f: ctl.request_stop(signal.Signals(signum).name))

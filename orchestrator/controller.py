@@ -34,7 +34,9 @@ def user_signatures(settings: Settings) -> tuple[Signature, ...]:
 
 class Controller:
     def __init__(self, settings: Settings, backend: Backend, clock: Clock, store: StateStore,
-                 notify: Notify | None = None, python: str = sys.executable):
+                 notify: Notify | None = None, python: str = sys.executable,
+                 failpoint: Callable[[str], None] | None = None):
+        self.failpoint = failpoint or (lambda name: None)
         self.s, self.backend, self.clock, self.store = settings, backend, clock, store
         self.notify = notify or (lambda title, body: None)
         self.python = python
@@ -162,6 +164,7 @@ class Controller:
         state.segments.append(seg)
         state.wait_until = None
         self.save(state)  # intent first: a crash before the id is recorded is detected on restart
+        self.failpoint("after_intent")
         try:
             ref = self.backend.submit(spec)
         except SchedulerUnavailable as exc:
@@ -172,7 +175,9 @@ class Controller:
             state.segments.pop()
             self._stop(state, f"submission rejected: {exc}")
             return
+        self.failpoint("after_submit")
         self._attach(state, seg, ref)
+        self.failpoint("after_record")
         log.info("segment submitted job={} exclude={} resume_from={} start_iteration={}",
                  ref.job_id, spec.exclude_hostlist or "-", spec.resume_from or "-", spec.start_iteration)
 
@@ -228,6 +233,7 @@ class Controller:
             return
         if status.nodes and (status.state == JobState.RUNNING or not watch.slurm_nodes):
             watch.slurm_nodes = list(status.nodes)  # COMPLETING lists only the nodes still busy
+        self.failpoint("poll")
         watch.poll(now, final=status.state.terminal)
         changed = self._update_progress(seg, status, watch, now)
         if status.state.terminal:
@@ -308,6 +314,7 @@ class Controller:
         seg.job_state, seg.ended_at = status.state, now
         seg.cause, seg.culprit_nodes = verdict.cause, list(verdict.culprit_nodes)
         seg.confidence, seg.evidence = verdict.confidence, list(verdict.evidence)
+        self.failpoint("before_decide")
         decision = decide(state, verdict, self.s.policy, self.s.goal, now)
         self.act(state, seg, verdict, decision.action, decision.reason, decision.blame_nodes, decision.hard,
                  decision.wait_s)
@@ -330,6 +337,7 @@ class Controller:
                                                            time=now))
                 state.hardware_events = state.hardware_events[-500:]
             self.notify(f"{state.run}: node {node} blacklisted", f"{verdict.cause.value}: {text[:300]}")
+            self.failpoint("after_blacklist")
         if seg.resumed_from and (seg.end_iteration is None or seg.end_iteration <= seg.start_iteration) \
                 and verdict.cause in (Cause.USER_BUG, Cause.UNKNOWN):
             state.bad_checkpoints[seg.resumed_from] = state.bad_checkpoints.get(seg.resumed_from, 0) + 1
@@ -347,6 +355,7 @@ class Controller:
         elif action == Action.WAIT_AND_RESUBMIT:
             state.wait_until = now + timedelta(seconds=wait_s)
         self.save(state)
+        self.failpoint("after_conclude")
 
     def _stop(self, state: RunState, reason: str) -> None:
         state.status, state.stop_reason = RunStatus.STOPPED, reason

@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import tempfile
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -89,7 +90,7 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def atomic_write(path: Path, data: str) -> None:
+def atomic_write(path: Path, data: str, failpoint: Callable[[str], None] | None = None) -> None:
     """Write `data` so that a crash at any instant leaves the old or the new file, never a mix."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -98,6 +99,8 @@ def atomic_write(path: Path, data: str) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        if failpoint:
+            failpoint("state_write")  # written and synced, not yet renamed into place
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -110,9 +113,10 @@ def atomic_write(path: Path, data: str) -> None:
 
 
 class StateStore:
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, failpoint: Callable[[str], None] | None = None):
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / STATE_FILE
+        self.failpoint = failpoint or (lambda name: None)
 
     def exists(self) -> bool:
         return self.path.is_file()
@@ -139,7 +143,7 @@ class StateStore:
         text = state.model_dump_json(indent=2)
         if self.path.exists():
             atomic_write(self.path.with_suffix(".json.bak"), self.path.read_text(encoding="utf-8"))
-        atomic_write(self.path, text)
+        atomic_write(self.path, text, self.failpoint)
 
 
 REQUESTS_DIR = "requests"

@@ -8,6 +8,7 @@
 #   scripts/slurm-testbed.sh revive NODE      start the node's slurmd again
 #   scripts/slurm-testbed.sh freeze-job NODE  freeze the job's processes on NODE (cgroup freezer: state D)
 #   scripts/slurm-testbed.sh thaw-job NODE
+#   scripts/slurm-testbed.sh stop-ctld|start-ctld   a scheduler outage (jobs keep running on the nodes)
 #   scripts/slurm-testbed.sh env              print the export line clients need (SLURM_CONF)
 #
 # Each slurmd runs in its own UTS+PID+mount namespace with hostname nodeK, so `hostname`, %N and
@@ -287,6 +288,8 @@ case "${1:-}" in
   revive) start_node "${2:?node}"; wait_for 60 "node $2" sh -c "sinfo -h -n $2 -o %t | grep -qE 'idle|mix|alloc'" ;;
   freeze-job) freeze "${2:?node}" ;;
   thaw-job) thaw "${2:?node}" ;;
+  stop-ctld) pkill -f "slurmctld -D" || true; wait_for 30 "slurmctld down" sh -c '! scontrol ping' ;;
+  start-ctld) start_ctld ;;
   env) echo "export SLURM_CONF=$CONF" ;;
-  *) sed -n '2,15p' "$0"; exit 2 ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
 esac

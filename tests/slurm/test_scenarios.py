@@ -131,3 +131,26 @@ def test_controller_killed_and_restarted_reattaches(cluster: None, tmp_path: Pat
     names = Counter(r[1] for r in sacct_jobs(name))
     assert names == Counter({f"{name}.seg0001": 1})
     assert node_states()  # the cluster still answers
+
+
+def test_scheduler_outage_is_not_a_failure(cluster: None, tmp_path: Path) -> None:
+    import time
+
+    name = uniq("outage")
+    cfg = make_config(tmp_path, name, iters=700, step=0.1)
+    proc = orch_bg("run", str(cfg), log=tmp_path / "ctl.log")
+    try:
+        wait_until(lambda: (s := status(cfg)) and s["segments"] and (s["segments"][0]["end_iteration"] or 0) > 20,
+                   120, "segment 1 to make progress")
+        sh(str(TESTBED), "stop-ctld")
+        assert sh("scontrol", "ping", check=False).returncode != 0
+        t0 = time.monotonic()
+        wait_until(lambda: time.monotonic() - t0 >= 60 or proc.poll() is not None, 90, "60 s of outage")
+        assert proc.poll() is None, "the controller must keep waiting through a scheduler outage"
+        assert len(status(cfg)["segments"]) == 1 and status(cfg)["segments"][0]["cause"] is None
+    finally:
+        sh(str(TESTBED), "start-ctld", timeout=90)
+    assert proc.wait(timeout=300) == 0, (tmp_path / "ctl.log").read_text()[-3000:]
+    st = status(cfg)
+    assert st["state"] == "done" and len(st["segments"]) == 1 and st["segments"][0]["cause"] == "success"
+    assert len(sacct_jobs(name)) == 1  # never resubmitted
