@@ -17,6 +17,7 @@ from rich.console import Console
 from orchestrator.backends.base import Backend
 from orchestrator.clock import Clock, RealClock
 from orchestrator.diagnose.classify import Context, NodeEvidence, classify, infer_job_state
+from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import build_table
 from orchestrator.report import blacklist_table, status_json, timeline_table
@@ -356,16 +357,18 @@ def diagnose_dir(directory: Path, progress_regex: str = r"iteration\s+(\d+)\s*/\
     files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
     sigs = build_table()
     rx = re.compile(progress_regex)
+    prefilter = Prefilter([(s.pattern, s.ignore_case) for s in sigs])
     nodes = []
     for f in files:
         host = f.name.split(".")[0] if "." in f.name else f.name
         scan = NodeScan(host, str(f), sigs, rx)
         tail = LogTail(f)
         while True:
-            lines = tail.read_new(final=True)
-            if not lines:
+            blocks = tail.read_chunks(final=True)
+            if not blocks:
                 break
-            scan.feed(lines)
+            for first, block in blocks:
+                scan.feed_bytes(first, block, prefilter)
         nodes.append(NodeEvidence.from_scan(scan))
     stalled = any(n.top_frames or n.stuck_detail for n in nodes)
     v = classify(infer_job_state(nodes), nodes, Context(stalled=stalled))

@@ -7,6 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.signatures import Signature
 
 PREFIX = re.compile(
@@ -28,6 +29,7 @@ PYSPY_THREAD = re.compile(r"^Thread (?:0x)?[0-9a-f]+ \((?:idle|active)[^)]*\)")
 PYSPY_FRAME = re.compile(r"^\s*(?P<fn>[\w<>.]+) \((?P<file>[^():]+):\d+\)\s*$")
 PYSPY_STUCK = re.compile(r"Error: Failed to suspend process|py-spy timed out")
 MAX_MATCHES = 400
+MAX_LINE_DECODE = 64 * 1024
 MAX_TEXT = 500
 
 
@@ -44,6 +46,37 @@ class Match:
     named_node: str | None = None
     file: str = ""
     peer_ip: str | None = None
+
+
+def _decode(raw: bytes) -> str:
+    return raw[:MAX_LINE_DECODE].replace(b"\x00", b"").decode("utf-8", errors="replace").rstrip()
+
+
+def _int(m: re.Match[bytes] | None) -> int | None:
+    try:
+        return int(m.group(1)) if m else None
+    except (ValueError, IndexError):
+        return None
+
+
+def _iter_lines_backwards(data: bytes, stop: int, limit: int):  # noqa: ANN202 - generator of bytes
+    end = len(data)
+    for _ in range(limit):
+        if end <= stop:
+            return
+        start = data.rfind(b"\n", stop, end - 1) + 1 if end - 1 > stop else stop
+        yield data[start:end]
+        end = start
+
+
+def _iter_lines_forward(data: bytes, start: int, limit: int):  # noqa: ANN202 - generator of bytes
+    for _ in range(limit):
+        if start >= len(data):
+            return
+        nl = data.find(b"\n", start)
+        nl = len(data) if nl < 0 else nl
+        yield data[start:nl]
+        start = nl + 1
 
 
 def parse_prefix(line: str) -> tuple[datetime | None, int | None, str]:
@@ -85,12 +118,85 @@ class NodeScan:
     stuck: str = ""
     _frame_next: bool = False
 
+    def feed_bytes(self, first_line: int, data: bytes, prefilter: Prefilter) -> None:
+        """Scan a block of complete lines: only the lines the prefilter flags are decoded and matched;
+        progress comes from the last progress line of the block, the tail from its last lines."""
+        pos_line, pos = first_line, 0
+        last_alloc = -1
+        for start, end in prefilter.lines(data):
+            pos_line += data.count(b"\n", pos, start)
+            pos = start
+            before = self.allocations
+            self._raw_line(pos_line, data[start:end])
+            if self.allocations != before:
+                last_alloc = end
+            if self._frame_next:  # a py-spy thread header: its first frame is on the next line
+                nxt = data.find(b"\n", end + 1)
+                _, _, body = parse_prefix(_decode(data[end + 1 : len(data) if nxt < 0 else nxt]))
+                self._stack_line(body)  # takes the frame if it is one; the line is not scanned twice
+        self.lines += data.count(b"\n")
+        self._block_progress(data, max(last_alloc, 0))
+        tail_start = len(data)
+        for _ in range(self.tail.maxlen or 40):
+            tail_start = data.rfind(b"\n", 0, max(tail_start - 1, 0)) if tail_start > 0 else -1
+            if tail_start < 0:
+                break
+        lines = data[max(tail_start + 1, 0):].split(b"\n")
+        n_total = first_line + data.count(b"\n")
+        for i, raw in enumerate(lines[-(self.tail.maxlen or 40):]):
+            text = _decode(raw)
+            if text:
+                self.tail.append((n_total - len(lines) + 1 + i, text[:MAX_TEXT]))
+
+    def _raw_line(self, line_no: int, raw: bytes) -> None:
+        text = _decode(raw)
+        parts = [p for p in text.split("\r") if p.strip()] if "\r" in text else [text]
+        for part in parts:
+            self._line(line_no, part, count=False)
+
+    def _block_progress(self, data: bytes, after: int) -> None:
+        """Last (and, the first time, first) progress line of the block, searched from its ends."""
+        rx = self._progress_bytes()
+        last = None
+        for m in _iter_lines_backwards(data, after, 400):
+            hit = rx.search(m)
+            if hit:
+                last = (m, hit)
+                break
+        if last is None and len(data) - after > 400 * 200:
+            hits = list(rx.finditer(data, after))
+            if hits:
+                h = hits[-1]
+                ls = data.rfind(b"\n", 0, h.start()) + 1
+                le = data.find(b"\n", h.end())
+                line = data[ls : len(data) if le < 0 else le]
+                again = rx.search(line)
+                last = (line, again) if again else None
+        if last is None:
+            return
+        line, hit = last
+        it = _int(hit)
+        if it is None:
+            return
+        if self.first_iteration is None:
+            first = next((rx.search(ln) for ln in _iter_lines_forward(data, after, 400) if rx.search(ln)), None)
+            self.first_iteration = _int(first) if first else it
+        self.last_iteration = it
+        ts, _, _ = parse_prefix(_decode(line[:80]))
+        self.last_progress_ts = ts or self.last_progress_ts
+
+    def _progress_bytes(self) -> re.Pattern[bytes]:
+        if getattr(self, "_prog_b", None) is None:
+            self._prog_b = re.compile(self.progress.pattern.encode(), self.progress.flags & ~re.UNICODE)
+        return self._prog_b
+
     def feed(self, numbered: list[tuple[int, str]]) -> None:
         for line_no, raw in numbered:
             self._line(line_no, raw)
 
-    def _line(self, line_no: int, raw: str) -> None:
-        self.lines += 1
+    def _line(self, line_no: int, raw: str, count: bool = True) -> None:
+        if count:
+            self.lines += 1
         if not raw:
             return
         ts, rank, body = parse_prefix(raw)
@@ -129,7 +235,7 @@ class NodeScan:
                                 rank, ts, named, self.file, peer))
                 return
 
-    def _stack_line(self, body: str) -> bool:
+    def _stack_line(self, body: str) -> bool:  # noqa: C901
         """py-spy dumps in the log: the innermost frame of each thread dump, and failures to suspend."""
         if self._frame_next:
             self._frame_next = False

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.diagnose.classify import NodeEvidence
+from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import Match, NodeScan
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.watch.tail import LogTail
@@ -49,6 +50,10 @@ class SegmentWatch:
     dumps_requested_at: datetime | None = None
     scheduler_logs: dict[str, NodeWatch] = field(default_factory=dict)
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
+    prefilter: Prefilter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.prefilter = Prefilter([(s.pattern, s.ignore_case) for s in self.signatures])
 
     @property
     def logs_dir(self) -> Path:
@@ -95,10 +100,10 @@ class SegmentWatch:
                 self.scheduler_logs[key] = NodeWatch(
                     tail=LogTail(path), scan=NodeScan(node, key, self.signatures, self.progress))
 
-    def _read_tail(self, label: str, nw: NodeWatch, final: bool) -> list[tuple[int, str]] | None:
+    def _read_tail(self, label: str, nw: NodeWatch, final: bool) -> list[tuple[int, bytes]] | None:
         if nw.pending_read is not None and not nw.pending_read.done():
             return None  # still stuck from an earlier poll: do not pile up readers
-        fut = nw.pending_read or self._pool.submit(nw.tail.read_new, final)
+        fut = nw.pending_read or self._pool.submit(nw.tail.read_chunks, final)
         nw.pending_read = None
         try:
             return list(fut.result(timeout=self.read_timeout_s))
@@ -116,14 +121,14 @@ class SegmentWatch:
         self._discover()
         self._discover_scheduler_logs()
         for key, sw in self.scheduler_logs.items():
-            lines = self._read_tail(key, sw, final)
-            if lines:
-                sw.scan.feed(lines)
+            for first, block in self._read_tail(key, sw, final) or []:
+                sw.scan.feed_bytes(first, block, self.prefilter)
         for node, nw in self.nodes.items():
-            lines = self._read_tail(node, nw, final)
-            if lines is None:
+            blocks = self._read_tail(node, nw, final)
+            if blocks is None:
                 continue
-            nw.scan.feed(lines)
+            for first, block in blocks:
+                nw.scan.feed_bytes(first, block, self.prefilter)
             if nw.scan.last_iteration is not None and nw.scan.last_iteration != nw.last_iteration:
                 nw.last_iteration = nw.scan.last_iteration
                 nw.progress_seen_at = now

@@ -1,0 +1,82 @@
+"""Find the few lines worth a closer look in a large block of log bytes.
+
+Every signature (and every special line the scanner reacts to) is compiled into one Hyperscan
+database, which scans a whole block at memory speed and reports where something may match; only those
+lines are decoded and checked with Python's `re`, which also extracts the named groups. Without
+Hyperscan (not installed, or a user pattern it cannot compile) one combined Python regex does the same,
+more slowly. The prefilter may over-report, never under-report.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+try:  # optional accelerator
+    import hyperscan
+except ImportError:  # pragma: no cover - depends on the platform
+    hyperscan = None  # type: ignore[assignment]
+
+# Lines the scanner handles besides signatures: allocation markers, NCCL addresses, completion,
+# py-spy thread headers and failures.
+SPECIAL = (
+    (r"ORCH-AGENT (?:start|exit)|ORCH-ALLOCATION|Starting with JobEnvironment|Job completed successfully", False),
+    (r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using", False),
+    (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|Failed to suspend process|py-spy timed out", False),
+)
+_NAMED = re.compile(r"\(\?P<\w+>")
+
+
+def _plain(pattern: str) -> str:
+    """Drop group names and a leading anchor: the prefilter looks for the pattern anywhere in a line."""
+    p = _NAMED.sub("(", pattern)
+    return p[1:] if p.startswith("^") else p
+
+
+class Prefilter:
+    def __init__(self, patterns: Sequence[tuple[str, bool]]):
+        self.patterns = list(patterns) + list(SPECIAL)
+        self.engine = "python"
+        self._db = None
+        if hyperscan is not None:
+            try:
+                db = hyperscan.Database()
+                flags = [(hyperscan.HS_FLAG_CASELESS if ci else 0) | hyperscan.HS_FLAG_ALLOWEMPTY
+                         | hyperscan.HS_FLAG_MULTILINE for _, ci in self.patterns]
+                db.compile(expressions=[_plain(p).encode() for p, _ in self.patterns],
+                           ids=list(range(len(self.patterns))), elements=len(self.patterns), flags=flags)
+                self._db, self.engine = db, "hyperscan"
+            except Exception:  # noqa: BLE001 - any unsupported construct: fall back to Python
+                self._db = None
+        alts = [f"(?i:{_plain(p)})" if ci else f"(?:{_plain(p)})" for p, ci in self.patterns]
+        self._rx = re.compile("|".join(alts).encode(), re.MULTILINE)
+
+    def lines(self, data: bytes) -> list[tuple[int, int]]:
+        """(start, end) byte offsets of every line of `data` that may match, in order, without duplicates."""
+        ends: list[int] = []
+        if self._db is not None:
+            state = {"line_end": -1}
+
+            def on_match(_id: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+                if to > state["line_end"]:
+                    ends.append(to)
+                    nl = data.find(b"\n", max(to - 1, 0))
+                    state["line_end"] = len(data) if nl < 0 else nl
+
+            self._db.scan(data, match_event_handler=on_match)
+        else:
+            ends = [m.end() for m in self._rx.finditer(data)]
+        out: list[tuple[int, int]] = []
+        last_end = -1
+        for pos in ends:
+            k = pos - 1 if pos > 0 else 0
+            if data[k:k + 1] == b"\n" and pos < len(data):
+                k = pos  # an empty match at the start of the next line
+            if k <= last_end:
+                continue
+            start = data.rfind(b"\n", 0, k) + 1
+            end = data.find(b"\n", k)
+            end = len(data) if end < 0 else end
+            out.append((start, end))
+            last_end = end
+        return out
