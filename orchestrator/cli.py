@@ -367,8 +367,8 @@ def diagnose_dir(directory: Path, progress_regex: str = r"iteration\s+(\d+)\s*/\
             blocks = tail.read_chunks(final=True)
             if not blocks:
                 break
-            for first, block in blocks:
-                scan.feed_bytes(first, block, prefilter)
+            for first, block, newlines in blocks:
+                scan.feed_bytes(first, block, prefilter, newlines)
         nodes.append(NodeEvidence.from_scan(scan))
     stalled = any(n.top_frames or n.stuck_detail for n in nodes)
     v = classify(infer_job_state(nodes), nodes, Context(stalled=stalled))

@@ -118,7 +118,7 @@ class NodeScan:
     stuck: str = ""
     _frame_next: bool = False
 
-    def feed_bytes(self, first_line: int, data: bytes, prefilter: Prefilter) -> None:
+    def feed_bytes(self, first_line: int, data: bytes, prefilter: Prefilter, newlines: int | None = None) -> None:
         """Scan a block of complete lines: only the lines the prefilter flags are decoded and matched;
         progress comes from the last progress line of the block, the tail from its last lines."""
         pos_line, pos = first_line, 0
@@ -134,7 +134,8 @@ class NodeScan:
                 nxt = data.find(b"\n", end + 1)
                 _, _, body = parse_prefix(_decode(data[end + 1 : len(data) if nxt < 0 else nxt]))
                 self._stack_line(body)  # takes the frame if it is one; the line is not scanned twice
-        self.lines += data.count(b"\n")
+        newlines = data.count(b"\n") if newlines is None else newlines
+        self.lines += newlines
         self._block_progress(data, max(last_alloc, 0))
         tail_start = len(data)
         for _ in range(self.tail.maxlen or 40):
@@ -142,7 +143,7 @@ class NodeScan:
             if tail_start < 0:
                 break
         lines = data[max(tail_start + 1, 0):].split(b"\n")
-        n_total = first_line + data.count(b"\n")
+        n_total = first_line + newlines
         for i, raw in enumerate(lines[-(self.tail.maxlen or 40):]):
             text = _decode(raw)
             if text:

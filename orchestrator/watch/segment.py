@@ -100,7 +100,7 @@ class SegmentWatch:
                 self.scheduler_logs[key] = NodeWatch(
                     tail=LogTail(path), scan=NodeScan(node, key, self.signatures, self.progress))
 
-    def _read_tail(self, label: str, nw: NodeWatch, final: bool) -> list[tuple[int, bytes]] | None:
+    def _read_tail(self, label: str, nw: NodeWatch, final: bool) -> list[tuple[int, bytes, int]] | None:
         if nw.pending_read is not None and not nw.pending_read.done():
             return None  # still stuck from an earlier poll: do not pile up readers
         fut = nw.pending_read or self._pool.submit(nw.tail.read_chunks, final)
@@ -121,14 +121,14 @@ class SegmentWatch:
         self._discover()
         self._discover_scheduler_logs()
         for key, sw in self.scheduler_logs.items():
-            for first, block in self._read_tail(key, sw, final) or []:
-                sw.scan.feed_bytes(first, block, self.prefilter)
+            for first, block, newlines in self._read_tail(key, sw, final) or []:
+                sw.scan.feed_bytes(first, block, self.prefilter, newlines)
         for node, nw in self.nodes.items():
             blocks = self._read_tail(node, nw, final)
             if blocks is None:
                 continue
-            for first, block in blocks:
-                nw.scan.feed_bytes(first, block, self.prefilter)
+            for first, block, newlines in blocks:
+                nw.scan.feed_bytes(first, block, self.prefilter, newlines)
             if nw.scan.last_iteration is not None and nw.scan.last_iteration != nw.last_iteration:
                 nw.last_iteration = nw.scan.last_iteration
                 nw.progress_seen_at = now

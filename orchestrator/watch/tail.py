@@ -46,10 +46,11 @@ class LogTail:
             self._partial = b""
         return out
 
-    def read_chunks(self, final: bool = False, max_bytes: int = 64 * CHUNK) -> list[tuple[int, bytes]]:
-        """New data as (number of the first line, bytes of complete lines); cheaper than read_new for big
-        files: lines are not split or decoded here (the scanner decodes only the lines it needs)."""
-        out: list[tuple[int, bytes]] = []
+    def read_chunks(self, final: bool = False, max_bytes: int = 64 * CHUNK) -> list[tuple[int, bytes, int]]:
+        """New data as (number of its first line, bytes of complete lines, number of newlines in them);
+        cheaper than read_new for big files: nothing is split or decoded here (the scanner decodes only
+        the lines it needs)."""
+        out: list[tuple[int, bytes, int]] = []
         try:
             fd = os.open(self.path, os.O_RDONLY)  # may block (hung filesystem, FIFO): callers use a timeout
         except FileNotFoundError:
@@ -70,13 +71,14 @@ class LogTail:
                 if cut == 0 and len(buf) > MAX_LINE:
                     cut = len(buf)  # a monster line without an end: hand it over as it is
                 if cut:
-                    out.append((self.line_no + 1, buf[:cut]))
-                    self.line_no += buf.count(b"\n", 0, cut) + (0 if buf[cut - 1:cut] == b"\n" else 1)
+                    newlines = buf.count(b"\n", 0, cut)
+                    out.append((self.line_no + 1, buf[:cut], newlines))
+                    self.line_no += newlines + (0 if buf[cut - 1:cut] == b"\n" else 1)
                 self._partial = buf[cut:]
         finally:
             os.close(fd)
         if final and self._partial:
-            out.append((self.line_no + 1, self._partial))
+            out.append((self.line_no + 1, self._partial, 0))
             self.line_no += 1
             self._partial = b""
         return out

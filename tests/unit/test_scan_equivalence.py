@@ -53,10 +53,10 @@ def test_block_scan_equals_line_scan(tmp_path_factory, items: list[tuple[int, in
         with path.open("ab") as fh:
             fh.write(text[pos:cut])
         pos = max(pos, cut)
-        for first, block in tail.read_chunks():
-            fast.feed_bytes(first, block, pf)
-    for first, block in tail.read_chunks(final=True):
-        fast.feed_bytes(first, block, pf)
+        for first, block, newlines in tail.read_chunks():
+            fast.feed_bytes(first, block, pf, newlines)
+    for first, block, newlines in tail.read_chunks(final=True):
+        fast.feed_bytes(first, block, pf, newlines)
 
     assert [(m.line, m.signature, m.named_node, m.peer_ip) for m in fast.matches] == \
         [(m.line, m.signature, m.named_node, m.peer_ip) for m in ref.matches]
