@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import stat
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -69,16 +72,17 @@ class SegmentWatch:
         except OSError as exc:
             return True, exc
 
-    def _discover(self) -> None:
-        ok, names = self._call(str(self.logs_dir), lambda: sorted(p.name for p in self.logs_dir.glob("*.log")))
-        if not ok or isinstance(names, Exception) or names is None:
-            return
-        for name in names:
-            node = name[: -len(".log")]
-            if node not in self.nodes:
+    def _listing(self, directory: Path) -> dict[str, tuple[int, float]] | None:
+        """name -> (size, mtime) for one directory, in a worker with a timeout; None if it hangs or fails."""
+        ok, value = self._call(str(directory), _scan_dir, directory)
+        return value if ok and isinstance(value, dict) else None
+
+    def _discover(self, logs: dict[str, tuple[int, float]]) -> None:
+        for name in logs:
+            if name.endswith(".log") and name[:-4] not in self.nodes:
                 path = self.logs_dir / name
-                self.nodes[node] = NodeWatch(
-                    tail=LogTail(path), scan=NodeScan(node, str(path), self.signatures, self.progress)
+                self.nodes[name[:-4]] = NodeWatch(
+                    tail=LogTail(path), scan=NodeScan(name[:-4], str(path), self.signatures, self.progress)
                 )
 
     def _discover_scheduler_logs(self) -> None:
@@ -101,8 +105,9 @@ class SegmentWatch:
                     tail=LogTail(path), scan=NodeScan(node, key, self.signatures, self.progress))
 
     def _read_tail(self, label: str, nw: NodeWatch, final: bool) -> list[tuple[int, bytes, int]] | None:
+        """One file on its own (scheduler logs, few); a read that hangs is left pending, not repeated."""
         if nw.pending_read is not None and not nw.pending_read.done():
-            return None  # still stuck from an earlier poll: do not pile up readers
+            return None
         fut = nw.pending_read or self._pool.submit(nw.tail.read_chunks, final)
         nw.pending_read = None
         try:
@@ -114,40 +119,78 @@ class SegmentWatch:
             pass
         return None
 
+    def _read_logs(self, todo: list[tuple[str, NodeWatch]], final: bool) -> dict[str, list[tuple[int, bytes, int]]]:
+        """Read the changed node logs in batches, each in a worker with a timeout. A file whose read
+        hangs is recorded as a stall and left to its worker; the rest of its batch is read next poll."""
+        got: dict[str, list[tuple[int, bytes, int]]] = {}
+        batches = [_Batch(todo[i : i + BATCH]) for i in range(0, len(todo), BATCH)]
+        futures = [(b, self._pool.submit(b.run, final)) for b in batches]
+        for batch, fut in futures:
+            try:
+                fut.result(timeout=self.read_timeout_s)
+            except FutureTimeout:
+                with batch.lock:
+                    batch.abandoned = True
+                    stuck = batch.current
+                if stuck is not None:
+                    nw = dict(batch.items)[stuck]
+                    nw.pending_read = batch
+                    self.fs_stalls.append(f"{stuck}: read of {nw.tail.path} did not return within "
+                                          f"{self.read_timeout_s:.0f}s")
+            got.update({k: v for k, v in dict(batch.results).items() if k != batch.current or not batch.abandoned})
+        return got
+
     def poll(self, now: datetime, final: bool = False) -> None:
-        """Read what is new on every node; a node whose read hangs is skipped until it returns."""
+        """Read what is new on every node. Two directory listings tell which logs grew and which records
+        changed, so an idle poll reads no file; a node whose read hangs is skipped until it returns."""
         if self.started_at is None:
             self.started_at = now
-        self._discover()
+        logs = self._listing(self.logs_dir)
+        records = self._listing(self.segment_dir / "nodes") or {}
+        if logs is None:
+            return
+        self._discover(logs)
         self._discover_scheduler_logs()
         for key, sw in self.scheduler_logs.items():
             for first, block, newlines in self._read_tail(key, sw, final) or []:
                 sw.scan.feed_bytes(first, block, self.prefilter, newlines)
+        todo = []
         for node, nw in self.nodes.items():
-            blocks = self._read_tail(node, nw, final)
-            if blocks is None:
-                continue
+            pending = nw.pending_read
+            if isinstance(pending, _Batch):
+                if not pending.done.is_set():
+                    continue  # still stuck: do not pile up readers
+                nw.pending_read = None
+                for first, block, newlines in pending.results.get(node, []):
+                    nw.scan.feed_bytes(first, block, self.prefilter, newlines)
+            size = logs.get(f"{node}.log", (0, 0.0))[0]
+            if final or size != nw.tail.offset:
+                todo.append((node, nw))
+        for node, blocks in self._read_logs(todo, final).items():
             for first, block, newlines in blocks:
-                nw.scan.feed_bytes(first, block, self.prefilter, newlines)
+                self.nodes[node].scan.feed_bytes(first, block, self.prefilter, newlines)
+        for node, nw in self.nodes.items():
             if nw.scan.last_iteration is not None and nw.scan.last_iteration != nw.last_iteration:
                 nw.last_iteration = nw.scan.last_iteration
                 nw.progress_seen_at = now
-            self._read_records(node, nw, now)
+            self._read_records(node, nw, now, records)
 
     def _read_json(self, path: Path) -> dict[str, Any] | None:
         ok, value = self._call(str(path), lambda: json.loads(path.read_text()) if path.exists() else None)
         return value if ok and isinstance(value, dict) else None
 
-    def _read_records(self, node: str, nw: NodeWatch, now: datetime) -> None:
+    def _read_records(self, node: str, nw: NodeWatch, now: datetime,
+                      records: dict[str, tuple[int, float]]) -> None:
+        """Heartbeats count by their mtime (no read); exit records and dumps are read once they exist."""
         nd = self.segment_dir / "nodes"
-        hb = self._read_json(nd / f"{node}.heartbeat.json")
-        if hb is not None and str(hb.get("alive_time")) != nw.heartbeat:
-            nw.heartbeat, nw.heartbeat_seen_at = str(hb.get("alive_time")), now
-        if nw.exit_record is None:
+        hb = records.get(f"{node}.heartbeat.json")
+        if hb is not None and str(hb[1]) != nw.heartbeat:
+            nw.heartbeat, nw.heartbeat_seen_at = str(hb[1]), now
+        if nw.exit_record is None and f"{node}.exit.json" in records:
             nw.exit_record = self._read_json(nd / f"{node}.exit.json")
             if nw.exit_record is not None:
                 nw.exit_seen_at = now
-        if nw.dump is None:
+        if nw.dump is None and f"{node}.dump.json" in records:
             nw.dump = self._read_json(nd / f"{node}.dump.json")
 
     # ---- derived views ---------------------------------------------------------------------
@@ -218,6 +261,53 @@ class SegmentWatch:
                 return f"the agent did not answer the stack-dump request; its heartbeat stopped at {since}"
             return ""
         return _stuck_dump(nw.dump)
+
+
+BATCH = 256
+
+
+def _scan_dir(directory: Path) -> dict[str, tuple[int, float]]:
+    out: dict[str, tuple[int, float]] = {}
+    try:
+        with os.scandir(directory) as it:
+            for e in it:
+                try:
+                    st = e.stat()
+                except OSError:
+                    continue
+                # a FIFO or device in place of a log: size -1 makes the poll read it (and notice if it hangs)
+                out[e.name] = (st.st_size if stat.S_ISREG(st.st_mode) else -1, st.st_mtime)
+    except FileNotFoundError:
+        pass
+    return out
+
+
+class _Batch:
+    """Reads a batch of logs in one worker; the controller can abandon it if one file hangs."""
+
+    def __init__(self, items: list[tuple[str, NodeWatch]]):
+        self.items = items
+        self.results: dict[str, list[tuple[int, bytes, int]]] = {}
+        self.current: str | None = None
+        self.abandoned = False
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    def run(self, final: bool) -> None:
+        try:
+            for node, nw in self.items:
+                with self.lock:
+                    if self.abandoned:
+                        return
+                    self.current = node
+                try:
+                    self.results[node] = nw.tail.read_chunks(final)
+                except OSError:
+                    self.results[node] = []
+            with self.lock:
+                self.current = None
+        finally:
+            self.done.set()
 
 
 def _frames(dump: dict[str, Any] | None) -> tuple[str, ...]:
