@@ -24,7 +24,8 @@ from orchestrator.model import JobRef
 from orchestrator.settings import SlurmBackendCfg
 from orchestrator.watch.segment import SegmentWatch
 
-LINE = " iteration {it:8d}/  500000 | consumed samples: {s:12d} | elapsed time per iteration (ms): 1001.2 | lm loss: 2.1E+00 |\n"
+LINE = (" iteration {it:8d}/  500000 | consumed samples: {s:12d} | elapsed time per iteration (ms): 1001.2 | "
+        "lm loss: 2.1E+00 |\n")
 
 
 def setup(root: Path, n: int) -> list[Path]:

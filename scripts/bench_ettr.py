@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Effective training time ratio (ETTR) by policy, simulated, with the product's own decision code.
+
+Usage: python scripts/bench_ettr.py [--seeds 3] [--days 30]
+Failure rates per 1000 node-days: 2.34 / 6.50 (Meta research clusters, low and high), 3.79 (Llama 3
+405B: 419 interruptions in 54 days on 16,384 GPUs = 2,048 nodes of 8). 30% of faults leave the node
+broken until repaired (72 h), 10% are hangs without an error line. Segments of 24 h, a checkpoint
+every hour taking 2 min, 10 min to restart, 5 min in the queue. See docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from scripts.ettr_sim import Params, closed_form, simulate
+
+POLICIES = ("blind", "resubmit", "orchestrator", "oracle")
+RATES = (2.34, 3.79, 6.50)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--days", type=float, default=30)
+    args = ap.parse_args()
+    t0 = time.time()
+    print(f"{'nodes':>6} {'rate':>5} " + " ".join(f"{p:>13}" for p in POLICIES) + f" {'orch-oracle':>12}")
+    worst_gap = 0.0
+    for nodes in (512, 2048):
+        for rate in RATES:
+            ettr = {}
+            for pol in POLICIES:
+                runs = [simulate(Params(nodes=nodes, rate_per_1000_node_days=rate, horizon_h=24 * args.days,
+                                        seed=s), pol).ettr for s in range(1, args.seeds + 1)]
+                ettr[pol] = statistics.mean(runs)
+            gap = ettr["oracle"] - ettr["orchestrator"]
+            worst_gap = max(worst_gap, gap)
+            cells = " ".join(f"{ettr[p]:>13.1%}" for p in POLICIES)
+            print(f"{nodes:>6} {rate:>5.2f} {cells} {gap * 100:>10.2f}pp")
+    print(f"largest orchestrator-oracle gap: {worst_gap * 100:.2f} percentage points (goal <= 1)")
+    print("\nclosed-form check (blind array; no sticky faults, no hangs, no queue, no detection delay, no time limit):")
+    for nodes in (512, 2048):
+        p = Params(nodes=nodes, sticky_share=0, hang_share=0, queue_h=0, nccl_timeout_h=0, time_limit_h=1e9,
+                   horizon_h=24 * 365)
+        sim = statistics.mean(simulate(Params(**{**p.__dict__, "seed": s}), "blind").ettr for s in range(1, 4))
+        print(f"  {nodes} nodes: simulated {sim:.2%}, E[ETTR] = (1 - lambda (u0 + dt/2)) / (1 + w/dt) = "
+              f"{closed_form(p):.2%}, difference {abs(sim - closed_form(p)) * 100:.2f} pp")
+    print(f"\n({time.time() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
