@@ -25,6 +25,7 @@ from orchestrator.watch.segment import SegmentWatch
 
 Notify = Callable[[str, str], None]
 HARDWARE_MEMORY = timedelta(days=7)  # a node that had a hardware fault this recently: OOM there is a poisoned GPU
+DUMP_LEAD_S = 30.0  # stack dumps are requested this long before the stall limit
 
 
 def user_signatures(settings: Settings) -> tuple[Signature, ...]:
@@ -47,7 +48,6 @@ class Controller:
         self.reloader: Callable[[], Settings] | None = None
         self._watch: SegmentWatch | None = None
         self._running_since: datetime | None = None
-        self._dump_deadline: datetime | None = None
         self._unreachable_since: datetime | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -192,7 +192,6 @@ class Controller:
         spec_dir = self.s.run_dir / "segments" / f"{seg.index:04d}"
         self._watch = SegmentWatch(spec_dir, self.signatures, self.progress, self.s.watch.read_timeout_s)
         self._running_since = None
-        self._dump_deadline = None
 
     def recover_intent(self, state: RunState, seg: SegmentRecord) -> None:
         """The controller died between submitting and recording the job id: find the job by name."""
@@ -243,7 +242,7 @@ class Controller:
             self._running_since = now
         reason = self._should_cancel(seg, watch, now)
         if reason:
-            seg.cancelled_by_controller = reason
+            seg.cancelled_by_controller, seg.cancelled_at = reason, now
             self.save(state)
             logger.bind(run=state.run, segment=seg.index).warning("cancel job={} reason={}", seg.job_id, reason)
             self.backend.cancel(ref)
@@ -282,18 +281,18 @@ class Controller:
             return ""
         ref_time = watch.last_progress() or self._running_since
         limit = w.stall_timeout_s if watch.last_progress() else w.startup_timeout_s
-        if (now - ref_time).total_seconds() < limit:
-            self._dump_deadline = None
+        quiet = (now - ref_time).total_seconds()
+        lead = min(DUMP_LEAD_S, limit / 2)  # ask for stack dumps early so they are in when the limit hits
+        if quiet < limit - lead:
+            if watch.dumps_requested_at is not None:
+                watch.clear_dumps()  # progress resumed: those dumps describe no stall
             return ""
-        expected = sorted(watch.nodes)
-        if self._dump_deadline is None:
+        if watch.dumps_requested_at is None:
             watch.request_dumps(now)
-            self._dump_deadline = now + timedelta(seconds=max(3 * w.poll_interval_s, 30.0))
-            logger.warning("stall: no progress for {:.0f}s; asked every node for stack dumps",
-                           (now - ref_time).total_seconds())
-            return ""
-        if watch.dumps_in(expected) or now >= self._dump_deadline:
-            return f"stall: no progress for {(now - ref_time).total_seconds():.0f}s (limit {limit:.0f}s)"
+            logger.warning("no progress for {:.0f}s (stall limit {:.0f}s): asked every node for stack dumps",
+                           quiet, limit)
+        if quiet >= limit:
+            return f"stall: no progress for {quiet:.0f}s (limit {limit:.0f}s)"
         return ""
 
     # ---- classify + decide + act -----------------------------------------------------------

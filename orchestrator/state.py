@@ -49,6 +49,7 @@ class SegmentRecord(BaseModel):
     confidence: float | None = None
     evidence: list[Evidence] = Field(default_factory=list)
     cancelled_by_controller: str = ""
+    cancelled_at: datetime | None = None
 
 
 class HardwareEvent(BaseModel):

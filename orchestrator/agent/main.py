@@ -155,17 +155,18 @@ class NodeAgent:
 
     def _watch(self) -> None:
         """Heartbeat every few seconds and answer dump requests until all ranks exit."""
-        dumped = False
+        handled = ""
         while any(p.poll() is None for p in self.procs):
             self.heartbeat(force=time.monotonic() - self._last_hb > 5.0)
-            if not dumped and self.dump_request.exists():
-                dumped = True
-                threading.Thread(target=self._dump, daemon=True).start()
+            request = _read_small(self.dump_request)
+            if request and request != handled:
+                handled = request
+                threading.Thread(target=self._dump, args=(request,), daemon=True).start()
             time.sleep(0.5)
 
-    def _dump(self) -> None:
+    def _dump(self, request: str) -> None:
         records = dump.dump_processes([p.pid for p in self.procs if p.poll() is None])
-        _write_json(self.dump_path, {"node": self.node, "time": _now(), "processes": records})
+        _write_json(self.dump_path, {"node": self.node, "time": _now(), "request": request, "processes": records})
         for r in records:
             self.emit("agent", f"ORCH-DUMP pid={r['pid']} state={r['state']} wchan={r.get('wchan', '')} "
                       f"stack={r.get('stack_summary', '')}")
@@ -216,6 +217,13 @@ class NodeAgent:
         if self._log:
             self._log.close()
             self._log = None
+
+
+def _read_small(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def _killpg(p: subprocess.Popen[bytes], sig: int) -> None:

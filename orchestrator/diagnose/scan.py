@@ -123,6 +123,10 @@ class NodeScan:
         progress comes from the last progress line of the block, the tail from its last lines."""
         pos_line, pos = first_line, 0
         last_alloc = -1
+        if self._frame_next:  # the previous block ended with a py-spy thread header
+            nl = data.find(b"\n")
+            _, _, body = parse_prefix(_decode(data[: len(data) if nl < 0 else nl]))
+            self._stack_line(body)
         for start, end in prefilter.lines(data):
             pos_line += data.count(b"\n", pos, start)
             pos = start
@@ -130,7 +134,7 @@ class NodeScan:
             self._raw_line(pos_line, data[start:end])
             if self.allocations != before:
                 last_alloc = end
-            if self._frame_next:  # a py-spy thread header: its first frame is on the next line
+            if self._frame_next and end + 1 < len(data):  # a py-spy thread header: the frame is on the next line
                 nxt = data.find(b"\n", end + 1)
                 _, _, body = parse_prefix(_decode(data[end + 1 : len(data) if nxt < 0 else nxt]))
                 self._stack_line(body)  # takes the frame if it is one; the line is not scanned twice

@@ -38,6 +38,7 @@ class NodeWatch:
     pending_read: Any = None
     heartbeat: str = ""
     heartbeat_seen_at: datetime | None = None
+    dump_mtime: str = ""
 
 
 @dataclass
@@ -51,6 +52,7 @@ class SegmentWatch:
     started_at: datetime | None = None
     slurm_nodes: list[str] = field(default_factory=list)
     dumps_requested_at: datetime | None = None
+    dump_request_id: str = ""
     scheduler_logs: dict[str, NodeWatch] = field(default_factory=dict)
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
     prefilter: Prefilter = field(init=False)
@@ -190,8 +192,12 @@ class SegmentWatch:
             nw.exit_record = self._read_json(nd / f"{node}.exit.json")
             if nw.exit_record is not None:
                 nw.exit_seen_at = now
-        if nw.dump is None and f"{node}.dump.json" in records:
-            nw.dump = self._read_json(nd / f"{node}.dump.json")
+        dump_file = records.get(f"{node}.dump.json")
+        if nw.dump is None and self.dump_request_id and dump_file and str(dump_file[1]) != nw.dump_mtime:
+            nw.dump_mtime = str(dump_file[1])
+            got = self._read_json(nd / f"{node}.dump.json")
+            if got is not None and got.get("request") == self.dump_request_id:
+                nw.dump = got
 
     # ---- derived views ---------------------------------------------------------------------
     def iteration(self) -> int | None:
@@ -219,9 +225,19 @@ class SegmentWatch:
         return bool(self.nodes) and all(nw.exit_record is not None for nw in self.nodes.values())
 
     def request_dumps(self, now: datetime) -> None:
+        """Ask every agent for a stack dump; the request id tells fresh dumps from older ones."""
         self.dumps_requested_at = now
+        self.dump_request_id = now.isoformat()
+        for nw in self.nodes.values():
+            nw.dump = None
         path = self.segment_dir / "dump-request"
-        self._call(str(path), path.write_text, "dump\n")
+        self._call(str(path), path.write_text, self.dump_request_id + "\n")
+
+    def clear_dumps(self) -> None:
+        self.dumps_requested_at = None
+        self.dump_request_id = ""
+        for nw in self.nodes.values():
+            nw.dump = None
 
     def dumps_in(self, expected: list[str]) -> bool:
         return all(self.nodes.get(n) is not None and self.nodes[n].dump is not None for n in expected)

@@ -69,6 +69,9 @@ def test_hang_is_detected_cancelled_and_resubmitted(tmp_path: Path) -> None:
     s1 = state.segments[0]
     assert s1.cancelled_by_controller.startswith("stall") and s1.cause == Cause.HANG
     assert s1.job_state == JobState.CANCELLED and state.segments[1].start_iteration == 10
+    # from the last progress seen to the cancel: at most stall_timeout plus one poll interval
+    assert s1.cancelled_at and s1.last_progress_at
+    assert (s1.cancelled_at - s1.last_progress_at).total_seconds() <= 30 + 2
 
 
 def test_no_progress_breaker(tmp_path: Path) -> None:
