@@ -63,6 +63,8 @@ class NodeAgent:
         self._lock = threading.Lock()
         self._log: IO[str] | None = None
         self._stopping = threading.Event()
+        self._outputs_closed = threading.Event()
+        self._open_streams = 0
         self._last_hb = 0.0
 
     # ---- output -------------------------------------------------------------------------------
@@ -93,9 +95,15 @@ class NodeAgent:
         })
 
     def _pump(self, rank: int, stream: IO[bytes]) -> None:
-        for raw in iter(stream.readline, b""):
-            text = raw.replace(b"\x00", b"").decode("utf-8", errors="replace").rstrip("\r\n")
-            self.emit(rank, text)
+        try:
+            for raw in iter(stream.readline, b""):
+                text = raw.replace(b"\x00", b"").decode("utf-8", errors="replace").rstrip("\r\n")
+                self.emit(rank, text)
+        finally:
+            with self._lock:
+                self._open_streams -= 1
+                if self._open_streams == 0:
+                    self._outputs_closed.set()
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def _env(self, local_rank: int) -> dict[str, str]:
@@ -128,6 +136,7 @@ class NodeAgent:
                 start_new_session=True,
             )
             self.procs.append(proc)
+            self._open_streams += 1
             assert proc.stdout is not None
             t = threading.Thread(target=self._pump, args=(rank, proc.stdout), daemon=True)
             t.start()
@@ -162,7 +171,10 @@ class NodeAgent:
             if request and request != handled:
                 handled = request
                 threading.Thread(target=self._dump, args=(request,), daemon=True).start()
-            time.sleep(0.5)
+            if self._outputs_closed.is_set():  # every rank closed its output: the exit is near
+                time.sleep(0.02)
+            else:
+                self._outputs_closed.wait(0.5)
 
     def _dump(self, request: str) -> None:
         records = dump.dump_processes([p.pid for p in self.procs if p.poll() is None])
