@@ -20,7 +20,7 @@ from orchestrator.diagnose.classify import Context, NodeEvidence, classify, infe
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import build_table
-from orchestrator.report import blacklist_table, status_json, timeline_table
+from orchestrator.report import blacklist_table, drain_commands, status_json, summary_table, timeline_table
 from orchestrator.settings import ConfigError, Settings, load_settings, parse_overrides
 from orchestrator.state import STOP_REQUEST, LockHeld, RunLock, StateError, StateStore, write_request
 from orchestrator.watch.tail import LogTail
@@ -103,9 +103,15 @@ def run(
         failpoint = Failpoints.from_env()
     except ValueError as exc:
         raise fail([str(exc)]) from None
+    from orchestrator.notify import Notifier
+
+    try:
+        notifier = Notifier(s.notify.urls, clock, s.notify.max_per_hour, s.notify.dedup_window_s)
+    except (ValueError, ImportError) as exc:
+        raise fail([f"{config}: {exc}"]) from None
     backend = build_backend(s, clock)
     store = StateStore(s.run_dir, failpoint)
-    ctl = Controller(s, backend, clock, store, failpoint=failpoint)
+    ctl = Controller(s, backend, clock, store, notify=notifier, failpoint=failpoint)
     ctl.reloader = lambda: load_settings(config, parse_overrides(set_))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _f: ctl.request_stop(signal.Signals(signum).name))
@@ -159,27 +165,54 @@ def _state_for(target: Path) -> tuple[StateStore, str]:
 def status(
     target: Annotated[Path, typer.Argument(help="A run's config file or its run directory.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh in place every few seconds (Ctrl-C ends).")] = False,
+    every: Annotated[float, typer.Option(help="Seconds between refreshes with --watch.")] = 5.0,
 ) -> None:
-    """Show segments, causes, culprits and the blacklist of a run.
+    """Where the run is, what happened to it and why: segments, causes, culprits, blacklist, time lost.
 
     Examples:
       orchestrator status configs/demo.yaml
       orchestrator status runs/demo --json
+      orchestrator status configs/example.yaml --watch
     """
     store, where = _state_for(target)
-    try:
-        state = store.load()
-    except StateError as exc:
-        raise fail([str(exc)], 1) from None
-    if state is None:
-        raise fail([f"{where}: no run state yet (has 'orchestrator run' been started for this config?)"], 1)
-    now = RealClock().now()
+
+    def load_state():  # noqa: ANN202 - RunState
+        try:
+            state = store.load()
+        except StateError as exc:
+            raise fail([str(exc)], 1) from None
+        if state is None:
+            raise fail([f"{where}: no run state yet (has 'orchestrator run' been started for this config?)"], 1)
+        return state
+
     if as_json:
-        print(json.dumps(status_json(state, now), indent=2))
+        print(json.dumps(status_json(load_state(), RealClock().now()), indent=2))
         return
-    out.print(timeline_table(state))
+    if not watch:
+        out.print(status_view(load_state(), RealClock().now()))
+        return
+    from rich.live import Live
+
+    clock = RealClock()
+    with Live(status_view(load_state(), clock.now()), console=out, refresh_per_second=1) as live:
+        try:
+            while clock.sleep(every):
+                live.update(status_view(load_state(), clock.now()))
+        except KeyboardInterrupt:
+            pass
+
+
+def status_view(state: Any, now: Any) -> Any:
+    from rich.console import Group
+
+    parts: list[Any] = [summary_table(state, now), timeline_table(state)]
     if state.blacklist.entries:
-        out.print(blacklist_table(state, now))
+        parts.append(blacklist_table(state, now))
+    drains = drain_commands(state, now)
+    if drains:
+        parts.append("To take the blacklisted nodes out of service (an admin runs these):\n" + "\n".join(drains))
+    return Group(*parts)
 
 
 @app.command()

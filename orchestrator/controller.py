@@ -23,7 +23,7 @@ from orchestrator.settings import Settings
 from orchestrator.state import STOP_REQUEST, HardwareEvent, RunState, SegmentRecord, StateStore, take_requests
 from orchestrator.watch.segment import SegmentWatch
 
-Notify = Callable[[str, str], None]
+Notify = Callable[[str, str], object]
 HARDWARE_MEMORY = timedelta(days=7)  # a node that had a hardware fault this recently: OOM there is a poisoned GPU
 DUMP_LEAD_S = 30.0  # stack dumps are requested this long before the stall limit
 
@@ -107,6 +107,7 @@ class Controller:
 
     def run(self) -> RunState:
         state = self.load_or_init()
+        state.target_iteration = self.s.goal.target_iteration
         log = logger.bind(run=state.run)
         if state.status == RunStatus.STOPPED:
             log.warning("resuming a stopped run (it stopped because: {})", state.stop_reason)

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
+from orchestrator.metrics import human, run_metrics
 from orchestrator.state import RunState
 
 
@@ -15,11 +16,23 @@ def _ts(d: datetime | None) -> str | None:
 
 
 def status_json(state: RunState, now: datetime) -> dict[str, Any]:
+    cur = state.current
+    last = next((s for s in reversed(state.segments) if s.action), None)
     return {
         "run": state.run,
         "state": state.status.value,
         "stop_reason": state.stop_reason,
         "iteration": state.best_iteration(),
+        "target_iteration": state.target_iteration,
+        "current": None if cur is None else {
+            "index": cur.index, "job_id": cur.job_id, "nodes": cur.nodes,
+            "job_state": cur.job_state.value if cur.job_state else ("SUBMITTED" if cur.job_id else "SUBMITTING"),
+        },
+        "last_decision": None if last is None else {
+            "segment": last.index, "action": last.action.value if last.action else None, "reason": last.reason,
+        },
+        "metrics": run_metrics(state, now),
+        "drain_commands": drain_commands(state, now),
         "segments": [
             {
                 "index": s.index,
@@ -54,6 +67,40 @@ def status_json(state: RunState, now: datetime) -> dict[str, Any]:
             for e in state.blacklist.entries
         ],
     }
+
+
+def drain_commands(state: RunState, now: datetime) -> list[str]:
+    """What an admin could run for each blacklisted node (printed; never run unless configured)."""
+    out = []
+    for e in state.blacklist.entries:
+        if e.expires > now and e.source == "auto":
+            text = e.evidence.split(": ", 1)[1] if e.evidence.startswith("/") and ": " in e.evidence else e.evidence
+            reason = f"orchestrator {state.run}: {e.cause.value} job {e.job_id}: {text}"[:200]
+            reason = reason.replace('"', "'").replace("\n", " ")
+            out.append(f'scontrol update NodeName={e.node} State=DRAIN Reason="{reason}"')
+    return out
+
+
+def summary_table(state: RunState, now: datetime) -> Table:
+    m = run_metrics(state, now)
+    t = Table(title=f"run {state.run}", show_header=False)
+    t.add_column("what")
+    t.add_column("value")
+    cur = state.current
+    t.add_row("state", state.status.value + (f" ({state.stop_reason})" if state.stop_reason else ""))
+    if cur:
+        t.add_row("current segment", f"{cur.index} job {cur.job_id or '-'} "
+                  f"{cur.job_state.value if cur.job_state else 'running'} on {','.join(cur.nodes) or '-'}")
+    goal = f" / {state.target_iteration}" if state.target_iteration else ""
+    t.add_row("iteration", f"{state.best_iteration()}{goal}")
+    t.add_row("rate", f"{m['rate_per_h']} iterations/h" if m["rate_per_h"] else "-")
+    t.add_row("ETA to goal", human(m["eta_s"]))
+    t.add_row("effective training time", f"{m['ettr']:.1%} of {human(m['wall_s'])}" if m["ettr"] is not None else "-")
+    t.add_row("time lost", ", ".join(f"{k} {human(v)}" for k, v in m["lost_s_by_cause"].items()) or "-")
+    last = next((s for s in reversed(state.segments) if s.action), None)
+    if last:
+        t.add_row("last decision", f"segment {last.index}: {last.action.value if last.action else '-'}: {last.reason}")
+    return t
 
 
 def timeline_table(state: RunState) -> Table:

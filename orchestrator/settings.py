@@ -178,6 +178,12 @@ class UserSignature(Section):
         return v
 
 
+class NotifyCfg(Section):
+    urls: list[str] = Field(default_factory=list, description="apprise URLs (slack://..., mailto://..., json://...).")
+    max_per_hour: int = Field(20, ge=1, description="At most this many notifications per hour.")
+    dedup_window_s: float = Field(3600.0, ge=0, description="An identical message within this window is not resent.")
+
+
 class PreflightCfg(Section):
     commands: list[list[str]] = Field(default_factory=list, description="Extra checks, each an argv list.")
     timeout_s: float = Field(20.0, gt=0, description="Timeout of each preflight check.")
@@ -208,6 +214,7 @@ class Settings(BaseSettings):
     backend: BackendCfg = Field(default_factory=BackendCfg)
     signatures: list[UserSignature] = Field(default_factory=list, description="Extra diagnosis signatures.")
     preflight: PreflightCfg = Field(default_factory=PreflightCfg)
+    notify: NotifyCfg = Field(default_factory=NotifyCfg)
     config_path: Path | None = Field(None, exclude=True, description="Set by the loader.")
 
     @field_validator("run_dir", "workdir")

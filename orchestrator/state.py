@@ -74,6 +74,7 @@ class RunState(BaseModel):
     blacklist: Blacklist = Field(default_factory=Blacklist)
     bad_checkpoints: dict[str, int] = Field(default_factory=dict)
     hardware_events: list[HardwareEvent] = Field(default_factory=list)
+    target_iteration: int | None = None
     wait_until: datetime | None = None
 
     @property
