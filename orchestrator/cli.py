@@ -216,6 +216,28 @@ def status_view(state: Any, now: Any) -> Any:
 
 
 @app.command()
+def report(
+    target: Annotated[Path, typer.Argument(help="A run's config file or its run directory.")],
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Where to write (default: the run directory).")]
+    = None,
+) -> None:
+    """Write a self-contained HTML page and a PNG: segment timeline by cause, iterations over time, time lost.
+
+    Examples:
+      orchestrator report configs/demo.yaml
+      orchestrator report runs/demo --out /tmp/report
+    """
+    from orchestrator.timeline import write_report
+
+    store, where = _state_for(target)
+    state = store.load()
+    if state is None:
+        raise fail([f"{where}: no run state yet"], 1)
+    html_path, png_path = write_report(state, RealClock().now(), out_dir or store.run_dir)
+    out.print(f"wrote {html_path} and {png_path}", markup=False, highlight=False)
+
+
+@app.command()
 def validate(config: Annotated[Path, typer.Argument(help="The YAML config file to check.")]) -> None:
     """Check a config file and print every problem with its field path (exit 2 if any)."""
     s = load(config, [])

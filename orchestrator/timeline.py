@@ -1,0 +1,142 @@
+"""`orchestrator report`: a self-contained HTML page and a PNG of a run's timeline.
+
+The PNG (matplotlib, no display needed) shows segments as bars coloured by how they ended, and the
+iteration reached over wall time with the time lost shaded. The HTML embeds the PNG and repeats the
+timeline as elements with hover text (job, nodes, culprit, evidence), plus the segments and the blacklist.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from datetime import datetime
+from pathlib import Path
+
+from orchestrator.metrics import human, run_metrics
+from orchestrator.report import drain_commands
+from orchestrator.state import RunState, SegmentRecord
+
+COLOURS = {
+    "success": "#2e7d32", "timelimit": "#78909c", "preempted": "#90a4ae", "gpu_ecc": "#c62828",
+    "gpu_lost": "#ad1457", "gpu_oom_startup": "#d84315", "node_fail": "#6a1b9a", "hang": "#ef6c00",
+    "nccl_timeout": "#f9a825", "network": "#fbc02d", "filesystem": "#0277bd", "host_oom": "#8d6e63",
+    "user_bug": "#212121", "user_oom": "#424242", "segfault": "#5d4037", "bus_error": "#4e342e",
+    "unknown": "#9e9e9e", "running": "#1e88e5",
+}
+
+
+def _end(s: SegmentRecord, now: datetime) -> datetime:
+    return s.ended_at or now
+
+
+def _cause(s: SegmentRecord) -> str:
+    return s.cause.value if s.cause else "running"
+
+
+def render_png(state: RunState, now: datetime) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    segs = [s for s in state.segments if s.submitted_at]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 6), sharex=True, gridspec_kw={"height_ratios": [1, 2]})
+    for s in segs:
+        assert s.submitted_at is not None
+        start, end = mdates.date2num(s.submitted_at), mdates.date2num(_end(s, now))
+        ax1.barh(0, end - start, left=start, color=COLOURS.get(_cause(s), "#9e9e9e"), edgecolor="white")
+        ax1.text((start + end) / 2, 0, f"{s.index}\n{_cause(s)}", ha="center", va="center", fontsize=7,
+                 color="white")
+    ax1.set_yticks([])
+    ax1.set_title(f"run {state.run}: segments (colour = how each ended)")
+    for i, s in enumerate(segs):
+        if s.first_progress_at and s.last_progress_at and s.end_iteration is not None:
+            ax2.plot([s.first_progress_at, s.last_progress_at], [s.start_iteration, s.end_iteration],
+                     color=COLOURS.get(_cause(s), "#1e88e5"), linewidth=2)
+        nxt = segs[i + 1] if i + 1 < len(segs) else None
+        lost_from = s.last_progress_at or s.submitted_at
+        lost_to = (nxt.first_progress_at or _end(nxt, now)) if nxt else None
+        if lost_from and lost_to and lost_to > lost_from:
+            ax2.axvspan(lost_from, lost_to, color="#ef9a9a", alpha=0.35, linewidth=0)
+    ax2.set_ylabel("iteration")
+    ax2.set_title("iteration reached over wall time (red: time lost)")
+    ax2.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M:%S"))
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def render_html(state: RunState, now: datetime, png: bytes) -> str:
+    e = html.escape
+    segs = [s for s in state.segments if s.submitted_at]
+    t0 = segs[0].submitted_at if segs else now
+    assert t0 is not None
+    total = max((max((_end(s, now) for s in segs), default=now) - t0).total_seconds(), 1.0)
+    bars = []
+    for s in segs:
+        assert s.submitted_at is not None
+        left = (s.submitted_at - t0).total_seconds() / total * 100
+        width = max((_end(s, now) - s.submitted_at).total_seconds() / total * 100, 0.4)
+        ev = next((x for x in s.evidence if x.role == "root"), None)
+        tip = (f"segment {s.index} job {s.job_id}\nnodes {','.join(s.nodes)}\nexcluded {','.join(s.excluded) or '-'}"
+               f"\niterations {s.start_iteration}->{s.end_iteration}\ncause {_cause(s)}"
+               f"\nculprit {','.join(s.culprit_nodes) or '-'}\naction {s.action.value if s.action else '-'}"
+               + (f"\nevidence {ev.node}: {ev.text[:200]}" if ev else ""))
+        bars.append(f'<div class="seg" data-index="{s.index}" title="{e(tip)}" style="left:{left:.3f}%;'
+                    f'width:{width:.3f}%;background:{COLOURS.get(_cause(s), "#9e9e9e")}">'
+                    f"{s.index} {e(_cause(s))}</div>")
+    rows = "".join(
+        f"<tr><td>{s.index}</td><td>{e(s.job_id or '-')}</td><td>{e(','.join(s.nodes))}</td>"
+        f"<td>{e(','.join(s.excluded) or '-')}</td><td>{s.start_iteration}&rarr;{s.end_iteration}</td>"
+        f"<td>{e(_cause(s))}</td><td>{e(','.join(s.culprit_nodes) or '-')}</td>"
+        f"<td>{e(s.action.value if s.action else '-')}</td><td>{e(s.reason[:160])}</td></tr>" for s in segs)
+    bl = "".join(f"<tr><td>{e(b.node)}</td><td>{e(b.cause.value)}</td><td>{b.strikes}</td>"
+                 f"<td>{e(b.expires.isoformat(timespec='minutes'))}</td><td>{e(b.evidence[:200])}</td></tr>"
+                 for b in state.blacklist.entries)
+    m = run_metrics(state, now)
+    lost = ", ".join(f"{k} {human(v)}" for k, v in m["lost_s_by_cause"].items()) or "-"
+    drains = "\n".join(drain_commands(state, now))
+    ettr = f"{m['ettr']:.1%}" if m["ettr"] is not None else "-"
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>run {e(state.run)}</title>
+<style>
+body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #222; }}
+.timeline {{ position: relative; height: 42px; background: #eceff1; border-radius: 4px; margin: 12px 0 4px; }}
+.seg {{ position: absolute; top: 4px; height: 34px; color: #fff; font-size: 12px; overflow: hidden;
+        white-space: nowrap; border-radius: 3px; padding: 0 4px; line-height: 34px; box-sizing: border-box;
+        border-right: 2px solid #fff; }}
+table {{ border-collapse: collapse; margin: 8px 0 20px; }}
+td, th {{ border: 1px solid #cfd8dc; padding: 3px 8px; text-align: left; vertical-align: top; }}
+th {{ background: #eceff1; }} pre {{ background: #f5f5f5; padding: 8px; white-space: pre-wrap; }}
+img {{ max-width: 100%; border: 1px solid #cfd8dc; }}
+</style></head><body>
+<h1>run {e(state.run)}: {e(state.status.value)}</h1>
+<p>{e(state.stop_reason)}</p>
+<p>iteration {state.best_iteration()}{f" of {state.target_iteration}" if state.target_iteration else ""};
+effective training time {ettr} of {human(m['wall_s'])} wall time; time lost: {e(lost)}</p>
+<h2>Timeline</h2>
+<div class="timeline" id="timeline">{''.join(bars)}</div>
+<p>Hover over a segment for its job, nodes, culprit and evidence.</p>
+<img alt="timeline and iterations" src="data:image/png;base64,{base64.b64encode(png).decode()}">
+<h2>Segments</h2>
+<table><tr><th>seg</th><th>job</th><th>nodes</th><th>excluded</th><th>iterations</th><th>cause</th>
+<th>culprit</th><th>action</th><th>reason</th></tr>{rows}</table>
+<h2>Blacklist</h2>
+<table><tr><th>node</th><th>cause</th><th>strikes</th><th>expires</th><th>evidence</th></tr>{bl}</table>
+{f"<p>For an admin:</p><pre>{e(drains)}</pre>" if drains else ""}
+</body></html>
+"""
+
+
+def write_report(state: RunState, now: datetime, out_dir: Path) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png = render_png(state, now)
+    png_path, html_path = out_dir / f"{state.run}-report.png", out_dir / f"{state.run}-report.html"
+    png_path.write_bytes(png)
+    html_path.write_text(render_html(state, now, png), encoding="utf-8")
+    return html_path, png_path
