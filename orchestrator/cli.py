@@ -28,7 +28,7 @@ from orchestrator.watch.tail import LogTail
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Keep long multi-node training on Slurm moving: diagnose, blacklist, resume.")
 out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 EXIT_CONFIG = 2
 
@@ -235,6 +235,43 @@ def report(
         raise fail([f"{where}: no run state yet"], 1)
     html_path, png_path = write_report(state, RealClock().now(), out_dir or store.run_dir)
     out.print(f"wrote {html_path} and {png_path}", markup=False, highlight=False)
+
+
+@app.command("import-sbatch")
+def import_sbatch_cmd(
+    script: Annotated[Path, typer.Argument(help="An existing batch script with #SBATCH lines.")],
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the config here (default stdout).")]
+    = None,
+) -> None:
+    """Turn an #SBATCH script (job array, dependency chain, srun/torchrun/deepspeed line) into a config.
+
+    What could not be translated is listed on stderr and as comments at the top of the file.
+
+    Examples:
+      orchestrator import-sbatch train.sbatch -o configs/train.yaml
+      orchestrator import-sbatch run_array.sh
+    """
+    import yaml
+
+    from orchestrator.importer import import_sbatch
+
+    try:
+        text = script.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise fail([f"{script}: cannot read: {exc}"]) from None
+    if "#SBATCH" not in text and "srun" not in text:
+        raise fail([f"{script}: no #SBATCH line and no srun line: is this a Slurm batch script?"])
+    cfg, notes = import_sbatch(text, script.stem)
+    head = "".join(f"# NOTE: {n}\n" for n in notes)
+    body = f"# imported from {script} by orchestrator import-sbatch; check CHANGE-ME values\n{head}" + \
+        yaml.safe_dump(cfg, sort_keys=False, width=110)
+    if output:
+        output.write_text(body)
+        out.print(f"wrote {output}", markup=False)
+    else:
+        print(body, end="")
+    for n in notes:
+        err.print(f"note: {n}", markup=False, highlight=False)
 
 
 @app.command()

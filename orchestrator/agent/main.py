@@ -130,8 +130,9 @@ class NodeAgent:
         threads = []
         for local_rank in range(self.spec.tasks_per_node):
             rank = self.node_rank * self.spec.tasks_per_node + local_rank
+            env = self._env(local_rank)
             proc = subprocess.Popen(  # noqa: S603 - argv list from config, never a shell
-                list(self.spec.command), cwd=self.spec.workdir, env=self._env(local_rank),
+                expand_vars(self.spec.command, env), cwd=self.spec.workdir, env=env,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
@@ -229,6 +230,18 @@ class NodeAgent:
         if self._log:
             self._log.close()
             self._log = None
+
+
+ENV_REF = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def expand_vars(argv: tuple[str, ...], env: dict[str, str]) -> list[str]:
+    """$VAR and ${VAR} from the rank's environment (SLURM_*, MASTER_ADDR, RANK, ...), no shell involved;
+    a variable that is not set stays as written."""
+    def sub(m: re.Match[str]) -> str:
+        return env.get(m.group(1) or m.group(2), m.group(0))
+
+    return [ENV_REF.sub(sub, a) for a in argv]
 
 
 def _read_small(path: Path) -> str:
