@@ -20,11 +20,13 @@ from orchestrator.model import HARDWARE_CAUSES, Action, Cause, JobRef, JobState,
 from orchestrator.plan import plan
 from orchestrator.policy import decide
 from orchestrator.settings import Settings
+from orchestrator.shared import SharedBlacklist
 from orchestrator.state import STOP_REQUEST, HardwareEvent, RunState, SegmentRecord, StateStore, take_requests
 from orchestrator.watch.segment import SegmentWatch
 
 Notify = Callable[[str, str], object]
 HARDWARE_MEMORY = timedelta(days=7)  # a node that had a hardware fault this recently: OOM there is a poisoned GPU
+PENDING_NOTE_S = 600.0  # how often a pending job's wait is logged
 DUMP_LEAD_S = 30.0  # stack dumps are requested this long before the stall limit
 
 
@@ -49,6 +51,7 @@ class Controller:
         self._watch: SegmentWatch | None = None
         self._running_since: datetime | None = None
         self._unreachable_since: datetime | None = None
+        self._pending_note: datetime | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
     def request_stop(self, why: str = "signal") -> None:
@@ -147,8 +150,18 @@ class Controller:
         return blacklist.exclude_plan(now, self.s.policy.strike_threshold, cap,
                                       set(inventory) if inventory is not None else None)
 
+    def shared(self) -> SharedBlacklist | None:
+        p = self.s.policy.shared_blacklist
+        return SharedBlacklist(p if p.is_absolute() else self.s.config_dir / p) if p else None
+
     def next_spec(self, state: RunState):  # noqa: ANN201 - SegmentSpec
         now = self.clock.now()
+        shared = self.shared()
+        if shared is not None:
+            try:
+                state.blacklist = shared.merge_into(state.blacklist)
+            except (OSError, ValueError) as exc:
+                logger.warning("shared blacklist unreadable, using the run's own: {}", exc)
         skip = frozenset(p for p, n in state.bad_checkpoints.items() if n >= 2)
         ckpt = ckpt_mod.find_latest(self.s.checkpoint, skip)
         excl = self.exclude_plan(state.blacklist.prune(now), now)
@@ -241,6 +254,15 @@ class Controller:
             return
         if status.state == JobState.RUNNING and self._running_since is None:
             self._running_since = now
+            logger.bind(run=state.run, segment=seg.index).info(
+                "job={} running on {} after {:.0f}s in the queue", seg.job_id, ",".join(status.nodes) or "?",
+                (now - seg.submitted_at).total_seconds())
+        if status.state == JobState.PENDING and (self._pending_note is None or
+                                                 (now - self._pending_note).total_seconds() >= PENDING_NOTE_S):
+            self._pending_note = now
+            logger.bind(run=state.run, segment=seg.index).info(
+                "job={} pending for {:.0f}s (reason: {})", seg.job_id, (now - seg.submitted_at).total_seconds(),
+                status.reason or "-")
         reason = self._should_cancel(seg, watch, now)
         if reason:
             seg.cancelled_by_controller, seg.cancelled_at = reason, now
@@ -332,6 +354,7 @@ class Controller:
                 node, verdict.cause, text, seg.job_id or "", now, hard=hard,
                 expiry=timedelta(hours=self.s.policy.blacklist_expiry_h))
             log.warning("blacklist node={} cause={} hard={} evidence={!r}", node, verdict.cause.value, hard, text[:200])
+            self._publish(state, node, text)
             if verdict.cause in HARDWARE_CAUSES:
                 state.hardware_events.append(HardwareEvent(node=node, cause=verdict.cause, job_id=seg.job_id or "",
                                                            time=now))
@@ -356,6 +379,22 @@ class Controller:
             state.wait_until = now + timedelta(seconds=wait_s)
         self.save(state)
         self.failpoint("after_conclude")
+
+    def _publish(self, state: RunState, node: str, text: str) -> None:
+        entry = state.blacklist.get(node)
+        shared = self.shared()
+        if shared is not None and entry is not None:
+            try:
+                shared.publish([entry])
+            except OSError as exc:
+                logger.warning("could not write the shared blacklist: {}", exc)
+        if self.s.policy.drain_blacklisted and entry is not None and entry.hard:
+            drain = getattr(self.backend, "drain", None)
+            if drain is not None:
+                try:
+                    drain(node, f"orchestrator {state.run}: {entry.cause.value} job {entry.job_id}")
+                except Exception as exc:  # noqa: BLE001 - draining is a courtesy; the run goes on
+                    logger.warning("drain of {} failed: {}", node, exc)
 
     def _stop(self, state: RunState, reason: str) -> None:
         state.status, state.stop_reason = RunStatus.STOPPED, reason

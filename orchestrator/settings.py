@@ -112,6 +112,13 @@ class Policy(Section):
         300.0, ge=0, description="For wait_and_resubmit (e.g. filesystem outage): pause before resubmitting."
     )
     stop_on_user_bug: bool = Field(True, description="Stop and alert on user_bug instead of resubmitting.")
+    shared_blacklist: Path | None = Field(
+        None, description="A blacklist file shared by several runs on one cluster (read and written with a lock)."
+    )
+    drain_blacklisted: bool = Field(
+        False, description="Run `scontrol update NodeName=X State=DRAIN Reason=...` for hardware culprits "
+        "(needs the rights; otherwise the line is only printed by `status`)."
+    )
 
 
 class Watch(Section):

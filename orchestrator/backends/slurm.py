@@ -233,6 +233,11 @@ class SlurmBackend:
     def cancel(self, ref: JobRef) -> None:
         self._run(["scancel", ref.job_id])
 
+    def drain(self, node: str, reason: str) -> None:
+        """Take a node out of service (needs operator rights; only with policy.drain_blacklisted)."""
+        clean = " ".join(reason.replace('"', "'").split())[:200]
+        self._run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={clean}"])
+
     def find_jobs(self, job_name: str) -> list[JobRef]:
         text = self._run(["squeue", "-h", "-n", job_name, "-o", "%i|%V|%T"])
         out = []

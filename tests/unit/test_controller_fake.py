@@ -138,3 +138,19 @@ def test_poll_interval_is_respected(tmp_path: Path, poll: int) -> None:
     ctl, cluster, clock = make(tmp_path, watch={"poll_interval_s": poll})
     ctl.run()
     assert cluster.polls <= clock.slept / poll + 3
+
+
+def test_shared_blacklist_and_drain_across_runs(tmp_path: Path) -> None:
+    shared = str(tmp_path / "cluster-blacklist.json")
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir()
+    b_dir.mkdir()
+    ctl_a, cluster_a, _ = make(a_dir, {"node3": Fault("ecc", at=35)},
+                               policy={"shared_blacklist": shared, "drain_blacklisted": True})
+    drained: list[tuple[str, str]] = []
+    cluster_a.drain = lambda node, reason: drained.append((node, reason))  # type: ignore[attr-defined]
+    assert ctl_a.run().status == RunStatus.DONE
+    assert drained and drained[0][0] == "node3" and "gpu_ecc" in drained[0][1]
+    ctl_b, cluster_b, _ = make(b_dir, policy={"shared_blacklist": shared})
+    assert ctl_b.run().status == RunStatus.DONE
+    assert cluster_b.submitted[0].exclude == ("node3",)  # learned from run A before its first segment

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import multiprocessing as mp
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from orchestrator.blacklist import Blacklist
+from orchestrator.model import BlacklistEntry, Cause
+from orchestrator.shared import SharedBlacklist
+
+T = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def entry(node: str, minutes: int = 0) -> BlacklistEntry:
+    return BlacklistEntry(node=node, cause=Cause.GPU_ECC, evidence="x", job_id="1", since=T + timedelta(minutes=minutes),
+                          expires=T + timedelta(days=1))
+
+
+def writer(path: str, run: int, n: int) -> None:
+    sb = SharedBlacklist(Path(path))
+    for i in range(n):
+        sb.publish([entry(f"r{run}-node{i}")])
+
+
+def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "shared" / "blacklist.json"
+    procs = [mp.get_context("fork").Process(target=writer, args=(str(path), r, 25)) for r in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    nodes = {e.node for e in SharedBlacklist(path).merge_into(Blacklist()).entries}
+    assert nodes == {f"r{r}-node{i}" for r in range(4) for i in range(25)}
+
+
+def test_newest_entry_wins_both_ways(tmp_path: Path) -> None:
+    sb = SharedBlacklist(tmp_path / "bl.json")
+    sb.publish([entry("a", 10)])
+    sb.publish([entry("a", 5)])  # older news does not overwrite
+    assert SharedBlacklist(tmp_path / "bl.json").merge_into(Blacklist()).get("a").since == T + timedelta(minutes=10)
+    own = Blacklist(entries=(entry("a", 20), entry("b", 0)))
+    merged = sb.merge_into(own)
+    assert merged.get("a").since == T + timedelta(minutes=20) and merged.get("b") is not None
