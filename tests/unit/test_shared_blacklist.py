@@ -12,8 +12,8 @@ T = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def entry(node: str, minutes: int = 0) -> BlacklistEntry:
-    return BlacklistEntry(node=node, cause=Cause.GPU_ECC, evidence="x", job_id="1", since=T + timedelta(minutes=minutes),
-                          expires=T + timedelta(days=1))
+    return BlacklistEntry(node=node, cause=Cause.GPU_ECC, evidence="x", job_id="1",
+                          since=T + timedelta(minutes=minutes), expires=T + timedelta(days=1))
 
 
 def writer(path: str, run: int, n: int) -> None:
