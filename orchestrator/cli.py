@@ -276,7 +276,10 @@ def import_sbatch_cmd(
 
 @app.command()
 def validate(config: Annotated[Path, typer.Argument(help="The YAML config file to check.")]) -> None:
-    """Check a config file and print every problem with its field path (exit 2 if any)."""
+    """Check a config file and print every problem with its field path (exit 2 if any).
+
+    Example: orchestrator validate configs/example.yaml
+    """
     s = load(config, [])
     out.print(f"{config}: ok (run {s.name}, {s.resources.nodes} nodes, backend {s.backend.kind})",
               markup=False, highlight=False)

@@ -163,7 +163,7 @@ class SlurmBackendCfg(Section):
 
 
 class BackendCfg(Section):
-    kind: Literal["local", "slurm"] = "local"
+    kind: Literal["local", "slurm"] = Field("local", description="local: virtual nodes on this machine; slurm.")
     local: LocalBackendCfg = Field(default_factory=LocalBackendCfg)
     slurm: SlurmBackendCfg = Field(default_factory=SlurmBackendCfg)
 
