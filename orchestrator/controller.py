@@ -169,6 +169,11 @@ class Controller:
 
     def submit_next(self, state: RunState) -> None:
         spec, excl = self.next_spec(state)
+        if spec.resume_from is None and any(n >= 2 for n in state.bad_checkpoints.values()):
+            self._stop(state, "every complete checkpoint failed to load (or none is older than the bad ones): "
+                       f"{', '.join(p for p, n in state.bad_checkpoints.items() if n >= 2)}; starting from scratch "
+                       "would lose the run: fix or remove them, then run again")
+            return
         log = logger.bind(run=state.run, segment=spec.index)
         if excl.note:
             log.warning("exclude note={}", excl.note)
@@ -339,10 +344,10 @@ class Controller:
         self.failpoint("before_decide")
         decision = decide(state, verdict, self.s.policy, self.s.goal, now)
         self.act(state, seg, verdict, decision.action, decision.reason, decision.blame_nodes, decision.hard,
-                 decision.wait_s)
+                 decision.wait_s, decision.checkpoint_failed)
 
     def act(self, state: RunState, seg: SegmentRecord, verdict: Verdict, action: Action, reason: str,
-            blame: tuple[str, ...], hard: bool, wait_s: float) -> None:
+            blame: tuple[str, ...], hard: bool, wait_s: float, checkpoint_failed: str | None = None) -> None:
         now = self.clock.now()
         log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)
         seg.action, seg.reason = action, reason
@@ -361,9 +366,8 @@ class Controller:
                 state.hardware_events = state.hardware_events[-500:]
             self.notify(f"{state.run}: node {node} blacklisted", f"{verdict.cause.value}: {text[:300]}")
             self.failpoint("after_blacklist")
-        if seg.resumed_from and (seg.end_iteration is None or seg.end_iteration <= seg.start_iteration) \
-                and verdict.cause in (Cause.USER_BUG, Cause.UNKNOWN):
-            state.bad_checkpoints[seg.resumed_from] = state.bad_checkpoints.get(seg.resumed_from, 0) + 1
+        if checkpoint_failed:
+            state.bad_checkpoints[checkpoint_failed] = state.bad_checkpoints.get(checkpoint_failed, 0) + 1
         log.info("segment ended job={} state={} cause={} culprits={} confidence={:.2f} action={} reason={!r}",
                  seg.job_id, seg.job_state, verdict.cause.value, ",".join(verdict.culprit_nodes) or "-",
                  verdict.confidence, action.value, reason)

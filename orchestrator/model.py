@@ -137,7 +137,8 @@ class Decision(Frozen):
     blame_nodes: tuple[str, ...] = ()
     hard: bool = False
     wait_s: float = 0.0
-    drop_checkpoint: str | None = None
+    drop_checkpoint: str | None = None  # failed to load twice: resume from the previous complete one
+    checkpoint_failed: str | None = None  # the segment died loading this checkpoint (counted in the ledger)
 
 
 class BlacklistEntry(Frozen):

@@ -13,6 +13,9 @@ def _progressed(seg: SegmentRecord) -> bool:
     return seg.end_iteration is not None and seg.end_iteration > seg.start_iteration
 
 
+LOAD_FAILURES = frozenset({Cause.USER_BUG, Cause.UNKNOWN, Cause.SEGFAULT, Cause.BUS_ERROR})
+
+
 def no_progress_streak(segments: list[SegmentRecord]) -> int:
     n = 0
     for seg in reversed(segments):
@@ -47,6 +50,16 @@ def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: d
         verdict = verdict.model_copy(update={"cause": Cause.UNKNOWN})
     if len(state.segments) >= policy.max_segments:
         return Decision(action=Action.STOP_AND_ALERT, reason=f"max_segments={policy.max_segments} reached")
+    ckpt = seg.resumed_from
+    if ckpt and verdict.cause in LOAD_FAILURES and not _progressed(seg) and seg.first_progress_at is None:
+        failures = state.bad_checkpoints.get(ckpt, 0) + 1
+        if failures >= 2:
+            return Decision(action=Action.RESUBMIT, checkpoint_failed=ckpt, drop_checkpoint=ckpt,
+                            reason=f"{ckpt} failed to load twice ({verdict.cause.value}): falling back to the "
+                            "previous complete checkpoint")
+        return Decision(action=Action.RESUBMIT, checkpoint_failed=ckpt,
+                        reason=f"the segment died before its first iteration after loading {ckpt} "
+                        f"({verdict.cause.value}): retrying once before falling back to an older checkpoint")
     if verdict.cause == Cause.USER_BUG and policy.stop_on_user_bug:
         return Decision(action=Action.STOP_AND_ALERT, reason=f"user_bug: {verdict.summary}"[:300])
     if verdict.cause == Cause.USER_OOM:

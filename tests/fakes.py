@@ -50,6 +50,7 @@ class FakeCluster:
         self.clock, self.node_names, self.target, self.ckpt_dir = clock, nodes, target, Path(ckpt_dir)
         self.step_s, self.ckpt_every = step_s, ckpt_every
         self.faults = faults or {}
+        self.corrupt: set[int] = set()  # checkpoints (by iteration) that fail to load
         self.jobs: dict[str, FakeJob] = {}
         self.submitted: list[SegmentSpec] = []
         self.polls = 0
@@ -73,6 +74,11 @@ class FakeCluster:
         self.jobs[ref.job_id] = job
         for rank, node in enumerate(job.nodes):
             self._log(job, node, f"agent: ORCH-AGENT start segment={spec.index} job={ref.job_id} node={node}")
+            if spec.start_iteration in self.corrupt:
+                self._log(job, node, f"{rank}: RuntimeError: PytorchStreamReader failed reading zip archive: "
+                                     "failed finding central directory")
+                self._exit(job, node, 1)
+                job.state = JobState.FAILED
             fault = self.faults.get(node)
             if fault and (fault.kind == "oom_startup" or (fault.kind == "ecc" and spec.start_iteration >= fault.at
                                                           and fault.sticky)):

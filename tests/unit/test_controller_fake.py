@@ -154,3 +154,22 @@ def test_shared_blacklist_and_drain_across_runs(tmp_path: Path) -> None:
     ctl_b, cluster_b, _ = make(b_dir, policy={"shared_blacklist": shared})
     assert ctl_b.run().status == RunStatus.DONE
     assert cluster_b.submitted[0].exclude == ("node3",)  # learned from run A before its first segment
+
+
+def test_checkpoint_that_fails_to_load_twice_falls_back_to_the_previous(tmp_path: Path) -> None:
+    ctl, cluster, _ = make(tmp_path, {"node3": Fault("ecc", at=35)}, policy={"max_no_progress_segments": 5})
+    cluster.corrupt = {30}
+    state = ctl.run()
+    assert state.status == RunStatus.DONE
+    starts = [s.start_iteration for s in state.segments]
+    assert starts == [0, 30, 30, 20]  # twice the bad iteration-30 checkpoint, then the one before it
+    assert state.segments[1].cause == Cause.USER_BUG and state.segments[1].action == Action.RESUBMIT
+    assert "failed to load twice" in state.segments[2].reason
+
+
+def test_no_older_checkpoint_stops_instead_of_starting_over(tmp_path: Path) -> None:
+    ctl, cluster, _ = make(tmp_path, {"node3": Fault("ecc", at=15)}, policy={"max_no_progress_segments": 5})
+    cluster.corrupt = {10}
+    state = ctl.run()
+    assert state.status == RunStatus.STOPPED and "starting from scratch would lose the run" in state.stop_reason
+    assert [s.start_iteration for s in state.segments] == [0, 10, 10]
