@@ -69,6 +69,16 @@ class Blacklist(Frozen):
         )
         return Blacklist(entries=tuple(e for e in self.entries if e.node != node) + (entry,))
 
+    def add_manual(self, nodes: list[str], reason: str, now: datetime, expiry: timedelta) -> Blacklist:
+        """Nodes excluded by hand (an operator's word counts as a hard strike)."""
+        bl = self
+        for n in nodes:
+            bl = bl.record(n, Cause.UNKNOWN, reason, "manual", now, hard=True, expiry=expiry, source="manual")
+        return bl
+
+    def remove_all(self, nodes: list[str]) -> Blacklist:
+        return Blacklist(entries=tuple(e for e in self.entries if e.node not in nodes))
+
     def remove(self, node: str) -> Blacklist:
         return Blacklist(entries=tuple(e for e in self.entries if e.node != node))
 

@@ -18,12 +18,11 @@ from orchestrator.backends.base import Backend
 from orchestrator.clock import Clock, RealClock
 from orchestrator.diagnose.classify import Context, NodeEvidence, classify, infer_job_state
 from orchestrator.diagnose.prefilter import Prefilter
-from orchestrator.diagnose.scan import NodeScan
+from orchestrator.diagnose.scan import scan_file
 from orchestrator.diagnose.signatures import build_table
 from orchestrator.report import blacklist_table, drain_commands, status_json, summary_table, timeline_table
 from orchestrator.settings import ConfigError, Settings, load_settings, parse_overrides
 from orchestrator.state import STOP_REQUEST, LockHeld, RunLock, StateError, StateStore, write_request
-from orchestrator.watch.tail import LogTail
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Keep long multi-node training on Slurm moving: diagnose, blacklist, resume.")
@@ -296,26 +295,19 @@ def stop(target: Annotated[Path, typer.Argument(help="Config file or run directo
 
     store, where = _state_for(target)
     lock = RunLock(store.run_dir)
-    try:
-        lock.acquire()
-        lock.release()
+    if not lock.is_held():
         out.print(f"{where}: no controller is running", markup=False)
         return
-    except LockHeld:
-        pass
     (store.run_dir / STOP_REQUEST).write_text("stop\n")
     pid = lock.holder_pid()
     if pid:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        try:
-            lock.acquire()
-            lock.release()
+        if not lock.is_held():
             out.print(f"controller of {where} stopped", markup=False)
             return
-        except LockHeld:
-            time.sleep(0.2)
+        time.sleep(0.2)
     raise fail([f"{where}: the controller ({lock.holder()}) has not exited after {wait:.0f}s; "
                 "it stops at its next poll"], 1)
 
@@ -360,6 +352,27 @@ def _locked_state(target: Path):  # noqa: ANN202 - (store, state, lock)
     return store, state, lock
 
 
+def _names(nodes: str) -> list[str]:
+    from orchestrator.blacklist import expand
+
+    try:
+        return expand(nodes)
+    except ValueError as exc:
+        raise fail([str(exc)]) from None
+
+
+def _edit(target: Path, change: Any) -> Any:
+    """Apply `change` (Blacklist -> Blacklist) to the run's blacklist under the run lock; the old one back."""
+    store, state, lock = _locked_state(target)
+    try:
+        before = state.blacklist
+        state.blacklist = change(before)
+        store.save(state)
+        return before
+    finally:
+        lock.release()
+
+
 @bl_app.command("list")
 def bl_list(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
             as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
@@ -386,24 +399,11 @@ def bl_add(target: Annotated[Path, typer.Argument(help="Config file or run direc
     """Exclude nodes by hand. Example: orchestrator blacklist add runs/demo 'node[3-4]' --reason 'Xid 79'"""
     from datetime import timedelta
 
-    from orchestrator.blacklist import expand
-    from orchestrator.model import Cause
-
-    try:
-        names = expand(nodes)
-    except ValueError as exc:
-        raise fail([str(exc)]) from None
+    names = _names(nodes)
     if _queue_if_running(target, {"op": "add", "nodes": names, "reason": reason, "hours": hours}):
         return
-    store, state, lock = _locked_state(target)
-    try:
-        now = RealClock().now()
-        for n in names:
-            state.blacklist = state.blacklist.record(n, Cause.UNKNOWN, reason, "manual", now, hard=True,
-                                                     expiry=timedelta(hours=hours), source="manual")
-        store.save(state)
-    finally:
-        lock.release()
+    now = RealClock().now()
+    _edit(target, lambda bl: bl.add_manual(names, reason, now, timedelta(hours=hours)))
     out.print(f"blacklisted {','.join(names)} for {hours:g} h", markup=False)
 
 
@@ -411,22 +411,11 @@ def bl_add(target: Annotated[Path, typer.Argument(help="Config file or run direc
 def bl_remove(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
               nodes: Annotated[str, typer.Argument(help="Hostlist, e.g. node3.")]) -> None:
     """Return nodes to the pool. Example: orchestrator blacklist remove configs/demo.yaml node3"""
-    from orchestrator.blacklist import expand
-
-    try:
-        names = expand(nodes)
-    except ValueError as exc:
-        raise fail([str(exc)]) from None
+    names = _names(nodes)
     if _queue_if_running(target, {"op": "remove", "nodes": names}):
         return
-    store, state, lock = _locked_state(target)
-    try:
-        missing = [n for n in names if state.blacklist.get(n) is None]
-        for n in names:
-            state.blacklist = state.blacklist.remove(n)
-        store.save(state)
-    finally:
-        lock.release()
+    before = _edit(target, lambda bl: bl.remove_all(names))
+    missing = [n for n in names if before.get(n) is None]
     out.print(f"removed {','.join(n for n in names if n not in missing) or 'nothing'}"
               + (f"; not blacklisted: {','.join(missing)}" if missing else ""), markup=False)
 
@@ -438,13 +427,7 @@ def bl_clear(target: Annotated[Path, typer.Argument(help="Config file or run dir
 
     if _queue_if_running(target, {"op": "clear", "nodes": []}):
         return
-    store, state, lock = _locked_state(target)
-    try:
-        n = len(state.blacklist.entries)
-        state.blacklist = Blacklist()
-        store.save(state)
-    finally:
-        lock.release()
+    n = len(_edit(target, lambda bl: Blacklist()).entries)
     out.print(f"cleared {n} entries", markup=False)
 
 
@@ -453,18 +436,8 @@ def diagnose_dir(directory: Path, progress_regex: str = r"iteration\s+(\d+)\s*/\
     sigs = build_table()
     rx = re.compile(progress_regex)
     prefilter = Prefilter([(s.pattern, s.ignore_case) for s in sigs])
-    nodes = []
-    for f in files:
-        host = f.name.split(".")[0] if "." in f.name else f.name
-        scan = NodeScan(host, str(f), sigs, rx)
-        tail = LogTail(f)
-        while True:
-            blocks = tail.read_chunks(final=True)
-            if not blocks:
-                break
-            for first, block, newlines in blocks:
-                scan.feed_bytes(first, block, prefilter, newlines)
-        nodes.append(NodeEvidence.from_scan(scan))
+    nodes = [NodeEvidence.from_scan(scan_file(f, f.name.split(".")[0] if "." in f.name else f.name, sigs, rx,
+                                              prefilter)) for f in files]
     stalled = any(n.top_frames or n.stuck_detail for n in nodes)
     v = classify(infer_job_state(nodes), nodes, Context(stalled=stalled))
     return {

@@ -82,13 +82,11 @@ class Controller:
         for req in take_requests(self.s.run_dir):
             nodes = [str(n) for n in req.get("nodes", [])]  # type: ignore[attr-defined]
             if req.get("op") == "add":
-                for n in nodes:
-                    state.blacklist = state.blacklist.record(
-                        n, Cause.UNKNOWN, str(req.get("reason", "added by hand")), "manual", now, hard=True,
-                        expiry=timedelta(hours=float(req.get("hours", 72))), source="manual")  # type: ignore[arg-type]
+                hours = float(req.get("hours", 72))  # type: ignore[arg-type]
+                state.blacklist = state.blacklist.add_manual(nodes, str(req.get("reason", "added by hand")), now,
+                                                             timedelta(hours=hours))
             elif req.get("op") == "remove":
-                for n in nodes:
-                    state.blacklist = state.blacklist.remove(n)
+                state.blacklist = state.blacklist.remove_all(nodes)
             elif req.get("op") == "clear":
                 state.blacklist = Blacklist()
             logger.info("blacklist request applied op={} nodes={}", req.get("op"), ",".join(nodes) or "-")

@@ -197,6 +197,15 @@ class RunLock:
         os.write(fd, f"pid={os.getpid()} host={socket.gethostname()}\n".encode())
         self._fd = fd
 
+    def is_held(self) -> bool:
+        """True while a live controller holds the run (checked by trying the lock)."""
+        try:
+            self.acquire()
+        except LockHeld:
+            return True
+        self.release()
+        return False
+
     def holder(self) -> str | None:
         try:
             return self.path.read_text().strip() or None

@@ -6,6 +6,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.signatures import Signature
@@ -275,3 +276,18 @@ class NodeScan:
         self.last_progress_ts = None
         self.tail.clear()
         self.completed, self.top_frames, self.stuck = False, [], ""
+
+
+def scan_file(path: Path, node: str, signatures: tuple[Signature, ...], progress: re.Pattern[str],
+              prefilter: Prefilter) -> NodeScan:
+    """A whole file, block by block (bounded memory whatever its size)."""
+    from orchestrator.watch.tail import LogTail
+
+    scan = NodeScan(node, str(path), signatures, progress)
+    tail = LogTail(path)
+    while True:
+        blocks = tail.read_chunks(final=True)
+        if not blocks:
+            return scan
+        for first, block, newlines in blocks:
+            scan.feed_bytes(first, block, prefilter, newlines)

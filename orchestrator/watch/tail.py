@@ -23,27 +23,11 @@ class LogTail:
     def read_new(self, final: bool = False, max_bytes: int = 64 * CHUNK) -> list[tuple[int, str]]:
         """Return (line_no, text) for every complete line appended since the last call."""
         out: list[tuple[int, str]] = []
-        try:
-            fd = os.open(self.path, os.O_RDONLY)  # may block (hung filesystem, FIFO): callers use a timeout
-        except FileNotFoundError:
-            return out
-        try:
-            size = os.fstat(fd).st_size
-            if size < self.offset:  # truncated or replaced: start over
-                self.offset, self._partial = 0, b""
-            budget = max_bytes
-            while budget > 0:
-                data = os.pread(fd, min(CHUNK, budget), self.offset)
-                if not data:
-                    break
-                self.offset += len(data)
-                budget -= len(data)
-                self._split(self._partial + data, out)
-        finally:
-            os.close(fd)
-        if final and self._partial:
-            self._emit(self._partial, out)
-            self._partial = b""
+        for first, data, _ in self.read_chunks(final, max_bytes):
+            lines = data.split(b"\n")
+            if data.endswith(b"\n"):
+                lines.pop()
+            out.extend((first + i, _clean(raw)) for i, raw in enumerate(lines))
         return out
 
     def read_chunks(self, final: bool = False, max_bytes: int = 64 * CHUNK) -> list[tuple[int, bytes, int]]:
@@ -83,25 +67,12 @@ class LogTail:
             self._partial = b""
         return out
 
-    def _split(self, buf: bytes, out: list[tuple[int, str]]) -> None:
-        start = 0
-        while True:
-            nl = buf.find(b"\n", start)
-            if nl < 0:
-                break
-            self._emit(buf[start:nl], out)
-            start = nl + 1
-        rest = buf[start:]
-        if len(rest) > MAX_LINE:  # a monster line: emit its head, drop the rest until the newline
-            self._emit(rest[:MAX_LINE], out)
-            rest = b""
-        self._partial = rest
 
-    def _emit(self, raw: bytes, out: list[tuple[int, str]]) -> None:
-        self.line_no += 1
-        raw = raw.replace(b"\x00", b"")[:MAX_LINE]
-        text = raw.decode("utf-8", errors="replace")
-        if "\r" in text:  # progress bars: keep the last non-empty segment
-            parts = [p for p in text.split("\r") if p.strip()]
-            text = parts[-1] if parts else ""
-        out.append((self.line_no, text.rstrip()))
+def _clean(raw: bytes) -> str:
+    """NULs dropped, invalid UTF-8 replaced, a line cut at MAX_LINE; of a carriage-return progress bar,
+    the last non-empty state."""
+    text = raw.replace(b"\x00", b"")[:MAX_LINE].decode("utf-8", errors="replace")
+    if "\r" in text:
+        parts = [p for p in text.split("\r") if p.strip()]
+        text = parts[-1] if parts else ""
+    return text.rstrip()
