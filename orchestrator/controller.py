@@ -107,6 +107,7 @@ class Controller:
         self.store.save(state)
 
     def run(self) -> RunState:
+        (self.s.run_dir / STOP_REQUEST).unlink(missing_ok=True)  # meant for a controller that has exited
         state = self.load_or_init()
         state.target_iteration = self.s.goal.target_iteration
         log = logger.bind(run=state.run)

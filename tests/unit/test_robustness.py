@@ -109,10 +109,13 @@ def make_ctl(tmp_path: Path) -> tuple[Controller, FakeCluster, FakeClock]:
 
 def test_stop_request_leaves_the_job_running(tmp_path: Path) -> None:
     ctl, cluster, clock = make_ctl(tmp_path)
-    state = ctl.load_or_init()
-    ctl.step(state)
-    (ctl.s.run_dir / STOP_REQUEST).write_text("stop\n")
+    (ctl.s.run_dir).mkdir(parents=True, exist_ok=True)
+    (ctl.s.run_dir / STOP_REQUEST).write_text("stop\n")  # stale: left by an earlier controller, ignored
+    # `orchestrator stop` while the loop runs: the request appears after a few seconds of (fake) time
+    clock.on_advance.append(lambda now: (ctl.s.run_dir / STOP_REQUEST).write_text("stop\n")
+                            if clock.slept >= 5 else None)
     state = ctl.run()
+    assert cluster.submitted  # the stale request did not stop it before it started
     assert state.status == RunStatus.RUNNING and ctl.stop_requested == "orchestrator stop"
     assert not list(cluster.jobs.values())[0].state.terminal
 
