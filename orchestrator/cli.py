@@ -21,7 +21,7 @@ from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import scan_file
 from orchestrator.diagnose.signatures import build_table
 from orchestrator.report import blacklist_table, drain_commands, status_json, summary_table, timeline_table
-from orchestrator.settings import ConfigError, Settings, load_settings, parse_overrides
+from orchestrator.settings import ConfigError, Settings, check_paths, load_settings, parse_overrides
 from orchestrator.state import STOP_REQUEST, LockHeld, RunLock, StateError, StateStore, write_request
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -50,9 +50,13 @@ def setup_logging(run_dir: Path | None, verbose: bool) -> None:
 
 def load(config: Path, overrides: list[str]) -> Settings:
     try:
-        return load_settings(config, parse_overrides(overrides))
+        s = load_settings(config, parse_overrides(overrides))
     except ConfigError as exc:
         raise fail(exc.problems) from None
+    problems = check_paths(s)
+    if problems:
+        raise fail(problems)
+    return s
 
 
 def build_backend(s: Settings, clock: Clock) -> Backend:

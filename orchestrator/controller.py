@@ -11,6 +11,7 @@ from loguru import logger
 
 from orchestrator import checkpoint as ckpt_mod
 from orchestrator.agent.main import PREFLIGHT_EXIT
+from orchestrator.agent.preflight import with_timeout
 from orchestrator.backends.base import Backend, BackendError, SchedulerUnavailable
 from orchestrator.blacklist import Blacklist, ExcludePlan
 from orchestrator.clock import Clock
@@ -25,6 +26,10 @@ from orchestrator.state import STOP_REQUEST, HardwareEvent, RunState, SegmentRec
 from orchestrator.watch.segment import SegmentWatch
 
 Notify = Callable[[str, str], object]
+
+
+class FilesystemStall(Exception):
+    """The shared filesystem did not answer in time: nothing is decided on a guess."""
 HARDWARE_MEMORY = timedelta(days=7)  # a node that had a hardware fault this recently: OOM there is a poisoned GPU
 PENDING_NOTE_S = 600.0  # how often a pending job's wait is logged
 DUMP_LEAD_S = 30.0  # stack dumps are requested this long before the stall limit
@@ -162,12 +167,21 @@ class Controller:
             except (OSError, ValueError) as exc:
                 logger.warning("shared blacklist unreadable, using the run's own: {}", exc)
         skip = frozenset(p for p, n in state.bad_checkpoints.items() if n >= 2)
-        ckpt = ckpt_mod.find_latest(self.s.checkpoint, skip)
+        done, ckpt = with_timeout(lambda: ckpt_mod.find_latest(self.s.checkpoint, skip), self.s.watch.read_timeout_s)
+        if not done:
+            raise FilesystemStall(f"{self.s.checkpoint.dir} did not answer within {self.s.watch.read_timeout_s:.0f}s")
+        if isinstance(ckpt, BaseException):
+            raise FilesystemStall(f"{self.s.checkpoint.dir}: {ckpt}")
         excl = self.exclude_plan(state.blacklist.prune(now), now)
         return plan(self.s, state, ckpt, excl, self.python), excl
 
     def submit_next(self, state: RunState) -> None:
-        spec, excl = self.next_spec(state)
+        try:
+            spec, excl = self.next_spec(state)
+        except FilesystemStall as exc:
+            logger.bind(run=state.run).warning("filesystem stall: {}; not submitting until it answers", exc)
+            self.clock.sleep(self.s.watch.poll_interval_s)
+            return
         if spec.resume_from is None and any(n >= 2 for n in state.bad_checkpoints.values()):
             self._stop(state, "every complete checkpoint failed to load (or none is older than the bad ones): "
                        f"{', '.join(p for p, n in state.bad_checkpoints.items() if n >= 2)}; starting from scratch "

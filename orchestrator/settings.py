@@ -5,6 +5,7 @@ Every problem is reported as one line naming the file and the field path; the ca
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -372,6 +373,26 @@ def _with_yaml(data: dict[str, Any]) -> type[Settings]:
             return (init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=data))
 
     return LoadedSettings
+
+
+def check_paths(s: Settings) -> list[str]:
+    """Problems a valid file can still have on this machine: paths that exist but cannot be used."""
+    where = s.config_path or "config"
+    problems = []
+    ck = Path(s.checkpoint.dir)
+    if ck.exists() and not ck.is_dir():
+        problems.append(f"{where}: checkpoint.dir: {ck} exists and is not a directory")
+    elif ck.is_dir() and not os.access(ck, os.R_OK | os.X_OK):
+        problems.append(f"{where}: checkpoint.dir: {ck} cannot be read (permissions)")
+    if s.workdir is not None and not Path(s.workdir).is_dir():
+        problems.append(f"{where}: workdir: {s.workdir} is not a directory")
+    rd = Path(s.run_dir)
+    if rd.exists() and not rd.is_dir():
+        problems.append(f"{where}: run_dir: {rd} exists and is not a directory")
+    prog = s.command[0]
+    if "/" in prog and "{" not in prog and not (Path(s.workdir or ".") / prog).exists():
+        problems.append(f"{where}: command.0: program {prog} does not exist (relative to workdir {s.workdir})")
+    return problems
 
 
 def load_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settings:

@@ -20,7 +20,7 @@ class LogTail:
         self.line_no = 0
         self._partial = b""
 
-    def read_new(self, final: bool = False, max_bytes: int = 64 * CHUNK) -> list[tuple[int, str]]:
+    def read_new(self, final: bool = False, max_bytes: int = 4 * CHUNK) -> list[tuple[int, str]]:
         """Return (line_no, text) for every complete line appended since the last call."""
         out: list[tuple[int, str]] = []
         for first, data, _ in self.read_chunks(final, max_bytes):
@@ -30,7 +30,7 @@ class LogTail:
             out.extend((first + i, _clean(raw)) for i, raw in enumerate(lines))
         return out
 
-    def read_chunks(self, final: bool = False, max_bytes: int = 64 * CHUNK) -> list[tuple[int, bytes, int]]:
+    def read_chunks(self, final: bool = False, max_bytes: int = 4 * CHUNK) -> list[tuple[int, bytes, int]]:
         """New data as (number of its first line, bytes of complete lines, number of newlines in them);
         cheaper than read_new for big files: nothing is split or decoded here (the scanner decodes only
         the lines it needs)."""

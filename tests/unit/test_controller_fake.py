@@ -173,3 +173,21 @@ def test_no_older_checkpoint_stops_instead_of_starting_over(tmp_path: Path) -> N
     state = ctl.run()
     assert state.status == RunStatus.STOPPED and "starting from scratch would lose the run" in state.stop_reason
     assert [s.start_iteration for s in state.segments] == [0, 10, 10]
+
+
+def test_hung_checkpoint_directory_blocks_submission_not_the_loop(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from orchestrator import checkpoint as ckpt_mod
+
+    gate = threading.Event()
+    real = ckpt_mod.find_latest
+    monkeypatch.setattr(ckpt_mod, "find_latest", lambda cfg, skip=frozenset(): (gate.wait(), real(cfg, skip))[1])
+    ctl, cluster, clock = make(tmp_path, watch={"read_timeout_s": 0.2})
+    state = ctl.load_or_init()
+    for _ in range(3):
+        ctl.step(state)  # each step returns although the checkpoint directory never answers
+    assert cluster.submitted == [] and clock.slept >= 3  # waited a poll each time, submitted nothing
+    gate.set()
+    assert ctl.run().status == RunStatus.DONE and len(cluster.submitted) == 1

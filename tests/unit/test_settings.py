@@ -110,3 +110,21 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_bad_override_syntax() -> None:
     with pytest.raises(ConfigError):
         parse_overrides(["watch.poll_interval_s"])
+
+
+@pytest.mark.parametrize("patch,expect", [
+    ({"checkpoint": {"dir": "FILE", "preset": "megatron"}}, "checkpoint.dir: "),
+    ({"workdir": "missing-dir"}, "workdir: "),
+    ({"command": ["./nope/train.sh", "{checkpoint}"]}, "command.0: program ./nope/train.sh does not exist"),
+])
+def test_unusable_paths_are_config_errors(tmp_path: Path, patch: dict, expect: str) -> None:
+    (tmp_path / "FILE").write_text("not a directory")
+    cfg = base_config(tmp_path)
+    for k, v in patch.items():
+        if k == "checkpoint":
+            v = {**v, "dir": str(tmp_path / v["dir"])}
+        cfg[k] = v
+    p = write_config(tmp_path, cfg)
+    res = runner.invoke(app, ["run", str(p)])
+    assert res.exit_code == 2 and expect in res.output and str(p) in res.output, res.output
+    assert not (tmp_path / "run").exists()
