@@ -123,3 +123,9 @@ def sacct_jobs(name_prefix: str) -> list[tuple[str, str, str, str]]:
     out = sh("sacct", "-X", "-n", "-P", "-a", "-S", "now-1days", "-o", "JobID,JobName,State,NodeList").stdout
     rows = [tuple(line.split("|")) for line in out.splitlines() if line.strip()]
     return [r for r in rows if r[1].startswith(name_prefix)]  # type: ignore[misc]
+
+
+def sacct_settled(name_prefix: str, expected: int, timeout: float = 60) -> list[tuple[str, str, str, str]]:
+    """Accounting records jobs asynchronously: wait until it knows at least `expected` jobs of this name."""
+    wait_until(lambda: len(sacct_jobs(name_prefix)) >= expected, timeout, f"sacct to record {expected} job(s)")
+    return sacct_jobs(name_prefix)

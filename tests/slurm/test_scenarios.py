@@ -18,6 +18,7 @@ from tests.slurm.conftest import (
     orch,
     orch_bg,
     sacct_jobs,
+    sacct_settled,
     sh,
     status,
     wait_until,
@@ -42,7 +43,7 @@ def test_sticky_ecc_excluded_resumed_and_array_baseline(cluster: None, tmp_path:
     for seg in st["segments"][1:]:
         assert "node3" in seg["excluded"] and "node3" not in seg["nodes"]
     assert s2["resumed_from"].endswith("iter_0000030") and s2["start_iteration"] == 30
-    rows = sacct_jobs(name)
+    rows = sacct_settled(name, len(st["segments"]))
     assert len(rows) == len(st["segments"]) and all("node3" not in r[3] or r[0] == s1["job_id"] for r in rows)
 
     # the same fault under a blind `sbatch --array=1-5%1`: Slurm puts every task on the lowest idle nodes
@@ -128,7 +129,7 @@ def test_controller_killed_and_restarted_reattaches(cluster: None, tmp_path: Pat
     assert proc2.wait(timeout=300) == 0, log.read_text()
     st = status(cfg)
     assert st["state"] == "done" and len(st["segments"]) == 1
-    names = Counter(r[1] for r in sacct_jobs(name))
+    names = Counter(r[1] for r in sacct_settled(name, 1))
     assert names == Counter({f"{name}.seg0001": 1})
     assert node_states()  # the cluster still answers
 
@@ -153,4 +154,41 @@ def test_scheduler_outage_is_not_a_failure(cluster: None, tmp_path: Path) -> Non
     assert proc.wait(timeout=300) == 0, (tmp_path / "ctl.log").read_text()[-3000:]
     st = status(cfg)
     assert st["state"] == "done" and len(st["segments"]) == 1 and st["segments"][0]["cause"] == "success"
-    assert len(sacct_jobs(name)) == 1  # never resubmitted
+    assert len(sacct_settled(name, 1)) == 1  # never resubmitted
+
+
+SLURM_POINTS = [("after_intent", 1), ("after_submit", 1), ("after_record", 2), ("poll", 4), ("state_write", 5),
+                ("after_blacklist", 1)]
+
+
+@pytest.mark.parametrize("point,n", SLURM_POINTS, ids=[f"{p}-{n}" for p, n in SLURM_POINTS])
+def test_kill_and_restart_on_slurm(cluster: None, tmp_path: Path, point: str, n: int) -> None:
+    """kill -9 at a point of a real Slurm run, then a restart: no duplicate job in sacct, node3 stays excluded."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.slurm.conftest import slurm_env
+
+    name = uniq("kill9")
+    cfg = make_config(tmp_path, name, iters=30, step=0.03, faults=("ecc:node3:17",))
+    env = slurm_env()
+    log = tmp_path / "ctl.log"
+
+    def run(failpoint: str | None) -> int:
+        e = {k: v for k, v in env.items() if k != "ORCH_FAILPOINT"}
+        if failpoint:
+            e["ORCH_FAILPOINT"] = failpoint
+        with log.open("a") as fh:
+            return subprocess.run([sys.executable, "-m", "orchestrator", "run", str(cfg)], stdout=fh, stderr=fh,
+                                  env=e, cwd=REPO, timeout=300).returncode
+
+    assert run(f"{point}:{n}") == 137, log.read_text()[-2000:]
+    assert run(None) == 0, log.read_text()[-3000:]
+    state = json.loads((tmp_path / "run" / "state.json").read_text())
+    assert state["status"] == "done"
+    assert [e["node"] for e in state["blacklist"]["entries"]] == ["node3"]
+    names = Counter(r[1] for r in sacct_settled(name, len(state["segments"])))
+    assert all(c == 1 for c in names.values()) and len(names) == len(state["segments"]), names
+    assert os.environ.get("ORCH_FAILPOINT") is None
