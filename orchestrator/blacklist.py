@@ -89,10 +89,6 @@ class Blacklist(Frozen):
         """Entries that exclude their node now: unexpired and hard, or with enough strikes."""
         return [e for e in self.entries if e.expires > now and (e.hard or e.strikes >= threshold)]
 
-    def recent_hardware(self, node: str, now: datetime) -> bool:
-        e = self.get(node)
-        return bool(e and e.expires > now and e.hard)
-
     def exclude_plan(
         self, now: datetime, threshold: int, cap: int, known: set[str] | None = None
     ) -> ExcludePlan:

@@ -200,10 +200,6 @@ class SegmentWatch:
                 nw.dump = got
 
     # ---- derived views ---------------------------------------------------------------------
-    def iteration(self) -> int | None:
-        its = [nw.last_iteration for nw in self.nodes.values() if nw.last_iteration is not None]
-        return min(its) if its else None
-
     def max_iteration(self) -> int | None:
         its = [nw.last_iteration for nw in self.nodes.values() if nw.last_iteration is not None]
         return max(its) if its else None
@@ -220,9 +216,6 @@ class SegmentWatch:
     def exit_code(self, node: str) -> int | None:
         nw = self.nodes.get(node)
         return nw.exit_record.get("exit_code") if nw and nw.exit_record else None
-
-    def all_exited(self) -> bool:
-        return bool(self.nodes) and all(nw.exit_record is not None for nw in self.nodes.values())
 
     def request_dumps(self, now: datetime) -> None:
         """Ask every agent for a stack dump; the request id tells fresh dumps from older ones."""

@@ -94,7 +94,6 @@ def test_exclude_cap_keeps_job_placeable(tmp_path: Path) -> None:
 
 def test_scheduler_outage_is_not_a_failure(tmp_path: Path) -> None:
     ctl, cluster, clock = make(tmp_path)
-    clock.on_advance.append(lambda now: None)
     cluster.unavailable_until = clock.now() + timedelta(seconds=120)
     state = ctl.run()
     assert state.status == RunStatus.DONE and len(cluster.submitted) == 1
