@@ -262,7 +262,7 @@ class Controller:
                            self._unreachable_since.isoformat(timespec="seconds"), exc)
             self.clock.sleep(self.s.watch.poll_interval_s)
             return
-        if status.nodes and (status.state == JobState.RUNNING or status.state.terminal or not watch.slurm_nodes):
+        if status.nodes and status.nodes_final:
             watch.slurm_nodes = list(status.nodes)  # COMPLETING lists only the nodes still busy
         self.failpoint("poll")
         watch.poll(now, final=status.state.terminal)
@@ -294,12 +294,12 @@ class Controller:
 
     def _update_progress(self, seg: SegmentRecord, status: JobStatus, watch: SegmentWatch, now: datetime) -> bool:
         changed = False
-        # the whole allocation is listed while RUNNING and at the end; COMPLETING lists only busy nodes
-        full = status.state == JobState.RUNNING or status.state.terminal or not seg.nodes
-        if status.nodes and full and list(status.nodes) != seg.nodes:
-            seg.nodes, changed = list(status.nodes), True
-        elif not seg.nodes and watch.nodes:
-            seg.nodes, changed = sorted(watch.nodes), True
+        # squeue lists only the nodes still busy once a job is completing: trust RUNNING and accounting
+        if status.nodes and status.nodes_final:
+            if list(status.nodes) != seg.nodes:
+                seg.nodes, changed = list(status.nodes), True
+        elif not watch.slurm_nodes and watch.nodes and sorted(watch.nodes) != seg.nodes:
+            seg.nodes, changed = sorted(watch.nodes), True  # no full list from the scheduler: the agents' logs
         it = watch.max_iteration()
         if it is not None and it != seg.end_iteration:
             seg.end_iteration = it

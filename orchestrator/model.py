@@ -107,6 +107,7 @@ class JobStatus(Frozen):
     state: JobState
     exit_code: int | None = None
     nodes: tuple[str, ...] = ()
+    nodes_final: bool = True  # False when `nodes` may be part of the allocation (squeue while completing)
     reason: str = ""
     started_at: datetime | None = None
     ended_at: datetime | None = None

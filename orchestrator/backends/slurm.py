@@ -103,8 +103,9 @@ def parse_squeue(text: str) -> dict[str, JobStatus]:
     for line in text.splitlines():
         parts = line.split("|")
         if len(parts) >= 4:
-            out[parts[0]] = JobStatus(state=parse_state(parts[1]),
-                                      nodes=tuple(expand(parts[2])) if parts[2] else (), reason=parts[3])
+            state = parse_state(parts[1])
+            out[parts[0]] = JobStatus(state=state, nodes=tuple(expand(parts[2])) if parts[2] else (),
+                                      reason=parts[3], nodes_final=state == JobState.RUNNING)
     return out
 
 

@@ -1,0 +1,81 @@
+"""Parsing Slurm's answers, and the Slurm backend's retry behaviour, with a recording runner."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from orchestrator.backends.base import SchedulerUnavailable
+from orchestrator.backends.slurm import CommandFailed, SlurmBackend, parse_sacct, parse_squeue, parse_state
+from orchestrator.clock import FakeClock
+from orchestrator.model import JobRef, JobState
+from orchestrator.settings import SlurmBackendCfg
+
+LOCAL = datetime(2026, 3, 1, 12, 0, 0).astimezone()
+
+
+def ref(job: str, at: datetime = LOCAL) -> JobRef:
+    return JobRef(job_id=job, submitted_at=at, backend="slurm")
+
+
+@pytest.mark.parametrize("raw,state", [
+    ("COMPLETED", JobState.COMPLETED), ("CANCELLED by 0", JobState.CANCELLED), ("NODE_FAIL", JobState.NODE_FAIL),
+    ("OUT_OF_MEMORY", JobState.OUT_OF_MEMORY), ("TIMEOUT", JobState.TIMEOUT), ("PREEMPTED", JobState.PREEMPTED),
+    ("REQUEUED", JobState.PENDING), ("BOOT_FAIL", JobState.NODE_FAIL), ("", JobState.UNKNOWN),
+    ("WEIRD", JobState.UNKNOWN),
+])
+def test_states(raw: str, state: JobState) -> None:
+    assert parse_state(raw) == state
+
+
+def test_sacct_rows_and_reused_job_ids() -> None:
+    text = ("77|old.seg0001|COMPLETED|0:0|node[1-2]|2026-01-01T00:00:00|2026-01-01T00:00:01|2026-01-01T01:00:00\n"
+            "77|run.seg0003|NODE_FAIL|1:0|node[1-2,4]|2026-03-01T12:00:01|2026-03-01T12:00:02|2026-03-01T12:30:00\n"
+            "78|run.seg0004|CANCELLED by 0|0:15|None assigned|2026-03-01T12:31:00|Unknown|2026-03-01T12:31:05\n")
+    got = parse_sacct(text, [ref("77"), ref("78", LOCAL + timedelta(minutes=31))])
+    assert got["77"].state == JobState.NODE_FAIL and got["77"].nodes == ("node1", "node2", "node4")  # not the old 77
+    assert got["77"].exit_code == 1 and got["77"].nodes_final
+    assert got["78"].state == JobState.CANCELLED and got["78"].nodes == () and got["78"].reason == "signal 15"
+
+
+def test_squeue_partial_node_list_is_not_final() -> None:
+    got = parse_squeue("80|COMPLETING|node1|None\n81|RUNNING|node[1-3]|None\n82|PENDING||Resources\n")
+    assert not got["80"].nodes_final and got["81"].nodes_final and got["81"].nodes == ("node1", "node2", "node3")
+    assert got["82"].state == JobState.PENDING and got["82"].reason == "Resources"
+
+
+def test_poll_is_one_command_and_falls_back_to_squeue(tmp_path: Path) -> None:
+    calls: list[list[str]] = []
+
+    def runner(argv: list[str], timeout: float) -> str:
+        calls.append(argv)
+        if argv[0] == "sacct":
+            return ""  # accounting has not recorded the job yet
+        return "90|RUNNING|node[2-3]|None\n"
+
+    b = SlurmBackend(SlurmBackendCfg(), FakeClock(), tmp_path, runner=runner)
+    st = b.poll([ref("90")])["90"]
+    assert st.state == JobState.RUNNING and st.nodes == ("node2", "node3")
+    assert [c[0] for c in calls] == ["sacct", "squeue"]
+    calls.clear()
+    b.runner = lambda argv, t: (calls.append(argv), "91|run.seg1|RUNNING|0:0|node1|2026-03-01T12:00:00|"
+                                                   "2026-03-01T12:00:01|Unknown\n")[1]
+    b.poll([ref("91")])
+    assert [c[0] for c in calls] == ["sacct"]  # one command when accounting answers
+
+
+def test_retries_then_unknown_never_failed(tmp_path: Path) -> None:
+    clock = FakeClock()
+    attempts = []
+
+    def down(argv: list[str], timeout: float) -> str:
+        attempts.append(argv[0])
+        raise CommandFailed(argv, "slurm_load_jobs error: Unable to contact slurm controller")
+
+    b = SlurmBackend(SlurmBackendCfg(retry_max_s=600), clock, tmp_path, runner=down, attempts=4)
+    with pytest.raises(SchedulerUnavailable):
+        b.poll([ref("92")])
+    assert attempts.count("sacct") == 4 and attempts.count("squeue") == 4
+    assert 0 < clock.slept <= 6 * 30  # backed off (on the injected clock), bounded
