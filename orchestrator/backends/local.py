@@ -27,6 +27,14 @@ from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 from orchestrator.state import atomic_write, private_dir
 
 
+SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+
+
+def masked(env: dict[str, str]) -> dict[str, str]:
+    """Values of variables that look like secrets are not printed."""
+    return {k: ("***" if SECRET.search(k) else v) for k, v in env.items()}
+
+
 def natural_key(name: str) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
@@ -94,7 +102,7 @@ class LocalBackend:
             f"resume-from={spec.resume_from or '(none: start from scratch)'}",
             f"workdir={spec.workdir}",
             "command (argv): " + json.dumps(list(spec.command)),
-            "environment: " + json.dumps(dict(spec.env)),
+            "environment: " + json.dumps(masked(dict(spec.env))),
         ]
         return "\n".join(lines)
 

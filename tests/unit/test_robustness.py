@@ -132,3 +132,10 @@ def test_queued_blacklist_edits_and_reload(tmp_path: Path) -> None:
     ctl.step(state)
     assert cluster.submitted[0].exclude == ("node1",)
     assert StateStore(ctl.s.run_dir).load().blacklist.entries[0].node == "node1"  # persisted
+
+
+def test_dry_run_does_not_print_secrets() -> None:
+    from orchestrator.backends.local import masked
+
+    env = {"WANDB_API_KEY": "abc123", "HF_TOKEN": "hf_x", "OMP_NUM_THREADS": "1", "DB_PASSWORD": "p"}
+    assert masked(env) == {"WANDB_API_KEY": "***", "HF_TOKEN": "***", "OMP_NUM_THREADS": "1", "DB_PASSWORD": "***"}
