@@ -272,15 +272,18 @@ class Controller:
             return
         if status.state == JobState.RUNNING and self._running_since is None:
             self._running_since = now
+            seg.queue_note = ""
             logger.bind(run=state.run, segment=seg.index).info(
                 "job={} running on {} after {:.0f}s in the queue", seg.job_id, ",".join(status.nodes) or "?",
                 (now - seg.submitted_at).total_seconds())
         if status.state == JobState.PENDING and (self._pending_note is None or
                                                  (now - self._pending_note).total_seconds() >= PENDING_NOTE_S):
             self._pending_note = now
-            logger.bind(run=state.run, segment=seg.index).info(
-                "job={} pending for {:.0f}s (reason: {})", seg.job_id, (now - seg.submitted_at).total_seconds(),
-                status.reason or "-")
+            where = getattr(self.backend, "queue_position", lambda r: "")(ref)
+            seg.queue_note = f"pending {(now - seg.submitted_at).total_seconds():.0f}s, reason {status.reason or '-'}" \
+                + (f", {where}" if where else "")
+            changed = True
+            logger.bind(run=state.run, segment=seg.index).info("job={} {}", seg.job_id, seg.queue_note)
         reason = self._should_cancel(seg, watch, now)
         if reason:
             seg.cancelled_by_controller, seg.cancelled_at = reason, now

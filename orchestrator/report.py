@@ -27,6 +27,7 @@ def status_json(state: RunState, now: datetime) -> dict[str, Any]:
         "current": None if cur is None else {
             "index": cur.index, "job_id": cur.job_id, "nodes": cur.nodes,
             "job_state": cur.job_state.value if cur.job_state else ("SUBMITTED" if cur.job_id else "SUBMITTING"),
+            "queue": cur.queue_note,
         },
         "last_decision": None if last is None else {
             "segment": last.index, "action": last.action.value if last.action else None, "reason": last.reason,
@@ -90,7 +91,8 @@ def summary_table(state: RunState, now: datetime) -> Table:
     t.add_row("state", state.status.value + (f" ({state.stop_reason})" if state.stop_reason else ""))
     if cur:
         t.add_row("current segment", f"{cur.index} job {cur.job_id or '-'} "
-                  f"{cur.job_state.value if cur.job_state else 'running'} on {','.join(cur.nodes) or '-'}")
+                  f"{cur.job_state.value if cur.job_state else 'running'} on {','.join(cur.nodes) or '-'}"
+                  + (f" ({cur.queue_note})" if cur.queue_note else ""))
     goal = f" / {state.target_iteration}" if state.target_iteration else ""
     t.add_row("iteration", f"{state.best_iteration()}{goal}")
     t.add_row("rate", f"{m['rate_per_h']} iterations/h" if m["rate_per_h"] else "-")

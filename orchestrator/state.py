@@ -50,6 +50,7 @@ class SegmentRecord(BaseModel):
     evidence: list[Evidence] = Field(default_factory=list)
     cancelled_by_controller: str = ""
     cancelled_at: datetime | None = None
+    queue_note: str = ""  # while pending: time waited, reason, position in the queue
 
 
 class HardwareEvent(BaseModel):

@@ -239,6 +239,22 @@ class SlurmBackend:
         clean = " ".join(reason.replace('"', "'").split())[:200]
         self._run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={clean}"])
 
+    def queue_position(self, ref: JobRef) -> str:
+        """Where a pending job stands: its rank among pending jobs of its partition by priority, and
+        Slurm's expected start. One squeue call; asked rarely (not every poll)."""
+        try:
+            text = self._run(["squeue", "-h", "-t", "PD", "--sort=-p", "-o", "%i|%P|%S"])
+        except SchedulerUnavailable:
+            return ""
+        rows = [ln.split("|") for ln in text.splitlines() if ln.count("|") >= 2]
+        mine = next((r for r in rows if r[0] == ref.job_id), None)
+        if mine is None:
+            return ""
+        ahead = [r for r in rows if r[1] == mine[1]]
+        pos = ahead.index(mine) + 1
+        start = mine[2] if mine[2] not in ("N/A", "") else "unknown"
+        return f"position {pos} of {len(ahead)} pending in {mine[1]}, expected start {start}"
+
     def find_jobs(self, job_name: str) -> list[JobRef]:
         text = self._run(["squeue", "-h", "-n", job_name, "-o", "%i|%V|%T"])
         out = []

@@ -79,3 +79,12 @@ def test_retries_then_unknown_never_failed(tmp_path: Path) -> None:
         b.poll([ref("92")])
     assert attempts.count("sacct") == 4 and attempts.count("squeue") == 4
     assert 0 < clock.slept <= 6 * 30  # backed off (on the injected clock), bounded
+
+
+def test_queue_position_among_pending_jobs_of_the_partition(tmp_path: Path) -> None:
+    out = ("501|gpu|2026-03-02T08:00:00\n502|debug|N/A\n503|gpu|2026-03-02T09:30:00\n504|gpu|N/A\n")
+    b = SlurmBackend(SlurmBackendCfg(), FakeClock(), tmp_path, runner=lambda argv, t: out)
+    assert b.queue_position(ref("503")) == "position 2 of 3 pending in gpu, expected start 2026-03-02T09:30:00"
+    assert b.queue_position(ref("504")).startswith("position 3 of 3") and "expected start unknown" in \
+        b.queue_position(ref("504"))
+    assert b.queue_position(ref("999")) == ""  # not pending any more
