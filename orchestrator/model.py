@@ -65,7 +65,6 @@ class RunStatus(StrEnum):
     RUNNING = "running"
     DONE = "done"
     STOPPED = "stopped"
-    FAILED = "failed"
 
 
 class SegmentSpec(Frozen):
@@ -126,7 +125,6 @@ class Verdict(Frozen):
     cause: Cause
     culprit_nodes: tuple[str, ...] = ()
     blame: bool = False
-    action: Action
     confidence: float = Field(ge=0.0, le=1.0)
     evidence: tuple[Evidence, ...] = ()
     summary: str = ""
@@ -138,7 +136,6 @@ class Decision(Frozen):
     blame_nodes: tuple[str, ...] = ()
     hard: bool = False
     wait_s: float = 0.0
-    drop_checkpoint: str | None = None  # failed to load twice: resume from the previous complete one
     checkpoint_failed: str | None = None  # the segment died loading this checkpoint (counted in the ledger)
 
 

@@ -6,13 +6,10 @@ from pathlib import Path
 
 from orchestrator.blacklist import ExcludePlan
 from orchestrator.checkpoint import Checkpoint
+from orchestrator.contract import SegmentPaths
 from orchestrator.model import SegmentSpec
 from orchestrator.settings import Settings
 from orchestrator.state import RunState
-
-
-def segment_dir(run_dir: Path, index: int) -> Path:
-    return Path(run_dir) / "segments" / f"{index:04d}"
 
 
 def job_name(run_name: str, index: int) -> str:
@@ -65,7 +62,7 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
         env=tuple(sorted(env.items())),
         workdir=str(settings.workdir or settings.config_dir),
         run_dir=str(run_dir),
-        segment_dir=str(segment_dir(run_dir, index)),
+        segment_dir=str(SegmentPaths.of(run_dir, index).root),
         sbatch_extra=tuple(sorted(r.sbatch_extra.items())),
         progress_regex=settings.progress_regex,
         preflight_commands=tuple(tuple(c) for c in settings.preflight.commands),

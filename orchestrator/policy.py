@@ -54,7 +54,7 @@ def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: d
     if ckpt and verdict.cause in LOAD_FAILURES and not _progressed(seg) and seg.first_progress_at is None:
         failures = state.bad_checkpoints.get(ckpt, 0) + 1
         if failures >= 2:
-            return Decision(action=Action.RESUBMIT, checkpoint_failed=ckpt, drop_checkpoint=ckpt,
+            return Decision(action=Action.RESUBMIT, checkpoint_failed=ckpt,
                             reason=f"{ckpt} failed to load twice ({verdict.cause.value}): falling back to the "
                             "previous complete checkpoint")
         return Decision(action=Action.RESUBMIT, checkpoint_failed=ckpt,

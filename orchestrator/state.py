@@ -1,11 +1,9 @@
-"""The run ledger on disk. The only writer of run state: atomic replace, fsync, private permissions."""
+"""The run ledger (RunState, SegmentRecord) and its store on disk: atomic replace, fsync, private permissions."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import socket
 import tempfile
 from collections.abc import Callable
 from datetime import datetime
@@ -18,7 +16,6 @@ from orchestrator.model import Action, Cause, Evidence, JobState, RunStatus
 
 SCHEMA_VERSION = 1
 STATE_FILE = "state.json"
-LOCK_FILE = "controller.lock"
 
 
 class StateError(Exception):
@@ -121,9 +118,6 @@ class StateStore:
         self.path = self.run_dir / STATE_FILE
         self.failpoint = failpoint or (lambda name: None)
 
-    def exists(self) -> bool:
-        return self.path.is_file()
-
     def load(self) -> RunState | None:
         try:
             raw = self.path.read_text(encoding="utf-8")
@@ -147,82 +141,3 @@ class StateStore:
         if self.path.exists():
             atomic_write(self.path.with_suffix(".json.bak"), self.path.read_text(encoding="utf-8"))
         atomic_write(self.path, text, self.failpoint)
-
-
-REQUESTS_DIR = "requests"
-STOP_REQUEST = "stop-request"
-
-
-def write_request(run_dir: Path, request: dict[str, object]) -> Path:
-    """Queue a blacklist edit for a running controller (applied on SIGHUP or at its next poll)."""
-    d = private_dir(Path(run_dir) / REQUESTS_DIR)
-    path = d / f"{datetime.now().strftime('%Y%m%dT%H%M%S%f')}-{os.getpid()}.json"
-    atomic_write(path, json.dumps(request))
-    return path
-
-
-def take_requests(run_dir: Path) -> list[dict[str, object]]:
-    out = []
-    for path in sorted((Path(run_dir) / REQUESTS_DIR).glob("*.json")):
-        try:
-            out.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError):
-            pass
-        path.unlink(missing_ok=True)
-    return out
-
-
-class LockHeld(Exception):
-    pass
-
-
-class RunLock:
-    """One controller per run: an exclusive flock, released by the kernel when the holder dies."""
-
-    def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / LOCK_FILE
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        private_dir(self.path.parent)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 256).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise LockHeld(
-                f"another controller is running this run ({holder}); stop it with 'orchestrator stop' first"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid={os.getpid()} host={socket.gethostname()}\n".encode())
-        self._fd = fd
-
-    def is_held(self) -> bool:
-        """True while a live controller holds the run (checked by trying the lock)."""
-        try:
-            self.acquire()
-        except LockHeld:
-            return True
-        self.release()
-        return False
-
-    def holder(self) -> str | None:
-        try:
-            return self.path.read_text().strip() or None
-        except OSError:
-            return None
-
-    def holder_pid(self) -> int | None:
-        """The holder's PID if it runs on this host (a signal can reach it), else None."""
-        text = self.holder() or ""
-        fields = dict(f.split("=", 1) for f in text.split() if "=" in f)
-        if fields.get("host") != socket.gethostname() or not fields.get("pid", "").isdigit():
-            return None
-        return int(fields["pid"])
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None

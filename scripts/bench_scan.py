@@ -20,7 +20,7 @@ from pathlib import Path
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import build_table
-from orchestrator.watch.tail import LogTail
+from orchestrator.tail import LogTail
 
 ERRORS = [
     "RuntimeError: CUDA error: uncorrectable ECC error encountered",

@@ -13,7 +13,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from orchestrator.cli import diagnose_dir
+from orchestrator.diagnose.offline import diagnose_dir
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "corpus"
 

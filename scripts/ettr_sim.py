@@ -17,8 +17,8 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from orchestrator.diagnose.classify import Context, NodeEvidence, classify
-from orchestrator.diagnose.scan import Match
+from orchestrator.diagnose.classify import Context, classify
+from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.model import HARDWARE_CAUSES, Action, JobState, JobStatus
 from orchestrator.policy import decide
 from orchestrator.settings import Goal, Policy

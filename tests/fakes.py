@@ -7,13 +7,13 @@ writes Megatron checkpoints, and plays the faults configured per node. Nothing s
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from orchestrator.backends.base import BackendError, SchedulerUnavailable
 from orchestrator.clock import FakeClock
+from orchestrator.contract import ExitRecord, SegmentPaths, start_line, write_record
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 
 ECC_LINE = ("RuntimeError: transform: failed to synchronize: cudaErrorECCUncorrectable: "
@@ -73,7 +73,7 @@ class FakeCluster:
         job = FakeJob(ref, spec, free[: spec.nodes], self.clock.now(), iteration=spec.start_iteration)
         self.jobs[ref.job_id] = job
         for rank, node in enumerate(job.nodes):
-            self._log(job, node, f"agent: ORCH-AGENT start segment={spec.index} job={ref.job_id} node={node}")
+            self._log(job, node, "agent: " + start_line(spec.index, ref.job_id, node, rank, spec.resume_from))
             if spec.start_iteration in self.corrupt:
                 self._log(job, node, f"{rank}: RuntimeError: PytorchStreamReader failed reading zip archive: "
                                      "failed finding central directory")
@@ -106,16 +106,16 @@ class FakeCluster:
 
     # ---- the simulated training ------------------------------------------------------------
     def _log(self, job: FakeJob, node: str, text: str) -> None:
-        d = Path(job.spec.segment_dir) / "logs"
-        d.mkdir(parents=True, exist_ok=True)
-        with (d / f"{node}.log").open("a") as fh:
+        paths = SegmentPaths(Path(job.spec.segment_dir))
+        paths.logs.mkdir(parents=True, exist_ok=True)
+        with paths.log(node).open("a") as fh:
             fh.write(f"{self.clock.now().isoformat()} {text}\n")
 
     def _exit(self, job: FakeJob, node: str, code: int) -> None:
         job.exited[node] = code
-        d = Path(job.spec.segment_dir) / "nodes"
-        d.mkdir(parents=True, exist_ok=True)
-        (d / f"{node}.exit.json").write_text(json.dumps({"node": node, "exit_code": code}))
+        paths = SegmentPaths(Path(job.spec.segment_dir))
+        paths.nodes.mkdir(parents=True, exist_ok=True)
+        write_record(paths.exit(node), ExitRecord(node=node, exit_code=code))
 
     def _checkpoint(self, job: FakeJob, it: int) -> None:
         root = self.ckpt_dir

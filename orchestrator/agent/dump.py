@@ -8,9 +8,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
-from orchestrator.agent.preflight import with_timeout
+from orchestrator.contract import ProcessDump
+from orchestrator.timeout import call_with_timeout
 
 READ_TIMEOUT_S = 2.0
 PYSPY_TIMEOUT_S = 10.0
@@ -18,7 +18,7 @@ PYSPY_TIMEOUT_S = 10.0
 
 def read_stat(pid: int) -> tuple[str, int] | None:
     """(state letter, ppid) from /proc/PID/stat; None if gone or unreadable in time."""
-    done, raw = with_timeout(lambda: Path(f"/proc/{pid}/stat").read_text(), READ_TIMEOUT_S)
+    done, raw = call_with_timeout(lambda: Path(f"/proc/{pid}/stat").read_text(), READ_TIMEOUT_S)
     if not done or not isinstance(raw, str):
         return None
     rest = raw[raw.rfind(")") + 2 :].split()
@@ -78,19 +78,17 @@ def fs_suspect(wchan: str) -> bool:
     return any(w in wchan for w in FS_WCHAN)
 
 
-def dump_processes(pids: list[int]) -> list[dict[str, Any]]:
+def dump_processes(pids: list[int]) -> list[ProcessDump]:
     records = []
     for pid in descendants(pids):
         st = read_stat(pid)
         if st is None:
             continue
         wchan_path = Path(f"/proc/{pid}/wchan")
-        done, wchan = with_timeout(wchan_path.read_text, READ_TIMEOUT_S)
+        done, wchan = call_with_timeout(wchan_path.read_text, READ_TIMEOUT_S)
         stack = pyspy(pid) if st[0] != "Z" else ""
         summary = next((ln.strip() for ln in stack.splitlines() if ln.strip().startswith(("Thread", "Error"))), "")
         wchan_s = wchan if done and isinstance(wchan, str) else "unreadable"
-        records.append({
-            "pid": pid, "state": st[0], "ppid": st[1], "wchan": wchan_s, "fs_suspect": fs_suspect(wchan_s),
-            "stack": stack, "stack_summary": summary[:200], "top_frame": top_frame(stack),
-        })
+        records.append(ProcessDump(pid=pid, state=st[0], ppid=st[1], wchan=wchan_s, fs_suspect=fs_suspect(wchan_s),
+                                   stack=stack, stack_summary=summary[:200], top_frame=top_frame(stack)))
     return records

@@ -7,7 +7,6 @@ from the controller it records the state of every training process (see dump.py)
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -21,9 +20,22 @@ from pathlib import Path
 from typing import IO, Any
 
 from orchestrator.agent import dump, preflight
+from orchestrator.contract import (
+    CANNOT_START_EXIT,
+    DUMP_MARKER,
+    PREFLIGHT_EXIT,
+    PREFLIGHT_MARKER,
+    CheckRecord,
+    DumpRecord,
+    ExitRecord,
+    Heartbeat,
+    SegmentPaths,
+    exit_line,
+    start_line,
+    write_record,
+)
 from orchestrator.model import SegmentSpec
 
-PREFLIGHT_EXIT = 86
 TERM_GRACE_S = 10.0
 
 
@@ -39,22 +51,10 @@ def node_identity(node_name: str | None, node_rank: int | None) -> tuple[str, in
     return name, rank, nnodes
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
 class NodeAgent:
     def __init__(self, spec: SegmentSpec, node: str, node_rank: int, nnodes: int, job_id: str):
         self.spec, self.node, self.node_rank, self.nnodes, self.job_id = spec, node, node_rank, nnodes, job_id
-        seg = Path(spec.segment_dir)
-        self.log_path = seg / "logs" / f"{node}.log"
-        self.node_dir = seg / "nodes"
-        self.hb_path = self.node_dir / f"{node}.heartbeat.json"
-        self.exit_path = self.node_dir / f"{node}.exit.json"
-        self.dump_request = seg / "dump-request"
-        self.dump_path = self.node_dir / f"{node}.dump.json"
+        self.paths = SegmentPaths(Path(spec.segment_dir))
         self.progress = re.compile(spec.progress_regex)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.iteration: int | None = None
@@ -88,11 +88,9 @@ class NodeAgent:
         if not force:
             return
         self._last_hb = time.monotonic()
-        _write_json(self.hb_path, {
-            "node": self.node, "job_id": self.job_id, "iteration": self.iteration,
-            "progress_time": self.progress_time, "alive_time": _now(),
-            "pids": [p.pid for p in self.procs],
-        })
+        write_record(self.paths.heartbeat(self.node), Heartbeat(
+            node=self.node, job_id=self.job_id, iteration=self.iteration, progress_time=self.progress_time,
+            alive_time=_now(), pids=[p.pid for p in self.procs]))
 
     def _pump(self, rank: int, stream: IO[bytes]) -> None:
         try:
@@ -168,7 +166,7 @@ class NodeAgent:
         handled = ""
         while any(p.poll() is None for p in self.procs):
             self.heartbeat(force=time.monotonic() - self._last_hb > 5.0)
-            request = _read_small(self.dump_request)
+            request = _read_small(self.paths.dump_request)
             if request and request != handled:
                 handled = request
                 threading.Thread(target=self._dump, args=(request,), daemon=True).start()
@@ -179,24 +177,23 @@ class NodeAgent:
 
     def _dump(self, request: str) -> None:
         records = dump.dump_processes([p.pid for p in self.procs if p.poll() is None])
-        _write_json(self.dump_path, {"node": self.node, "time": _now(), "request": request, "processes": records})
+        write_record(self.paths.dump(self.node), DumpRecord(node=self.node, time=_now(), request=request,
+                                                             processes=records))
         for r in records:
-            self.emit("agent", f"ORCH-DUMP pid={r['pid']} state={r['state']} wchan={r.get('wchan', '')} "
-                      f"stack={r.get('stack_summary', '')}")
+            self.emit("agent", f"{DUMP_MARKER} pid={r.pid} state={r.state} wchan={r.wchan} stack={r.stack_summary}")
 
     def run(self) -> int:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.node_dir.mkdir(parents=True, exist_ok=True)
-        self._log = self.log_path.open("a", encoding="utf-8")
-        self.emit("agent", f"ORCH-AGENT start segment={self.spec.index} job={self.job_id} node={self.node} "
-                  f"node_rank={self.node_rank} resume={self.spec.resume_from or '-'}")
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        self.paths.nodes.mkdir(parents=True, exist_ok=True)
+        self._log = self.paths.log(self.node).open("a", encoding="utf-8")
+        self.emit("agent", start_line(self.spec.index, self.job_id, self.node, self.node_rank, self.spec.resume_from))
         self.heartbeat()
         results = preflight.run_all(self.spec, self.node)
         for r in results:
-            self.emit("agent", f"ORCH-PREFLIGHT {r.name}: {'ok' if r.ok else 'FAILED'}: {r.detail}")
+            self.emit("agent", f"{PREFLIGHT_MARKER} {r.name}: {'ok' if r.ok else 'FAILED'}: {r.detail}")
         failed = [r for r in results if not r.ok]
         if failed:
-            self.emit("agent", f"ORCH-PREFLIGHT FAILED: {failed[0].detail}")
+            self.emit("agent", f"{PREFLIGHT_MARKER} FAILED: {failed[0].detail}")
             self._exit_record(PREFLIGHT_EXIT, [], results)
             return PREFLIGHT_EXIT
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -208,25 +205,24 @@ class NodeAgent:
             threads = self._launch()
         except OSError as exc:
             self.emit("agent", f"ORCH-AGENT cannot start the training command: {exc}")
-            self._exit_record(127, [], results)
-            return 127
+            self._exit_record(CANNOT_START_EXIT, [], results)
+            return CANNOT_START_EXIT
         signal.signal(signal.SIGUSR2, self._on_warning)
         self._watch()
         for t in threads:
             t.join(timeout=5)
         codes = [p.wait() for p in self.procs]
         code = next((c for c in codes if c != 0), 0)
-        self.emit("agent", f"ORCH-AGENT exit segment={self.spec.index} codes={codes}")
+        self.emit("agent", exit_line(self.spec.index, codes))
         self._exit_record(code, codes, results)
         return code
 
-    def _exit_record(self, code: int, codes: list[int], results: list[preflight.CheckResult]) -> None:
+    def _exit_record(self, code: int, codes: list[int], results: list[CheckRecord]) -> None:
         signals = [signal.Signals(-c).name for c in codes if c < 0 and -c in signal.Signals._value2member_map_]
-        _write_json(self.exit_path, {
-            "node": self.node, "job_id": self.job_id, "exit_code": code, "rank_exit_codes": codes,
-            "signals": signals, "iteration": self.iteration, "time": _now(), "last_lines": self.tail[-10:],
-            "preflight": [r.as_dict() for r in results], "stopped_by_signal": self._stopping.is_set(),
-        })
+        write_record(self.paths.exit(self.node), ExitRecord(
+            node=self.node, job_id=self.job_id, exit_code=code, rank_exit_codes=codes, signals=signals,
+            iteration=self.iteration, time=_now(), last_lines=self.tail[-10:], preflight=results,
+            stopped_by_signal=self._stopping.is_set()))
         if self._log:
             self._log.close()
             self._log = None

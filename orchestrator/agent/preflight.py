@@ -1,6 +1,6 @@
 """Node health checks before training starts: GPUs through NVML, a filesystem probe, user checks.
 
-Each check returns a CheckResult; any failure makes the agent exit with PREFLIGHT_EXIT and a reason
+Each check returns a CheckRecord; any failure makes the agent exit with PREFLIGHT_EXIT and a reason
 the diagnosis engine recognises (the GPU reasons carry the same words CUDA uses).
 """
 
@@ -9,40 +9,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import uuid
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.contract import CheckRecord
 from orchestrator.model import SegmentSpec
+from orchestrator.timeout import call_with_timeout
 
 
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    ok: bool
-    detail: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def with_timeout(fn: Callable[[], Any], timeout: float) -> tuple[bool, Any]:
-    """Run fn in a daemon thread; (finished, result-or-exception). A hung call is abandoned, not joined."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - reported as the check's result
-            box["value"] = exc
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(timeout)
-    return (not t.is_alive()), box.get("value")
+def _bad(name: str, detail: str) -> CheckRecord:
+    return CheckRecord(name=name, ok=False, detail=detail)
 
 
 class FakeNvml:
@@ -53,7 +30,7 @@ class FakeNvml:
         self.gpus: list[dict[str, int]] = data.get(node, data.get("*", []))
 
 
-def check_gpus(node: str, env: dict[str, str] | None = None) -> CheckResult:
+def check_gpus(node: str, env: dict[str, str] | None = None) -> CheckRecord:
     fake = (env or {}).get("ORCH_FAKE_NVML") or os.environ.get("ORCH_FAKE_NVML")
     if fake:
         gpus = FakeNvml(fake, node).gpus
@@ -63,16 +40,16 @@ def check_gpus(node: str, env: dict[str, str] | None = None) -> CheckResult:
 
             pynvml.nvmlInit()
         except Exception:  # noqa: BLE001 - no driver, no library, no GPU: all mean "no NVML"
-            return CheckResult("gpu", True, "skipped: no NVML")
+            return CheckRecord(name="gpu", ok=True, detail="skipped: no NVML")
         gpus = _read_nvml(pynvml)
     for i, g in enumerate(gpus):
         if g.get("lost"):
-            return CheckResult("gpu", False, f"GPU {i}: Unable to determine the device handle for GPU (lost)")
+            return _bad("gpu", f"GPU {i}: Unable to determine the device handle for GPU (lost)")
         if g.get("ecc_uncorrected", 0) > 0:
-            return CheckResult("gpu", False, f"GPU {i}: {g['ecc_uncorrected']} volatile uncorrectable ECC error(s)")
+            return _bad("gpu", f"GPU {i}: {g['ecc_uncorrected']} volatile uncorrectable ECC error(s)")
         if g.get("pending_retired", 0) or g.get("pending_remap", 0):
-            return CheckResult("gpu", False, f"GPU {i}: uncorrectable memory error pending page retirement/row remap")
-    return CheckResult("gpu", True, f"{len(gpus)} GPU(s) healthy")
+            return _bad("gpu", f"GPU {i}: uncorrectable memory error pending page retirement/row remap")
+    return CheckRecord(name="gpu", ok=True, detail=f"{len(gpus)} GPU(s) healthy")
 
 
 def _read_nvml(nv: Any) -> list[dict[str, int]]:
@@ -98,7 +75,7 @@ def _read_nvml(nv: Any) -> list[dict[str, int]]:
     return out
 
 
-def probe_dir(path: Path, timeout: float) -> CheckResult:
+def probe_dir(path: Path, timeout: float) -> CheckRecord:
     def io() -> None:
         path.mkdir(parents=True, exist_ok=True)
         f = path / f".orch-probe-{uuid.uuid4().hex}"
@@ -107,29 +84,29 @@ def probe_dir(path: Path, timeout: float) -> CheckResult:
             raise OSError("read back different bytes")
         f.unlink()
 
-    done, value = with_timeout(io, timeout)
+    done, value = call_with_timeout(io, timeout)
     if not done:
-        return CheckResult("fs", False, f"ORCH-FS-PROBE FAILED: {path} did not answer within {timeout:.0f}s")
+        return _bad("fs", f"ORCH-FS-PROBE FAILED: {path} did not answer within {timeout:.0f}s")
     if isinstance(value, BaseException):
-        return CheckResult("fs", False, f"ORCH-FS-PROBE FAILED: {path}: {value}")
-    return CheckResult("fs", True, f"{path} writable")
+        return _bad("fs", f"ORCH-FS-PROBE FAILED: {path}: {value}")
+    return CheckRecord(name="fs", ok=True, detail=f"{path} writable")
 
 
-def run_command(argv: tuple[str, ...], timeout: float) -> CheckResult:
+def run_command(argv: tuple[str, ...], timeout: float) -> CheckRecord:
     name = f"check {' '.join(argv)[:80]}"
     try:
         res = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False)  # noqa: S603
     except subprocess.TimeoutExpired:
-        return CheckResult(name, False, f"{name} timed out after {timeout:.0f}s")
+        return _bad(name, f"{name} timed out after {timeout:.0f}s")
     except OSError as exc:
-        return CheckResult(name, False, f"{name} could not start: {exc}")
+        return _bad(name, f"{name} could not start: {exc}")
     if res.returncode != 0:
         out = (res.stdout + res.stderr).decode(errors="replace").strip().splitlines()[-1:] or [""]
-        return CheckResult(name, False, f"{name} exited {res.returncode}: {out[0][:200]}")
-    return CheckResult(name, True, "ok")
+        return _bad(name, f"{name} exited {res.returncode}: {out[0][:200]}")
+    return CheckRecord(name=name, ok=True, detail="ok")
 
 
-def run_all(spec: SegmentSpec, node: str) -> list[CheckResult]:
+def run_all(spec: SegmentSpec, node: str) -> list[CheckRecord]:
     results = [check_gpus(node, dict(spec.env)), probe_dir(Path(spec.segment_dir) / "nodes", spec.preflight_timeout_s)]
     results += [run_command(c, spec.preflight_timeout_s) for c in spec.preflight_commands]
     return results

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 
-from orchestrator.diagnose.scan import Match, NodeScan
-from orchestrator.model import HARDWARE_CAUSES, Action, Cause, Evidence, JobState, JobStatus, Verdict
+from orchestrator.evidence import Match, NodeEvidence
+from orchestrator.model import HARDWARE_CAUSES, Cause, Evidence, JobState, JobStatus, Verdict
 
 # Root-cause precedence when several non-cascade causes appear in one segment.
 PRECEDENCE: tuple[Cause, ...] = (
@@ -23,61 +22,6 @@ PRECEDENCE: tuple[Cause, ...] = (
     Cause.USER_BUG,
 )
 
-SUGGESTED: dict[Cause, Action] = {
-    Cause.GPU_ECC: Action.RESUBMIT_EXCLUDE,
-    Cause.GPU_LOST: Action.RESUBMIT_EXCLUDE,
-    Cause.GPU_OOM_STARTUP: Action.RESUBMIT_EXCLUDE,
-    Cause.NODE_FAIL: Action.RESUBMIT_EXCLUDE,
-    Cause.HOST_OOM: Action.RESUBMIT_EXCLUDE,
-    Cause.SEGFAULT: Action.RESUBMIT_EXCLUDE,
-    Cause.BUS_ERROR: Action.RESUBMIT_EXCLUDE,
-    Cause.HANG: Action.RESUBMIT_EXCLUDE,
-    Cause.NCCL_TIMEOUT: Action.RESUBMIT,
-    Cause.NETWORK: Action.RESUBMIT,
-    Cause.FILESYSTEM: Action.WAIT_AND_RESUBMIT,
-    Cause.PREEMPTED: Action.RESUBMIT,
-    Cause.TIMELIMIT: Action.RESUBMIT,
-    Cause.USER_OOM: Action.STOP_AND_ALERT,
-    Cause.USER_BUG: Action.STOP_AND_ALERT,
-    Cause.SUCCESS: Action.DONE,
-    Cause.UNKNOWN: Action.RESUBMIT,
-}
-
-
-@dataclass(frozen=True)
-class NodeEvidence:
-    node: str
-    file: str = ""
-    matches: tuple[Match, ...] = ()
-    first_iteration: int | None = None
-    last_iteration: int | None = None
-    last_progress_ts: datetime | None = None
-    exit_code: int | None = None
-    tail: tuple[tuple[int, str], ...] = ()
-    stuck_detail: str = ""  # e.g. "pid 123 state D wchan=..." from a stall dump
-    top_frames: tuple[str, ...] = ()  # innermost Python frame of each training process (py-spy)
-    addresses: frozenset[str] = frozenset()  # IP addresses this host announced in NCCL INFO lines
-    fs_suspect: bool = False  # the stuck process waits in filesystem code, or the fs probe timed out
-
-    @classmethod
-    def from_scan(cls, scan: NodeScan, exit_code: int | None = None, stuck_detail: str = "",
-                  top_frames: tuple[str, ...] = (), fs_suspect: bool = False) -> NodeEvidence:
-        return cls(
-            node=scan.node,
-            file=scan.file,
-            matches=tuple(scan.matches),
-            first_iteration=scan.first_iteration,
-            last_iteration=scan.last_iteration,
-            last_progress_ts=scan.last_progress_ts,
-            exit_code=exit_code if exit_code is not None else (0 if scan.completed else None),
-            tail=tuple(scan.tail),
-            stuck_detail=stuck_detail or scan.stuck,
-            top_frames=top_frames or tuple(scan.top_frames),
-            fs_suspect=fs_suspect,
-            addresses=frozenset(scan.addresses),
-        )
-
-
 @dataclass(frozen=True)
 class Context:
     """History the classifier may use: nodes with a recent hardware strike, the stall, who cancelled."""
@@ -86,7 +30,6 @@ class Context:
     start_iteration: int = 0
     stalled: bool = False
     cancelled_by_controller: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 def _ev(n: NodeEvidence, m: Match, role: str) -> Evidence:
@@ -187,7 +130,7 @@ def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict
             (secondary if m.cascade else roots).append((n, m))
 
     if job.state == JobState.COMPLETED and (all_ok or not any(n.exit_code for n in nodes)) and not roots:
-        return Verdict(cause=Cause.SUCCESS, action=Action.DONE, confidence=0.95, summary="all nodes exited 0")
+        return Verdict(cause=Cause.SUCCESS, confidence=0.95, summary="all nodes exited 0")
 
     if ctx.stalled and not roots:
         hung = _hang(nodes, [_ev(n, m, "secondary") for n, m in secondary[:20]])
@@ -259,8 +202,5 @@ def _verdict(cause: Cause, culprits: list[str], blame: bool, conf: float, eviden
     if cause in NOT_A_NODE:
         culprits, blame = [], False
     blame = blame and bool(culprits)
-    action = SUGGESTED[cause]
-    if blame and action == Action.RESUBMIT:
-        action = Action.RESUBMIT_EXCLUDE
-    return Verdict(cause=cause, culprit_nodes=tuple(culprits), blame=blame, action=action, confidence=conf,
+    return Verdict(cause=cause, culprit_nodes=tuple(culprits), blame=blame, confidence=conf,
                    evidence=tuple(evidence), summary=summary)

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from orchestrator.contract import EXIT_OK_RE, START_RE
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.signatures import Signature
+from orchestrator.evidence import Match, NodeEvidence
 
 PREFIX = re.compile(
     r"^\s*(?:\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?\s*)?"
@@ -17,36 +19,19 @@ PREFIX = re.compile(
 )
 # Our agent marks the start of every allocation in the per-node log; earlier ones are history.
 ALLOC_MARK = re.compile(
-    r"ORCH-AGENT start segment=(?P<seg>\d+) job=(?P<job>\S+)"  # our agent
-    r"|submitit INFO \([^)]*\) - Starting with JobEnvironment\(job_id=(?P<sjob>\d+)"  # submitit
+    START_RE  # our agent
+    + r"|submitit INFO \([^)]*\) - Starting with JobEnvironment\(job_id=(?P<sjob>\d+)"  # submitit
     r"|^ORCH-ALLOCATION (?P<mjob>\S+)"  # a marker users can echo from a prologue
 )
 # NCCL tells which address each host uses: "host:pid:tid [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:IP<0>"
 NCCL_ADDR = re.compile(r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using .*?(?P<ip>\d+\.\d+\.\d+\.\d+)<\d+>")
-COMPLETED = re.compile(
-    r"submitit INFO \([^)]*\) - Job completed successfully|ORCH-AGENT exit segment=\d+ codes=\[0(?:, 0)*\]"
-)
+COMPLETED = re.compile(r"submitit INFO \([^)]*\) - Job completed successfully|" + EXIT_OK_RE)
 PYSPY_THREAD = re.compile(r"^Thread (?:0x)?[0-9a-f]+ \((?:idle|active)[^)]*\)")
 PYSPY_FRAME = re.compile(r"^\s*(?P<fn>[\w<>.]+) \((?P<file>[^():]+):\d+\)\s*$")
 PYSPY_STUCK = re.compile(r"Error: Failed to suspend process|py-spy timed out")
 MAX_MATCHES = 400
 MAX_LINE_DECODE = 64 * 1024
 MAX_TEXT = 500
-
-
-@dataclass(frozen=True)
-class Match:
-    line: int
-    text: str
-    signature: str
-    cause: str
-    blame: bool
-    cascade: bool
-    rank: int | None = None
-    ts: datetime | None = None
-    named_node: str | None = None
-    file: str = ""
-    peer_ip: str | None = None
 
 
 def _decode(raw: bytes) -> str:
@@ -281,7 +266,7 @@ class NodeScan:
 def scan_file(path: Path, node: str, signatures: tuple[Signature, ...], progress: re.Pattern[str],
               prefilter: Prefilter) -> NodeScan:
     """A whole file, block by block (bounded memory whatever its size)."""
-    from orchestrator.watch.tail import LogTail
+    from orchestrator.tail import LogTail
 
     scan = NodeScan(node, str(path), signatures, progress)
     tail = LogTail(path)
@@ -291,3 +276,21 @@ def scan_file(path: Path, node: str, signatures: tuple[Signature, ...], progress
             return scan
         for first, block, newlines in blocks:
             scan.feed_bytes(first, block, prefilter, newlines)
+
+
+def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: str = "",
+              top_frames: tuple[str, ...] = (), fs_suspect: bool = False) -> NodeEvidence:
+    return NodeEvidence(
+        node=scan.node,
+        file=scan.file,
+        matches=tuple(scan.matches),
+        first_iteration=scan.first_iteration,
+        last_iteration=scan.last_iteration,
+        last_progress_ts=scan.last_progress_ts,
+        exit_code=exit_code if exit_code is not None else (0 if scan.completed else None),
+        tail=tuple(scan.tail),
+        stuck_detail=stuck_detail or scan.stuck,
+        top_frames=top_frames or tuple(scan.top_frames),
+        fs_suspect=fs_suspect,
+        addresses=frozenset(scan.addresses),
+    )

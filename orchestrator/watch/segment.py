@@ -7,11 +7,7 @@ filesystem, a FIFO with no writer) never hangs the controller; the stall is reco
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import re
-import stat
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -19,11 +15,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.diagnose.classify import NodeEvidence
+from orchestrator.contract import DumpRecord, ExitRecord, R, SegmentPaths, node_of_log, read_record
 from orchestrator.diagnose.prefilter import Prefilter
-from orchestrator.diagnose.scan import Match, NodeScan
+from orchestrator.diagnose.scan import NodeScan, node_evidence
 from orchestrator.diagnose.signatures import Signature
-from orchestrator.watch.tail import LogTail
+from orchestrator.evidence import Match, NodeEvidence
+from orchestrator.tail import LogTail
+from orchestrator.watch.reader import BATCH, Batch, scan_dir
 
 
 @dataclass
@@ -32,8 +30,8 @@ class NodeWatch:
     scan: NodeScan
     progress_seen_at: datetime | None = None
     last_iteration: int | None = None
-    exit_record: dict[str, Any] | None = None
-    dump: dict[str, Any] | None = None
+    exit_record: ExitRecord | None = None
+    dump: DumpRecord | None = None
     exit_seen_at: datetime | None = None
     pending_read: Any = None
     heartbeat: str = ""
@@ -49,7 +47,6 @@ class SegmentWatch:
     read_timeout_s: float
     nodes: dict[str, NodeWatch] = field(default_factory=dict)
     fs_stalls: list[str] = field(default_factory=list)
-    started_at: datetime | None = None
     slurm_nodes: list[str] = field(default_factory=list)
     dumps_requested_at: datetime | None = None
     dump_request_id: str = ""
@@ -61,8 +58,12 @@ class SegmentWatch:
         self.prefilter = Prefilter([(s.pattern, s.ignore_case) for s in self.signatures])
 
     @property
+    def paths(self) -> SegmentPaths:
+        return SegmentPaths(self.segment_dir)
+
+    @property
     def logs_dir(self) -> Path:
-        return self.segment_dir / "logs"
+        return self.paths.logs
 
     def _call(self, what: str, fn: Any, *args: Any) -> tuple[bool, Any]:
         fut = self._pool.submit(fn, *args)
@@ -76,23 +77,23 @@ class SegmentWatch:
 
     def _listing(self, directory: Path) -> dict[str, tuple[int, float]] | None:
         """name -> (size, mtime) for one directory, in a worker with a timeout; None if it hangs or fails."""
-        ok, value = self._call(str(directory), _scan_dir, directory)
+        ok, value = self._call(str(directory), scan_dir, directory)
         return value if ok and isinstance(value, dict) else None
 
     def _discover(self, logs: dict[str, tuple[int, float]]) -> None:
         for name in logs:
-            if name.endswith(".log") and name[:-4] not in self.nodes:
-                path = self.logs_dir / name
-                self.nodes[name[:-4]] = NodeWatch(
-                    tail=LogTail(path), scan=NodeScan(name[:-4], str(path), self.signatures, self.progress)
-                )
+            node = node_of_log(name)
+            if node is not None and node not in self.nodes:
+                path = self.paths.log(node)
+                self.nodes[node] = NodeWatch(tail=LogTail(path), scan=NodeScan(node, str(path), self.signatures,
+                                                                                self.progress))
 
     def _discover_scheduler_logs(self) -> None:
         """submitit's per-task files (<job>/<job>_<task>_log.out) hold slurmstepd's and srun's own lines;
         with one task per node, task t ran on the t-th node of the allocation."""
         if not self.slurm_nodes:
             return
-        ok, paths = self._call("submitit logs", lambda: sorted((self.segment_dir / "submitit").glob("*/*_log.out")))
+        ok, paths = self._call("submitit logs", lambda: sorted(self.paths.submitit.glob("*/*_log.out")))
         if not ok or not isinstance(paths, list):
             return
         for path in paths:
@@ -125,7 +126,7 @@ class SegmentWatch:
         """Read the changed node logs in batches, each in a worker with a timeout. A file whose read
         hangs is recorded as a stall and left to its worker; the rest of its batch is read next poll."""
         got: dict[str, list[tuple[int, bytes, int]]] = {}
-        batches = [_Batch(todo[i : i + BATCH]) for i in range(0, len(todo), BATCH)]
+        batches = [Batch(todo[i : i + BATCH]) for i in range(0, len(todo), BATCH)]
         futures = [(b, self._pool.submit(b.run, final)) for b in batches]
         for batch, fut in futures:
             try:
@@ -145,10 +146,8 @@ class SegmentWatch:
     def poll(self, now: datetime, final: bool = False) -> None:
         """Read what is new on every node. Two directory listings tell which logs grew and which records
         changed, so an idle poll reads no file; a node whose read hangs is skipped until it returns."""
-        if self.started_at is None:
-            self.started_at = now
         logs = self._listing(self.logs_dir)
-        records = self._listing(self.segment_dir / "nodes") or {}
+        records = self._listing(self.paths.nodes) or {}
         if logs is None:
             return
         self._discover(logs)
@@ -159,13 +158,13 @@ class SegmentWatch:
         todo = []
         for node, nw in self.nodes.items():
             pending = nw.pending_read
-            if isinstance(pending, _Batch):
+            if isinstance(pending, Batch):
                 if not pending.done.is_set():
                     continue  # still stuck: do not pile up readers
                 nw.pending_read = None
                 for first, block, newlines in pending.results.get(node, []):
                     nw.scan.feed_bytes(first, block, self.prefilter, newlines)
-            size = logs.get(f"{node}.log", (0, 0.0))[0]
+            size = logs.get(self.paths.log(node).name, (0, 0.0))[0]
             if final or size != nw.tail.offset:
                 todo.append((node, nw))
         for node, blocks in self._read_logs(todo, final).items():
@@ -177,26 +176,26 @@ class SegmentWatch:
                 nw.progress_seen_at = now
             self._read_records(node, nw, now, records)
 
-    def _read_json(self, path: Path) -> dict[str, Any] | None:
-        ok, value = self._call(str(path), lambda: json.loads(path.read_text()) if path.exists() else None)
-        return value if ok and isinstance(value, dict) else None
+    def _read(self, path: Path, kind: type[R]) -> R | None:
+        ok, value = self._call(str(path), read_record, path, kind)
+        return value if ok and isinstance(value, kind) else None
 
     def _read_records(self, node: str, nw: NodeWatch, now: datetime,
                       records: dict[str, tuple[int, float]]) -> None:
         """Heartbeats count by their mtime (no read); exit records and dumps are read once they exist."""
-        nd = self.segment_dir / "nodes"
-        hb = records.get(f"{node}.heartbeat.json")
+        p = self.paths
+        hb = records.get(p.heartbeat(node).name)
         if hb is not None and str(hb[1]) != nw.heartbeat:
             nw.heartbeat, nw.heartbeat_seen_at = str(hb[1]), now
-        if nw.exit_record is None and f"{node}.exit.json" in records:
-            nw.exit_record = self._read_json(nd / f"{node}.exit.json")
+        if nw.exit_record is None and p.exit(node).name in records:
+            nw.exit_record = self._read(p.exit(node), ExitRecord)
             if nw.exit_record is not None:
                 nw.exit_seen_at = now
-        dump_file = records.get(f"{node}.dump.json")
+        dump_file = records.get(p.dump(node).name)
         if nw.dump is None and self.dump_request_id and dump_file and str(dump_file[1]) != nw.dump_mtime:
             nw.dump_mtime = str(dump_file[1])
-            got = self._read_json(nd / f"{node}.dump.json")
-            if got is not None and got.get("request") == self.dump_request_id:
+            got = self._read(p.dump(node), DumpRecord)
+            if got is not None and got.request == self.dump_request_id:
                 nw.dump = got
 
     # ---- derived views ---------------------------------------------------------------------
@@ -211,11 +210,11 @@ class SegmentWatch:
     def failed_nodes(self) -> dict[str, datetime]:
         """Nodes whose agent finished with a non-zero exit, and when the controller saw it."""
         return {n: nw.exit_seen_at for n, nw in self.nodes.items()
-                if nw.exit_record and nw.exit_record.get("exit_code") not in (0, None) and nw.exit_seen_at}
+                if nw.exit_record and nw.exit_record.exit_code != 0 and nw.exit_seen_at}
 
     def exit_code(self, node: str) -> int | None:
         nw = self.nodes.get(node)
-        return nw.exit_record.get("exit_code") if nw and nw.exit_record else None
+        return nw.exit_record.exit_code if nw and nw.exit_record else None
 
     def request_dumps(self, now: datetime) -> None:
         """Ask every agent for a stack dump; the request id tells fresh dumps from older ones."""
@@ -223,7 +222,7 @@ class SegmentWatch:
         self.dump_request_id = now.isoformat()
         for nw in self.nodes.values():
             nw.dump = None
-        path = self.segment_dir / "dump-request"
+        path = self.paths.dump_request
         self._call(str(path), path.write_text, self.dump_request_id + "\n")
 
     def clear_dumps(self) -> None:
@@ -231,9 +230,6 @@ class SegmentWatch:
         self.dump_request_id = ""
         for nw in self.nodes.values():
             nw.dump = None
-
-    def dumps_in(self, expected: list[str]) -> bool:
-        return all(self.nodes.get(n) is not None and self.nodes[n].dump is not None for n in expected)
 
     def evidence(self) -> list[NodeEvidence]:
         out = []
@@ -243,11 +239,11 @@ class SegmentWatch:
         names = sorted(set(self.nodes) | set(extra))
         for node in names:
             nw = self.nodes.get(node)
-            code = nw.exit_record.get("exit_code") if nw and nw.exit_record else None
+            code = nw.exit_record.exit_code if nw and nw.exit_record else None
             if nw is None:
                 ev = NodeEvidence(node=node, matches=tuple(extra[node]))
             else:
-                ev = NodeEvidence.from_scan(nw.scan, exit_code=code, stuck_detail=self._stuck(nw),
+                ev = node_evidence(nw.scan, exit_code=code, stuck_detail=self._stuck(nw),
                                             top_frames=_frames(nw.dump), fs_suspect=_fs(nw.dump))
                 if node in extra:
                     ev = dataclasses.replace(ev, matches=ev.matches + tuple(extra[node]))
@@ -272,64 +268,17 @@ class SegmentWatch:
         return _stuck_dump(nw.dump)
 
 
-BATCH = 256
+def _frames(dump: DumpRecord | None) -> tuple[str, ...]:
+    return tuple(p.top_frame for p in (dump.processes if dump else []) if p.top_frame)
 
 
-def _scan_dir(directory: Path) -> dict[str, tuple[int, float]]:
-    out: dict[str, tuple[int, float]] = {}
-    try:
-        with os.scandir(directory) as it:
-            for e in it:
-                try:
-                    st = e.stat()
-                except OSError:
-                    continue
-                # a FIFO or device in place of a log: size -1 makes the poll read it (and notice if it hangs)
-                out[e.name] = (st.st_size if stat.S_ISREG(st.st_mode) else -1, st.st_mtime)
-    except FileNotFoundError:
-        pass
-    return out
+def _fs(dump: DumpRecord | None) -> bool:
+    return any(p.state == "D" and p.fs_suspect for p in (dump.processes if dump else []))
 
 
-class _Batch:
-    """Reads a batch of logs in one worker; the controller can abandon it if one file hangs."""
-
-    def __init__(self, items: list[tuple[str, NodeWatch]]):
-        self.items = items
-        self.results: dict[str, list[tuple[int, bytes, int]]] = {}
-        self.current: str | None = None
-        self.abandoned = False
-        self.lock = threading.Lock()
-        self.done = threading.Event()
-
-    def run(self, final: bool) -> None:
-        try:
-            for node, nw in self.items:
-                with self.lock:
-                    if self.abandoned:
-                        return
-                    self.current = node
-                try:
-                    self.results[node] = nw.tail.read_chunks(final)
-                except OSError:
-                    self.results[node] = []
-            with self.lock:
-                self.current = None
-        finally:
-            self.done.set()
-
-
-def _frames(dump: dict[str, Any] | None) -> tuple[str, ...]:
-    return tuple(p.get("top_frame", "") for p in (dump or {}).get("processes", []) if p.get("top_frame"))
-
-
-def _fs(dump: dict[str, Any] | None) -> bool:
-    return any(p.get("state") == "D" and p.get("fs_suspect") for p in (dump or {}).get("processes", []))
-
-
-def _stuck_dump(dump: dict[str, Any]) -> str:
-    for p in dump.get("processes", []):
-        if p.get("state") == "D":
-            return (f"pid {p['pid']} in uninterruptible sleep (state D, wchan={p.get('wchan', '?')}); "
-                    f"py-spy: {p.get('stack_summary') or 'n/a'}")
+def _stuck_dump(dump: DumpRecord) -> str:
+    for p in dump.processes:
+        if p.state == "D":
+            return (f"pid {p.pid} in uninterruptible sleep (state D, wchan={p.wchan or '?'}); "
+                    f"py-spy: {p.stack_summary or 'n/a'}")
     return ""

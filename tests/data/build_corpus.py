@@ -236,7 +236,7 @@ for h in hs:
         h.plain(f"{h.name}:3468:3905 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer "
                 f"{hs[3].ip}<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:{h.ip}")
         h.plain(f"{h.name}:3468:3905 [4] NCCL INFO transport/net.cc:1302 -> 6")
-case("network-ib-peer-address", hs, "network", ["gpu-a013"], "resubmit_exclude",
+case("network-ib-peer-address", hs, "network", ["gpu-a013"], "resubmit",
      "peers name the failing host only by its IB address; NCCL INFO maps it")
 
 hs = cluster(3)
@@ -250,7 +250,7 @@ hs = cluster(2, "label", "iso")
 start(hs, 1, 2)
 hs[0].plain(f"{hs[0].name}:9821:9920 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
             f"{hs[1].ip}<44413> with error 4, opcode 32613, len 32613, vendor err 81 (Send)")
-case("network-ib-error4", hs, "network", ["gpu-a011"], "resubmit_exclude", "older NET/IB wording 'with error 4'")
+case("network-ib-error4", hs, "network", ["gpu-a011"], "resubmit", "older NET/IB wording 'with error 4'")
 
 # ---------------------------------------------------------------- hang (stack dumps in the logs)
 hs = cluster(8, "none", "none")
@@ -323,7 +323,7 @@ hs[0].plain("slurmstepd: error: Detected 2 oom_kill events in StepId=4242.0. Som
             "OOM Killed.", "srun: error: gpu-a013: task 3: Out Of Memory")
 for h in hs[1:3]:
     h.say(watchdog(h.rank))
-case("host-oom-named-by-srun", hs, "host_oom", ["gpu-a013"], "resubmit_exclude",
+case("host-oom-named-by-srun", hs, "host_oom", ["gpu-a013"], "resubmit",
      "the step's OOM is reported by the head node; srun names the node")
 
 hs = cluster(2, "rank", "iso")
@@ -331,13 +331,13 @@ start(hs, 1, 4)
 hs[1].plain("[Thu Mar 21 02:07:08 2024] Out of memory: Killed process 28001 (python) total-vm:812345678kB, "
             "anon-rss:501234567kB")
 hs[0].say(watchdog(0))
-case("host-oom-kernel", hs, "host_oom", ["gpu-a011"], "resubmit_exclude", "kernel OOM killer line in the log")
+case("host-oom-kernel", hs, "host_oom", ["gpu-a011"], "resubmit", "kernel OOM killer line in the log")
 
 hs = cluster(3)
 start(hs, 1, 2)
 hs[2].plain("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your processes "
             "may have been killed by the cgroup out-of-memory handler.")
-case("host-oom-cgroup-batch", hs, "host_oom", ["gpu-a012"], "resubmit_exclude", "older cgroup wording")
+case("host-oom-cgroup-batch", hs, "host_oom", ["gpu-a012"], "resubmit", "older cgroup wording")
 
 # ---------------------------------------------------------------- preempted / timelimit
 hs = cluster(4)
@@ -407,23 +407,23 @@ start(hs, 1, 60)
 hs[1].say("Fatal Python error: Segmentation fault", "Segmentation fault (core dumped)")
 for h in hs[:1] + hs[2:]:
     h.say(watchdog(h.rank))
-case("segfault-one-node", hs, "segfault", ["gpu-a011"], "resubmit_exclude", "native crash on one node")
+case("segfault-one-node", hs, "segfault", ["gpu-a011"], "resubmit", "native crash on one node")
 
 hs = cluster(3, "none", "none")
 start(hs, 1, 9)
 hs[0].plain("srun: error: gpu-a012: task 2: Segmentation fault")
-case("segfault-named-by-srun", hs, "segfault", ["gpu-a012"], "resubmit_exclude", "srun names the node")
+case("segfault-named-by-srun", hs, "segfault", ["gpu-a012"], "resubmit", "srun names the node")
 
 hs = cluster(2, "rank", "iso")
 start(hs, 1, 5)
 hs[1].say("RuntimeError: DataLoader worker (pid 1234) is killed by signal: Bus error. It is possible that "
           "dataloader's workers are out of shared memory. Please try to raise your shared memory limit.")
-case("bus-error-dataloader", hs, "bus_error", ["gpu-a011"], "resubmit_exclude", "shm exhausted on one node")
+case("bus-error-dataloader", hs, "bus_error", ["gpu-a011"], "resubmit", "shm exhausted on one node")
 
 hs = cluster(3)
 start(hs, 1, 5)
 hs[0].plain("srun: error: gpu-a011: task 1: Bus error", "srun: Terminating job step 3495450.0")
-case("bus-error-named-by-srun", hs, "bus_error", ["gpu-a011"], "resubmit_exclude", "srun names the node")
+case("bus-error-named-by-srun", hs, "bus_error", ["gpu-a011"], "resubmit", "srun names the node")
 
 # ---------------------------------------------------------------- success / unknown
 hs = cluster(4)

@@ -61,7 +61,7 @@ def test_demo_end_to_end(demo_cfg: Path, tmp_path: Path) -> None:
 
 
 def test_second_controller_is_refused(demo_cfg: Path, tmp_path: Path) -> None:
-    from orchestrator.state import RunLock
+    from orchestrator.runlock import RunLock
 
     lock = RunLock(tmp_path / "run")
     lock.acquire()

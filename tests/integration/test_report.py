@@ -16,7 +16,7 @@ import pytest
 from orchestrator.blacklist import Blacklist
 from orchestrator.model import Action, Cause, Evidence, JobState, RunStatus
 from orchestrator.state import RunState, SegmentRecord
-from orchestrator.timeline import COLOURS, write_report
+from orchestrator.views.report import COLOURS, write_report
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 CAUSES = [Cause.GPU_ECC, Cause.TIMELIMIT, Cause.NODE_FAIL, Cause.HANG, Cause.SUCCESS]

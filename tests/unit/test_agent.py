@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.agent import dump, preflight
-from orchestrator.diagnose.classify import Context, NodeEvidence, classify
+from orchestrator.diagnose.classify import Context, classify
+from orchestrator.diagnose.offline import action_without_history
+from orchestrator.evidence import NodeEvidence
 from orchestrator.model import Cause, JobState, JobStatus
 
 
@@ -58,11 +60,11 @@ def test_dump_reads_state_and_stack_of_a_live_process() -> None:
         deadline = time.monotonic() + 60
         while True:  # under load py-spy may time out; a dump that got the frames is what we check
             recs = dump.dump_processes([p.pid])
-            assert recs and recs[0]["pid"] == p.pid and recs[0]["state"] in "SR"
-            if "Thread" in recs[0]["stack"] or "not installed" in recs[0]["stack"] or time.monotonic() > deadline:
+            assert recs and recs[0].pid == p.pid and recs[0].state in "SR"
+            if "Thread" in recs[0].stack or "not installed" in recs[0].stack or time.monotonic() > deadline:
                 break
-        if "not installed" not in recs[0]["stack"]:
-            assert recs[0]["top_frame"].startswith("wait_in_collective ("), recs[0]["stack"]
+        if "not installed" not in recs[0].stack:
+            assert recs[0].top_frame.startswith("wait_in_collective ("), recs[0].stack
     finally:
         p.kill()
         p.wait()
@@ -93,7 +95,7 @@ def test_d_state_on_filesystem_is_not_the_nodes_fault() -> None:
     nodes = [NodeEvidence(node="n1"), NodeEvidence(node="n2", stuck_detail="pid 7 state D wchan=nfs_wait",
                                                    fs_suspect=True)]
     v = classify(CANCELLED, nodes, STALL)
-    assert v.cause == Cause.FILESYSTEM and not v.blame and v.action.value == "wait_and_resubmit"
+    assert v.cause == Cause.FILESYSTEM and not v.blame and action_without_history(v)[0] == "wait_and_resubmit"
 
 
 def test_stall_with_nobody_standing_out_blames_nobody() -> None:

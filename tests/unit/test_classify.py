@@ -4,9 +4,10 @@ import re
 
 import pytest
 
-from orchestrator.diagnose.classify import Context, NodeEvidence, classify
-from orchestrator.diagnose.scan import NodeScan
+from orchestrator.diagnose.classify import Context, classify
+from orchestrator.diagnose.scan import NodeScan, node_evidence
 from orchestrator.diagnose.signatures import build_table
+from orchestrator.evidence import NodeEvidence
 from orchestrator.model import Cause, JobState, JobStatus
 
 SIGS = build_table()
@@ -16,7 +17,7 @@ PROG = re.compile(r"iteration\s+(\d+)\s*/\s*\d+")
 def node(name: str, lines: list[str], exit_code: int | None = None) -> NodeEvidence:
     s = NodeScan(name, f"{name}.log", SIGS, PROG)
     s.feed(list(enumerate(lines, 1)))
-    return NodeEvidence.from_scan(s, exit_code=exit_code)
+    return node_evidence(s, exit_code=exit_code)
 
 
 def progress(n: int) -> list[str]:

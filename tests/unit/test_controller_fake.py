@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.clock import FakeClock
-from orchestrator.controller import Controller
+from orchestrator.loop.controller import Controller
+from orchestrator.loop.submission import intent, prepare
 from orchestrator.model import Action, Cause, JobState, RunStatus
 from orchestrator.settings import load_settings, parse_overrides
 from orchestrator.state import StateStore
@@ -114,10 +115,8 @@ def test_restart_reattaches_without_duplicate(tmp_path: Path) -> None:
 def test_crash_between_submit_and_record_does_not_duplicate(tmp_path: Path) -> None:
     ctl, cluster, clock = make(tmp_path)
     state = ctl.load_or_init()
-    spec, _ = ctl.next_spec(state)
-    from orchestrator.state import SegmentRecord
-
-    state.segments.append(SegmentRecord(index=spec.index, job_name=spec.job_name))
+    spec = prepare(ctl.s, state, cluster, clock.now(), "python").spec
+    state.segments.append(intent(spec, cluster.name))
     ctl.save(state)
     cluster.submit(spec)  # the job exists, but the controller "died" before recording its id
     state2 = Controller(ctl.s, cluster, clock, StateStore(ctl.s.run_dir), python="python").run()

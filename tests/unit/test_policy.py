@@ -25,7 +25,7 @@ def state(*segs: SegmentRecord, bl: Blacklist | None = None) -> RunState:
 
 
 def v(cause: Cause, culprits: tuple[str, ...] = (), blame: bool = False) -> Verdict:
-    return Verdict(cause=cause, culprit_nodes=culprits, blame=blame, action=Action.RESUBMIT, confidence=0.9)
+    return Verdict(cause=cause, culprit_nodes=culprits, blame=blame, confidence=0.9)
 
 
 P = Policy(max_segments=10, max_no_progress_segments=2, strike_threshold=2)

@@ -14,12 +14,13 @@ import pytest
 from orchestrator.backends.slurm import SlurmBackend
 from orchestrator.blacklist import ExcludePlan
 from orchestrator.clock import FakeClock
-from orchestrator.controller import Controller
 from orchestrator.diagnose.signatures import build_table
+from orchestrator.loop.controller import Controller
 from orchestrator.model import RunStatus
 from orchestrator.plan import plan
+from orchestrator.requests import STOP_REQUEST, BlacklistAdd, BlacklistRemove, write_request
 from orchestrator.settings import SlurmBackendCfg, load_settings, parse_overrides
-from orchestrator.state import STOP_REQUEST, RunState, StateStore, write_request
+from orchestrator.state import RunState, StateStore
 from orchestrator.watch.segment import SegmentWatch
 from tests.conftest import base_config, write_config
 from tests.fakes import FakeCluster
@@ -123,8 +124,8 @@ def test_stop_request_leaves_the_job_running(tmp_path: Path) -> None:
 def test_queued_blacklist_edits_and_reload(tmp_path: Path) -> None:
     ctl, cluster, clock = make_ctl(tmp_path)
     state = ctl.load_or_init()
-    write_request(ctl.s.run_dir, {"op": "add", "nodes": ["node1", "node2"], "reason": "Xid 79 seen by admins"})
-    write_request(ctl.s.run_dir, {"op": "remove", "nodes": ["node2"]})
+    write_request(ctl.s.run_dir, BlacklistAdd(nodes=("node1", "node2"), reason="Xid 79 seen by admins"))
+    write_request(ctl.s.run_dir, BlacklistRemove(nodes=("node2",)))
     ctl.request_reload()
     ctl.apply_requests(state)
     assert [e.node for e in state.blacklist.entries] == ["node1"] and state.blacklist.entries[0].source == "manual"

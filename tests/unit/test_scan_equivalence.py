@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import build_table
-from orchestrator.watch.tail import LogTail
+from orchestrator.tail import LogTail
 
 SIGS = build_table()
 PROG = re.compile(r"iteration\s+(\d+)\s*/\s*\d+")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from orchestrator.blacklist import Blacklist
 from orchestrator.model import BlacklistEntry, Cause
-from orchestrator.shared import SharedBlacklist
+from orchestrator.shared_blacklist import SharedBlacklist
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.watch.tail import MAX_LINE, LogTail
+from orchestrator.tail import MAX_LINE, LogTail
 
 
 def test_incremental_and_partial_lines(tmp_path: Path) -> None:

@@ -13,9 +13,9 @@ import io
 from datetime import datetime
 from pathlib import Path
 
-from orchestrator.metrics import human, run_metrics
-from orchestrator.report import drain_commands
 from orchestrator.state import RunState, SegmentRecord
+from orchestrator.views.ettr import human, run_metrics
+from orchestrator.views.status import drain_commands
 
 COLOURS = {
     "success": "#2e7d32", "timelimit": "#78909c", "preempted": "#90a4ae", "gpu_ecc": "#c62828",

@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.table import Table
 
-from orchestrator.metrics import human, run_metrics
 from orchestrator.state import RunState
+from orchestrator.views.ettr import human, run_metrics
 
 
 def _ts(d: datetime | None) -> str | None:

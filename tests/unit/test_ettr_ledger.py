@@ -3,10 +3,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from orchestrator.blacklist import Blacklist
-from orchestrator.metrics import human, run_metrics
 from orchestrator.model import Action, Cause, RunStatus
-from orchestrator.report import drain_commands, status_json
 from orchestrator.state import RunState, SegmentRecord
+from orchestrator.views.ettr import human, run_metrics
+from orchestrator.views.status import drain_commands, status_json
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 

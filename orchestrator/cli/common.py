@@ -1,0 +1,73 @@
+"""Shared by every command: the typer app, consoles, one-line errors (exit 2), loading a config,
+building a backend, finding a run's state from a config file or a run directory."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from loguru import logger
+from rich.console import Console
+
+from orchestrator.backends.base import Backend
+from orchestrator.clock import Clock
+from orchestrator.settings import ConfigError, Settings, check_paths, load_settings, parse_overrides
+from orchestrator.state import StateStore
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Keep long multi-node training on Slurm moving: diagnose, blacklist, resume.")
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, soft_wrap=True)
+
+EXIT_CONFIG = 2
+
+
+def fail(lines: list[str], code: int = EXIT_CONFIG) -> typer.Exit:
+    for line in lines:
+        err.print(f"error: {line}", markup=False, highlight=False)
+    return typer.Exit(code)
+
+
+def setup_logging(run_dir: Path | None, verbose: bool) -> None:
+    logger.remove()
+    fmt = "{time:YYYY-MM-DD HH:mm:ss} {level: <7} {message}"
+    logger.add(sys.stderr, level="DEBUG" if verbose else "INFO", format=fmt)
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        logger.add(run_dir / "controller.log", level="DEBUG", rotation="20 MB", retention=5,
+                   format="{time:YYYY-MM-DDTHH:mm:ss.SSSZ} {level} {message} {extra}")
+
+
+def load(config: Path, overrides: list[str]) -> Settings:
+    try:
+        s = load_settings(config, parse_overrides(overrides))
+    except ConfigError as exc:
+        raise fail(exc.problems) from None
+    problems = check_paths(s)
+    if problems:
+        raise fail(problems)
+    return s
+
+
+def build_backend(s: Settings, clock: Clock) -> Backend:
+    if s.backend.kind == "local":
+        from orchestrator.backends.local import LocalBackend
+
+        return LocalBackend(s.backend.local.node_names(), s.run_dir / "local-backend", clock)
+    from orchestrator.backends.slurm import SlurmBackend
+
+    return SlurmBackend(s.backend.slurm, clock, s.run_dir)
+
+
+SetOpt = Annotated[list[str], typer.Option("--set", help="Override a setting: --set watch.poll_interval_s=5")]
+
+
+def _state_for(target: Path) -> tuple[StateStore, str]:
+    if target.is_dir():
+        return StateStore(target), str(target)
+    s = load(target, [])
+    return StateStore(s.run_dir), str(s.run_dir)
+
+

@@ -1,0 +1,135 @@
+"""`orchestrator run` (with --dry-run) and `orchestrator stop`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestrator.cli.common import SetOpt, _state_for, app, build_backend, fail, load, out, setup_logging
+from orchestrator.clock import Clock, RealClock
+from orchestrator.requests import STOP_REQUEST
+from orchestrator.runlock import LockHeld, RunLock
+from orchestrator.settings import Settings, load_settings, parse_overrides
+from orchestrator.state import StateError, StateStore
+from orchestrator.views.status import timeline_table
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Argument(help="The run's YAML config file.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the next submission; submit nothing.")] = False,
+    cancel_on_exit: Annotated[bool, typer.Option(help="Cancel the running job when the controller stops.")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+    set_: SetOpt = [],  # noqa: B006 - typer needs a literal default
+) -> None:
+    """Run (or resume) the training until its goal, resubmitting segments as they end.
+
+    Examples:
+      orchestrator run configs/demo.yaml
+      orchestrator run configs/example.yaml --dry-run
+      orchestrator run configs/demo.yaml --set watch.poll_interval_s=1
+    """
+    s = load(config, set_)
+    clock = RealClock()
+    if dry_run:
+        dry(s, clock)
+        return
+    setup_logging(s.run_dir, verbose)
+    from orchestrator.loop.controller import Controller
+
+    lock = RunLock(s.run_dir)
+    try:
+        lock.acquire()
+    except LockHeld as exc:
+        raise fail([str(exc)], 1) from None
+    from orchestrator.failpoints import Failpoints
+
+    try:
+        failpoint = Failpoints.from_env()
+    except ValueError as exc:
+        raise fail([str(exc)]) from None
+    from orchestrator.notify import Notifier
+
+    try:
+        notifier = Notifier(s.notify.urls, clock, s.notify.max_per_hour, s.notify.dedup_window_s)
+    except (ValueError, ImportError) as exc:
+        raise fail([f"{config}: {exc}"]) from None
+    backend = build_backend(s, clock)
+    store = StateStore(s.run_dir, failpoint)
+    ctl = Controller(s, backend, clock, store, notify=notifier, failpoint=failpoint)
+    ctl.reloader = lambda: load_settings(config, parse_overrides(set_))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _f: ctl.request_stop(signal.Signals(signum).name))
+    signal.signal(signal.SIGHUP, lambda _s, _f: ctl.request_reload())
+    try:
+        state = ctl.run()
+    except StateError as exc:
+        raise fail([str(exc)], 1) from None
+    finally:
+        lock.release()
+    if cancel_on_exit and state.status.value == "running" and state.current and state.current.job_id:
+        from orchestrator.model import JobRef
+
+        cur = state.current
+        assert cur.submitted_at is not None and cur.job_id is not None
+        backend.cancel(JobRef(job_id=cur.job_id, submitted_at=cur.submitted_at, backend=backend.name))
+    out.print(timeline_table(state))
+    raise typer.Exit(0 if state.status.value in ("done", "running") else 1)
+
+
+def dry(s: Settings, clock: Clock) -> None:
+    from orchestrator.loop.submission import FilesystemStall, prepare
+    from orchestrator.state import RunState
+
+    try:
+        state = StateStore(s.run_dir).load()
+    except StateError as exc:
+        raise fail([str(exc)], 1) from None
+    now = clock.now()
+    state = state or RunState(run=s.name, created_at=now, updated_at=now)
+    backend = build_backend(s, clock)
+    try:
+        prepared = prepare(s, state, backend, now, sys.executable)
+    except FilesystemStall as exc:
+        raise fail([f"checkpoint directory: {exc}"], 1) from None
+    spec, excl = prepared.spec, prepared.exclude
+    print(f"# dry run: nothing is submitted. Segment {spec.index} of run {s.name} ({s.backend.kind} backend)")
+    print(f"# exclude: {spec.exclude_hostlist or '(none)'}" + (f"  [{excl.note}]" if excl.note else ""))
+    print(f"# resume from: {spec.resume_from or '(no checkpoint: start from scratch)'} "
+          f"(iteration {spec.start_iteration})")
+    print(backend.render(spec))
+
+
+@app.command()
+def stop(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
+         wait: Annotated[float, typer.Option(help="Seconds to wait for the controller to exit.")] = 60.0) -> None:
+    """Ask the run's controller to stop; the job keeps running and a new controller re-attaches to it.
+
+    Example: orchestrator stop configs/demo.yaml
+    """
+    import time
+
+    store, where = _state_for(target)
+    lock = RunLock(store.run_dir)
+    if not lock.is_held():
+        out.print(f"{where}: no controller is running", markup=False)
+        return
+    (store.run_dir / STOP_REQUEST).write_text("stop\n")
+    pid = lock.holder_pid()
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if not lock.is_held():
+            out.print(f"controller of {where} stopped", markup=False)
+            return
+        time.sleep(0.2)
+    raise fail([f"{where}: the controller ({lock.holder()}) has not exited after {wait:.0f}s; "
+                "it stops at its next poll"], 1)
+
+

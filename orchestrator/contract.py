@@ -1,0 +1,155 @@
+"""The agent <-> controller contract: where a segment's files live, the marker lines the agent prints,
+the exit codes it uses and the JSON records it writes.
+
+One place that the agent, the watcher, the backends and the test fakes all use; change a name here
+and every side follows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+PREFLIGHT_EXIT = 86  # the agent's exit code when a pre-flight check failed: no training ran
+CANNOT_START_EXIT = 127  # the training command could not be started (not found, not executable)
+
+LOG_SUFFIX = ".log"
+HEARTBEAT_SUFFIX = ".heartbeat.json"
+EXIT_SUFFIX = ".exit.json"
+DUMP_SUFFIX = ".dump.json"
+
+# Marker lines the agent writes into each node's log (the rank column says "agent").
+START_MARKER = "ORCH-AGENT start"
+EXIT_MARKER = "ORCH-AGENT exit"
+PREFLIGHT_MARKER = "ORCH-PREFLIGHT"
+DUMP_MARKER = "ORCH-DUMP"
+# Regular-expression fragments the scanner uses to recognise the agent's markers.
+START_RE = r"ORCH-AGENT start segment=(?P<seg>\d+) job=(?P<job>\S+)"
+EXIT_OK_RE = r"ORCH-AGENT exit segment=\d+ codes=\[0(?:, 0)*\]"
+
+
+def start_line(segment: int, job_id: str, node: str, node_rank: int, resume: str | None) -> str:
+    return f"{START_MARKER} segment={segment} job={job_id} node={node} node_rank={node_rank} resume={resume or '-'}"
+
+
+def exit_line(segment: int, codes: list[int]) -> str:
+    return f"{EXIT_MARKER} segment={segment} codes={codes}"
+
+
+@dataclass(frozen=True)
+class SegmentPaths:
+    """The files of one segment under run_dir/segments/NNNN/."""
+
+    root: Path
+
+    @classmethod
+    def of(cls, run_dir: Path | str, index: int) -> SegmentPaths:
+        return cls(Path(run_dir) / "segments" / f"{index:04d}")
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def nodes(self) -> Path:
+        return self.root / "nodes"
+
+    @property
+    def dump_request(self) -> Path:
+        return self.root / "dump-request"
+
+    @property
+    def submitit(self) -> Path:
+        return self.root / "submitit"
+
+    def log(self, node: str) -> Path:
+        return self.logs / f"{node}{LOG_SUFFIX}"
+
+    def heartbeat(self, node: str) -> Path:
+        return self.nodes / f"{node}{HEARTBEAT_SUFFIX}"
+
+    def exit(self, node: str) -> Path:
+        return self.nodes / f"{node}{EXIT_SUFFIX}"
+
+    def dump(self, node: str) -> Path:
+        return self.nodes / f"{node}{DUMP_SUFFIX}"
+
+
+def node_of_log(file_name: str) -> str | None:
+    """The node a file in logs/ belongs to, or None when it is not an agent log."""
+    return file_name[: -len(LOG_SUFFIX)] if file_name.endswith(LOG_SUFFIX) and len(file_name) > 4 else None
+
+
+class Record(BaseModel):
+    """A JSON record on the shared filesystem: unknown keys from newer agents are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class CheckRecord(Record):
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+class Heartbeat(Record):
+    node: str
+    job_id: str = ""
+    iteration: int | None = None
+    progress_time: str | None = None
+    alive_time: str = ""
+    pids: list[int] = []
+
+
+class ExitRecord(Record):
+    node: str
+    job_id: str = ""
+    exit_code: int
+    rank_exit_codes: list[int] = []
+    signals: list[str] = []
+    iteration: int | None = None
+    time: str = ""
+    last_lines: list[str] = []
+    preflight: list[CheckRecord] = []
+    stopped_by_signal: bool = False
+
+
+class ProcessDump(Record):
+    pid: int
+    state: str
+    ppid: int = 0
+    wchan: str = ""
+    fs_suspect: bool = False
+    stack: str = ""
+    stack_summary: str = ""
+    top_frame: str = ""
+
+
+class DumpRecord(Record):
+    node: str
+    time: str = ""
+    request: str = ""
+    processes: list[ProcessDump] = []
+
+
+R = TypeVar("R", bound=Record)
+
+
+def write_record(path: Path, record: Record) -> None:
+    """Atomic: readers see the old record or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(record.model_dump_json())
+    os.replace(tmp, path)
+
+
+def read_record(path: Path, kind: type[R]) -> R | None:
+    """The record, or None when it is missing, half-written or not one of `kind`."""
+    try:
+        return kind.model_validate(json.loads(path.read_text()))
+    except (OSError, ValueError, ValidationError):
+        return None

@@ -1,0 +1,37 @@
+"""Evidence value types: what a scan found in one node's output, shared by diagnose/ and watch/."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class Match:
+    line: int
+    text: str
+    signature: str
+    cause: str
+    blame: bool
+    cascade: bool
+    rank: int | None = None
+    ts: datetime | None = None
+    named_node: str | None = None
+    file: str = ""
+    peer_ip: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeEvidence:
+    node: str
+    file: str = ""
+    matches: tuple[Match, ...] = ()
+    first_iteration: int | None = None
+    last_iteration: int | None = None
+    last_progress_ts: datetime | None = None
+    exit_code: int | None = None
+    tail: tuple[tuple[int, str], ...] = ()
+    stuck_detail: str = ""  # e.g. "pid 123 state D wchan=..." from a stall dump
+    top_frames: tuple[str, ...] = ()  # innermost Python frame of each training process (py-spy)
+    addresses: frozenset[str] = frozenset()  # IP addresses this host announced in NCCL INFO lines
+    fs_suspect: bool = False  # the stuck process waits in filesystem code, or the fs probe timed out

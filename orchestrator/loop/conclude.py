@@ -1,0 +1,112 @@
+"""Pure: what the end of a segment means and what it changes.
+
+(run state, the job's end state, per-node evidence, policy) -> Outcome: the verdict, the policy's
+decision, the ledger edits (blacklist, hardware history, failed checkpoints, run status) and the
+effects to carry out (alerts, publish, drain). No I/O; `apply_outcome` writes the edits into the state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from orchestrator.blacklist import Blacklist
+from orchestrator.diagnose.classify import Context, classify
+from orchestrator.evidence import NodeEvidence
+from orchestrator.loop.effects import Alert, Drain, Effect, Publish
+from orchestrator.model import HARDWARE_CAUSES, Action, Cause, Decision, JobStatus, RunStatus, Verdict
+from orchestrator.policy import decide
+from orchestrator.settings import Goal, Policy
+from orchestrator.state import HardwareEvent, RunState, SegmentRecord
+
+HARDWARE_MEMORY = timedelta(days=7)  # a node that had a hardware fault this recently: OOM there is a poisoned GPU
+MAX_HARDWARE_EVENTS = 500
+
+
+def recent_hardware(events: list[HardwareEvent], now: datetime) -> frozenset[str]:
+    return frozenset(h.node for h in events if now - h.time < HARDWARE_MEMORY)
+
+
+def judge(status: JobStatus, evidence: list[NodeEvidence], fs_stalls: list[str], seg: SegmentRecord,
+          recent: frozenset[str]) -> Verdict:
+    """The verdict on one segment: the classifier, plus reads of the segment's own files that hung."""
+    ctx = Context(recent_hardware=recent, start_iteration=seg.start_iteration,
+                  stalled=seg.cancelled_by_controller.startswith("stall"),
+                  cancelled_by_controller=seg.cancelled_by_controller)
+    verdict = classify(status, evidence, ctx)
+    if fs_stalls and verdict.cause in (Cause.UNKNOWN, Cause.HANG) and not verdict.blame:
+        verdict = verdict.model_copy(update={"cause": Cause.FILESYSTEM, "summary": "; ".join(fs_stalls[:3])})
+    return verdict
+
+
+@dataclass(frozen=True)
+class Outcome:
+    verdict: Verdict
+    decision: Decision
+    blacklist: Blacklist
+    hardware: tuple[HardwareEvent, ...]
+    effects: tuple[Effect, ...]
+    status: RunStatus
+    wait_until: datetime | None
+
+
+def evidence_text(verdict: Verdict, node: str) -> str:
+    root = next((e for e in verdict.evidence if e.role == "root"), None)
+    ev = next((e for e in verdict.evidence if e.node == node and e.role == "root"), root)
+    return f"{ev.file}:{ev.line}: {ev.text}" if ev else verdict.summary
+
+
+def ledger(state: RunState, job_id: str, verdict: Verdict, decision: Decision, policy: Policy,
+           now: datetime) -> tuple[Blacklist, tuple[HardwareEvent, ...], tuple[Effect, ...]]:
+    """Blacklist and hardware-history edits for the nodes the decision blames, and what to tell whom."""
+    bl, hw = state.blacklist, list(state.hardware_events)
+    effects: list[Effect] = []
+    for node in decision.blame_nodes:
+        text = evidence_text(verdict, node)
+        bl = bl.record(node, verdict.cause, text, job_id, now, hard=decision.hard,
+                       expiry=timedelta(hours=policy.blacklist_expiry_h))
+        entry = bl.get(node)
+        if entry is not None:
+            effects.append(Publish(entry))
+            if policy.drain_blacklisted and entry.hard:
+                effects.append(Drain(node, f"orchestrator {state.run}: {entry.cause.value} job {entry.job_id}"))
+        if verdict.cause in HARDWARE_CAUSES:
+            hw.append(HardwareEvent(node=node, cause=verdict.cause, job_id=job_id, time=now))
+        effects.append(Alert(f"{state.run}: node {node} blacklisted", f"{verdict.cause.value}: {text[:300]}"))
+    return bl, tuple(hw[-MAX_HARDWARE_EVENTS:]), tuple(effects)
+
+
+def conclude(state: RunState, seg: SegmentRecord, status: JobStatus, evidence: list[NodeEvidence],
+             fs_stalls: list[str], policy: Policy, goal: Goal, now: datetime) -> Outcome:
+    verdict = judge(status, evidence, fs_stalls, seg, recent_hardware(state.hardware_events, now))
+    decision = decide(state, verdict, policy, goal, now)
+    bl, hw, effects = ledger(state, seg.job_id or "", verdict, decision, policy, now)
+    culprits = ",".join(verdict.culprit_nodes) or "-"
+    alerts: list[Effect] = [Alert(f"{state.run}: segment {seg.index} ended ({verdict.cause.value})",
+                                  f"culprits={culprits} action={decision.action.value}: {decision.reason}")]
+    run_status, wait_until = RunStatus.RUNNING, None
+    if decision.action == Action.DONE:
+        run_status = RunStatus.DONE
+        alerts.append(Alert(f"{state.run}: done", decision.reason))
+    elif decision.action == Action.STOP_AND_ALERT:
+        run_status = RunStatus.STOPPED
+        alerts.append(Alert(f"{state.run}: STOPPED, needs a human", decision.reason))
+    elif decision.action == Action.WAIT_AND_RESUBMIT:
+        wait_until = now + timedelta(seconds=decision.wait_s)
+    return Outcome(verdict, decision, bl, hw, effects + tuple(alerts), run_status, wait_until)
+
+
+def apply_outcome(state: RunState, seg: SegmentRecord, status: JobStatus, out: Outcome, now: datetime) -> None:
+    """Write the outcome's edits into the run state (in memory; the caller saves)."""
+    v, d = out.verdict, out.decision
+    seg.job_state, seg.ended_at = status.state, now
+    seg.cause, seg.culprit_nodes = v.cause, list(v.culprit_nodes)
+    seg.confidence, seg.evidence = v.confidence, list(v.evidence)
+    seg.action, seg.reason = d.action, d.reason
+    state.blacklist, state.hardware_events = out.blacklist, list(out.hardware)
+    if d.checkpoint_failed:
+        state.bad_checkpoints[d.checkpoint_failed] = state.bad_checkpoints.get(d.checkpoint_failed, 0) + 1
+    state.status = out.status
+    if out.status != RunStatus.RUNNING:
+        state.stop_reason = d.reason
+    state.wait_until = out.wait_until

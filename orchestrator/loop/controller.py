@@ -1,0 +1,295 @@
+"""The only loop with side effects: observe -> call a pure function -> carry out what it returned.
+
+Owns the order of steps and the I/O between them: polling the backend, feeding the segment watcher,
+saving state, submitting. What to do is decided elsewhere: `submission.prepare` (next spec),
+`supervise.supervise` (cancel / dumps), `conclude.conclude` (verdict, decision, ledger edits),
+`operator` (requests); `effects.EffectRunner` carries out alerts, publishes, drains and cancels.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from datetime import datetime
+
+from loguru import logger
+
+from orchestrator.backends.base import Backend, BackendError, SchedulerUnavailable
+from orchestrator.clock import Clock
+from orchestrator.contract import SegmentPaths
+from orchestrator.diagnose.signatures import Signature, build_table
+from orchestrator.loop import operator, progress
+from orchestrator.loop.conclude import apply_outcome, conclude
+from orchestrator.loop.effects import Alert, Cancel, EffectRunner, Notify
+from orchestrator.loop.submission import FilesystemStall, intent, prepare, shared_path, unloadable
+from orchestrator.loop.supervise import Seen, supervise
+from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
+from orchestrator.settings import Settings
+from orchestrator.state import RunState, SegmentRecord, StateStore
+from orchestrator.watch.segment import SegmentWatch
+
+
+def user_signatures(settings: Settings) -> tuple[Signature, ...]:
+    return build_table([Signature(s.name, s.pattern, s.cause, s.blame, s.cascade, source="config")
+                        for s in settings.signatures])
+
+
+class Controller:
+    def __init__(self, settings: Settings, backend: Backend, clock: Clock, store: StateStore,
+                 notify: Notify | None = None, python: str = sys.executable,
+                 failpoint: Callable[[str], None] | None = None):
+        self.failpoint = failpoint or (lambda name: None)
+        self.s, self.backend, self.clock, self.store = settings, backend, clock, store
+        self.effects = EffectRunner(backend, notify or (lambda title, body: None), shared_path(settings))
+        self.python = python
+        self.signatures = user_signatures(settings)
+        self.progress = re.compile(settings.progress_regex)
+        self.stop_requested = ""
+        self.reload_requested = False
+        self.reloader: Callable[[], Settings] | None = None
+        self._watch: SegmentWatch | None = None
+        self._running_since: datetime | None = None
+        self._unreachable_since: datetime | None = None
+        self._pending_note: datetime | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def request_stop(self, why: str = "signal") -> None:
+        self.stop_requested = why
+        self.clock.wake()
+
+    def request_reload(self) -> None:
+        self.reload_requested = True
+        self.clock.wake()
+
+    def apply_requests(self, state: RunState) -> None:
+        if operator.stop_requested(self.s):
+            self.request_stop("orchestrator stop")
+        if self.reload_requested and self.reloader is not None:
+            self.reload_requested = False
+            self.s = operator.reload(self.s, self.reloader)
+        if operator.apply_blacklist_requests(self.s, state, self.clock.now()):
+            self.save(state)
+
+    def load_or_init(self) -> RunState:
+        state = self.store.load()
+        if state is None:
+            now = self.clock.now()
+            state = RunState(run=self.s.name, created_at=now, updated_at=now)
+            self.save(state)
+        return state
+
+    def save(self, state: RunState) -> None:
+        state.updated_at = self.clock.now()
+        self.store.save(state)
+
+    def run(self) -> RunState:
+        operator.forget_stale_stop(self.s)
+        state = self.load_or_init()
+        state.target_iteration = self.s.goal.target_iteration
+        log = logger.bind(run=state.run)
+        if state.status == RunStatus.STOPPED:
+            log.warning("resuming a stopped run (it stopped because: {})", state.stop_reason)
+            state.status, state.stop_reason = RunStatus.RUNNING, ""
+            self.save(state)
+        log.info("controller start run={} status={} segments={}", state.run, state.status, len(state.segments))
+        while state.status == RunStatus.RUNNING and not self.stop_requested:
+            self.apply_requests(state)
+            if self.stop_requested:
+                break
+            self.step(state)
+        if self.stop_requested and state.status == RunStatus.RUNNING:
+            log.info("controller exit reason={} (the job, if any, keeps running)", self.stop_requested)
+        if self._watch:
+            self._watch.close()
+        return state
+
+    def step(self, state: RunState) -> None:
+        seg = state.current
+        if seg is None or seg.action is not None:
+            now = self.clock.now()
+            if state.wait_until and now < state.wait_until:
+                self.clock.sleep(min(self.s.watch.poll_interval_s, (state.wait_until - now).total_seconds()))
+                return
+            self.submit_next(state)
+        elif seg.job_id is None:
+            self.recover_intent(state, seg)
+        else:
+            self.watch_once(state, seg)
+
+    # ---- submit ----------------------------------------------------------------------------
+    def submit_next(self, state: RunState) -> None:
+        log = logger.bind(run=state.run)
+        try:
+            prepared = prepare(self.s, state, self.backend, self.clock.now(), self.python)
+        except FilesystemStall as exc:
+            log.warning("filesystem stall: {}; not submitting until it answers", exc)
+            self.clock.sleep(self.s.watch.poll_interval_s)
+            return
+        spec = prepared.spec
+        state.blacklist = prepared.blacklist
+        why = unloadable(state, spec)
+        if why:
+            self._stop(state, why)
+            return
+        if prepared.exclude.note:
+            log.warning("exclude note={}", prepared.exclude.note)
+        seg = intent(spec, self.backend.name)
+        state.segments.append(seg)
+        state.wait_until = None
+        self.save(state)  # intent first: a crash before the id is recorded is detected on restart
+        self.failpoint("after_intent")
+        try:
+            ref = self.backend.submit(spec)
+        except SchedulerUnavailable as exc:
+            log.warning("submit deferred reason=scheduler-unreachable detail={}", exc)
+            self.clock.sleep(self.s.watch.poll_interval_s)
+            return
+        except BackendError as exc:
+            state.segments.pop()
+            self._stop(state, f"submission rejected: {exc}")
+            return
+        self.failpoint("after_submit")
+        self._attach(state, seg, ref)
+        self.failpoint("after_record")
+        log.info("segment submitted job={} exclude={} resume_from={} start_iteration={}",
+                 ref.job_id, spec.exclude_hostlist or "-", spec.resume_from or "-", spec.start_iteration)
+
+    def _attach(self, state: RunState, seg: SegmentRecord, ref: JobRef) -> None:
+        seg.job_id, seg.submitted_at = ref.job_id, ref.submitted_at
+        self.save(state)
+        self._new_watch(seg)
+
+    def _new_watch(self, seg: SegmentRecord) -> None:
+        if self._watch:
+            self._watch.close()
+        root = SegmentPaths.of(self.s.run_dir, seg.index).root
+        self._watch = SegmentWatch(root, self.signatures, self.progress, self.s.watch.read_timeout_s)
+        self._running_since = None
+
+    def recover_intent(self, state: RunState, seg: SegmentRecord) -> None:
+        """The controller died between submitting and recording the job id: find the job by name."""
+        try:
+            live = self.backend.find_jobs(seg.job_name)
+        except SchedulerUnavailable:
+            self.clock.sleep(self.s.watch.poll_interval_s)
+            return
+        if live:
+            ref = sorted(live, key=lambda r: r.submitted_at)[-1]
+            logger.bind(run=state.run, segment=seg.index).warning(
+                "re-attached by job name job={} name={}", ref.job_id, seg.job_name)
+            self._attach(state, seg, ref)
+            return
+        state.segments.pop()
+        self.submit_next(state)
+
+    # ---- watch -----------------------------------------------------------------------------
+    def _poll(self, ref: JobRef, now: datetime) -> JobStatus | None:
+        """The job's status, or None while the scheduler cannot be reached (wait; never resubmit)."""
+        try:
+            status = self.backend.poll([ref]).get(ref.job_id, JobStatus(state=JobState.UNKNOWN))
+        except SchedulerUnavailable as exc:
+            self._unreachable_since = self._unreachable_since or now
+            logger.warning("scheduler unreachable since {} ({}); waiting, not resubmitting",
+                           self._unreachable_since.isoformat(timespec="seconds"), exc)
+            return None
+        if self._unreachable_since:
+            logger.info("scheduler reachable again after {}", now - self._unreachable_since)
+        self._unreachable_since = None
+        return status
+
+    def watch_once(self, state: RunState, seg: SegmentRecord) -> None:
+        assert seg.job_id and seg.submitted_at
+        if self._watch is None:
+            self._new_watch(seg)
+            logger.bind(run=state.run, segment=seg.index).info("watching job={}", seg.job_id)
+        watch = self._watch
+        assert watch is not None
+        ref = JobRef(job_id=seg.job_id, submitted_at=seg.submitted_at, backend=seg.backend or self.backend.name)
+        now = self.clock.now()
+        status = self._poll(ref, now)
+        if status is None:
+            self.clock.sleep(self.s.watch.poll_interval_s)
+            return
+        if status.nodes and status.nodes_final:
+            watch.slurm_nodes = list(status.nodes)  # COMPLETING lists only the nodes still busy
+        self.failpoint("poll")
+        watch.poll(now, final=status.state.terminal)
+        changed = progress.record_progress(seg, status, watch.slurm_nodes, list(watch.nodes), watch.max_iteration(),
+                                           now)
+        if status.state.terminal:
+            self.conclude(state, seg, status)
+            return
+        changed = self._note_queue(state, seg, status, ref, now) or changed
+        if self._supervise(state, seg, ref, now):
+            return
+        if changed:
+            self.save(state)
+        self.clock.sleep(self.s.watch.poll_interval_s)
+
+    def _note_queue(self, state: RunState, seg: SegmentRecord, status: JobStatus, ref: JobRef,
+                    now: datetime) -> bool:
+        log = logger.bind(run=state.run, segment=seg.index)
+        if status.state == JobState.RUNNING and self._running_since is None:
+            self._running_since = now
+            seg.queue_note = ""
+            log.info("job={} running on {} after {:.0f}s in the queue", seg.job_id, ",".join(status.nodes) or "?",
+                     (now - seg.submitted_at).total_seconds() if seg.submitted_at else 0.0)
+        if status.state == JobState.PENDING and progress.pending_note_due(self._pending_note, now):
+            self._pending_note = now
+            where = getattr(self.backend, "queue_position", lambda r: "")(ref)
+            seg.queue_note = progress.pending_note(seg, status, where, now)
+            log.info("job={} {}", seg.job_id, seg.queue_note)
+            return True
+        return False
+
+    def _supervise(self, state: RunState, seg: SegmentRecord, ref: JobRef, now: datetime) -> bool:
+        """Carry out the watchdog's decision; True if the job was cancelled."""
+        watch = self._watch
+        assert watch is not None
+        codes = {n: c for n in watch.nodes if (c := watch.exit_code(n)) is not None}
+        seen = Seen(failed=watch.failed_nodes(), exit_codes=codes, last_progress=watch.last_progress(),
+                    running_since=self._running_since, dumps_requested_at=watch.dumps_requested_at)
+        sv = supervise(seen, now, self.s.watch)
+        if sv.clear_dumps:
+            watch.clear_dumps()
+        if sv.request_dumps:
+            watch.request_dumps(now)
+        if sv.note:
+            logger.warning(sv.note)
+        if not sv.cancel:
+            return False
+        seg.cancelled_by_controller, seg.cancelled_at = sv.cancel, now
+        self.save(state)
+        self.effects.one(Cancel(ref, sv.cancel))
+        return True
+
+    # ---- conclude --------------------------------------------------------------------------
+    def conclude(self, state: RunState, seg: SegmentRecord, status: JobStatus) -> None:
+        assert self._watch is not None
+        now = self.clock.now()
+        out = conclude(state, seg, status, self._watch.evidence(), self._watch.fs_stalls, self.s.policy,
+                       self.s.goal, now)
+        self.failpoint("before_decide")
+        log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)
+        v, d = out.verdict, out.decision
+        apply_outcome(state, seg, status, out, now)
+        for node in d.blame_nodes:
+            entry = state.blacklist.get(node)
+            log.warning("blacklist node={} cause={} hard={} evidence={!r}", node, v.cause.value, d.hard,
+                        entry.evidence[:200] if entry else "")
+        log.info("segment ended job={} state={} cause={} culprits={} confidence={:.2f} action={} reason={!r}",
+                 seg.job_id, seg.job_state, v.cause.value, ",".join(v.culprit_nodes) or "-", v.confidence,
+                 d.action.value, d.reason)
+        if state.status == RunStatus.STOPPED:
+            log.error("controller stopped reason={!r}", d.reason)
+        self.effects.run(out.effects)  # before the save, as a crash here re-concludes (publish is idempotent)
+        self.failpoint("after_blacklist")
+        self.save(state)
+        self.failpoint("after_conclude")
+
+    def _stop(self, state: RunState, reason: str) -> None:
+        state.status, state.stop_reason = RunStatus.STOPPED, reason
+        self.save(state)
+        logger.bind(run=state.run).error("controller stopped reason={!r}", reason)
+        self.effects.one(Alert(f"{state.run}: STOPPED, needs a human", reason))

@@ -1,0 +1,82 @@
+"""Side effects the loop's pure functions ask for, as values, and the one place that carries them out.
+
+Owns: notifications, publishing blacklist entries to the shared blacklist, draining nodes, cancelling
+jobs. Every effect is best effort except a cancel: a failed notification or drain never stops a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from loguru import logger
+
+from orchestrator.backends.base import Backend
+from orchestrator.model import BlacklistEntry, JobRef
+from orchestrator.shared_blacklist import SharedBlacklist
+
+Notify = Callable[[str, str], object]
+
+
+@dataclass(frozen=True)
+class Alert:
+    title: str
+    body: str
+
+
+@dataclass(frozen=True)
+class Publish:
+    """Write a new blacklist entry to the cluster-wide shared blacklist (if configured)."""
+
+    entry: BlacklistEntry
+
+
+@dataclass(frozen=True)
+class Drain:
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Cancel:
+    ref: JobRef
+    reason: str
+
+
+Effect = Alert | Publish | Drain | Cancel
+
+
+class EffectRunner:
+    """Carries out effects against the backend, the notifier and the shared blacklist file."""
+
+    def __init__(self, backend: Backend, notify: Notify, shared: Path | None):
+        self.backend, self.notify, self.shared = backend, notify, shared
+
+    def run(self, effects: tuple[Effect, ...] | list[Effect]) -> None:
+        for e in effects:
+            self.one(e)
+
+    def one(self, e: Effect) -> None:
+        if isinstance(e, Alert):
+            self.notify(e.title, e.body)
+        elif isinstance(e, Publish):
+            if self.shared is not None:
+                try:
+                    SharedBlacklist(self.shared).publish([e.entry])
+                except OSError as exc:
+                    logger.warning("could not write the shared blacklist: {}", exc)
+        elif isinstance(e, Drain):
+            self._drain(e)
+        else:
+            logger.warning("cancel job={} reason={}", e.ref.job_id, e.reason)
+            self.backend.cancel(e.ref)
+
+    def _drain(self, e: Drain) -> None:
+        drain = getattr(self.backend, "drain", None)
+        if drain is None:
+            return
+        try:
+            drain(e.node, e.reason)
+        except Exception as exc:  # noqa: BLE001 - draining is a courtesy; the run goes on
+            logger.warning("drain of {} failed: {}", e.node, exc)

@@ -1,0 +1,38 @@
+"""Pure bookkeeping of a running segment in its record: which nodes it runs on, its newest iteration,
+when progress was first and last seen, and the queue note of a pending job."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from orchestrator.model import JobStatus
+from orchestrator.state import SegmentRecord
+
+PENDING_NOTE_S = 600.0  # how often a pending job's wait is logged
+
+
+def record_progress(seg: SegmentRecord, status: JobStatus, scheduler_nodes: list[str], log_nodes: list[str],
+                    iteration: int | None, now: datetime) -> bool:
+    """Update the segment's nodes and iteration; True if anything changed."""
+    changed = False
+    # squeue lists only the nodes still busy once a job is completing: trust RUNNING and accounting
+    if status.nodes and status.nodes_final:
+        if list(status.nodes) != seg.nodes:
+            seg.nodes, changed = list(status.nodes), True
+    elif not scheduler_nodes and log_nodes and sorted(log_nodes) != seg.nodes:
+        seg.nodes, changed = sorted(log_nodes), True  # no full list from the scheduler: the agents' logs
+    if iteration is not None and iteration != seg.end_iteration:
+        seg.end_iteration = iteration
+        seg.first_progress_at = seg.first_progress_at or now
+        seg.last_progress_at = now
+        changed = True
+    return changed
+
+
+def pending_note(seg: SegmentRecord, status: JobStatus, where: str, now: datetime) -> str:
+    waited = (now - seg.submitted_at).total_seconds() if seg.submitted_at else 0.0
+    return f"pending {waited:.0f}s, reason {status.reason or '-'}" + (f", {where}" if where else "")
+
+
+def pending_note_due(last: datetime | None, now: datetime) -> bool:
+    return last is None or (now - last).total_seconds() >= PENDING_NOTE_S

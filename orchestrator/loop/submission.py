@@ -1,0 +1,97 @@
+"""Preparing the next segment: merge the shared blacklist, find the newest complete checkpoint (with a
+timeout: a hung filesystem defers the submission, it never hangs the loop), cap the exclude list so the
+job stays placeable, and plan the SegmentSpec. The controller, the dry run and the ETTR simulation use
+these same functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from loguru import logger
+
+from orchestrator import checkpoint as ckpt_mod
+from orchestrator.backends.base import Backend
+from orchestrator.blacklist import Blacklist, ExcludePlan
+from orchestrator.model import SegmentSpec
+from orchestrator.plan import plan
+from orchestrator.settings import Policy, Settings
+from orchestrator.shared_blacklist import SharedBlacklist
+from orchestrator.state import RunState, SegmentRecord
+from orchestrator.timeout import call_with_timeout
+
+
+class FilesystemStall(Exception):
+    """The shared filesystem did not answer in time: nothing is decided on a guess."""
+
+
+def exclude_cap(policy: Policy, inventory: int | None, nodes_needed: int) -> int:
+    """At most max_excluded_nodes, and never so many that the job cannot be placed."""
+    cap = policy.max_excluded_nodes
+    return cap if inventory is None else min(cap, inventory - nodes_needed)
+
+
+def exclude_plan(blacklist: Blacklist, policy: Policy, inventory: list[str] | None, nodes_needed: int,
+                 now: datetime) -> ExcludePlan:
+    cap = exclude_cap(policy, len(inventory) if inventory is not None else None, nodes_needed)
+    return blacklist.prune(now).exclude_plan(now, policy.strike_threshold, cap,
+                                             set(inventory) if inventory is not None else None)
+
+
+def shared_path(settings: Settings) -> Path | None:
+    p = settings.policy.shared_blacklist
+    return (p if p.is_absolute() else settings.config_dir / p) if p else None
+
+
+def merged_blacklist(settings: Settings, own: Blacklist) -> Blacklist:
+    path = shared_path(settings)
+    if path is None:
+        return own
+    try:
+        return SharedBlacklist(path).merge_into(own)
+    except (OSError, ValueError) as exc:
+        logger.warning("shared blacklist unreadable, using the run's own: {}", exc)
+        return own
+
+
+def find_checkpoint(settings: Settings, state: RunState) -> ckpt_mod.Checkpoint | None:
+    skip = frozenset(p for p, n in state.bad_checkpoints.items() if n >= 2)
+    done, ckpt = call_with_timeout(lambda: ckpt_mod.find_latest(settings.checkpoint, skip),
+                                   settings.watch.read_timeout_s)
+    if not done:
+        raise FilesystemStall(f"{settings.checkpoint.dir} did not answer within {settings.watch.read_timeout_s:.0f}s")
+    if isinstance(ckpt, BaseException):
+        raise FilesystemStall(f"{settings.checkpoint.dir}: {ckpt}")
+    return ckpt if isinstance(ckpt, ckpt_mod.Checkpoint) else None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    spec: SegmentSpec
+    exclude: ExcludePlan
+    blacklist: Blacklist  # the run's blacklist with the shared one merged in
+
+
+def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime, python: str) -> Prepared:
+    """The next segment's spec. Raises FilesystemStall when the checkpoint directory does not answer."""
+    bl = merged_blacklist(settings, state.blacklist)
+    ckpt = find_checkpoint(settings, state)
+    excl = exclude_plan(bl, settings.policy, backend.nodes(), settings.resources.nodes, now)
+    return Prepared(plan(settings, state, ckpt, excl, python), excl, bl)
+
+
+def unloadable(state: RunState, spec: SegmentSpec) -> str:
+    """Why starting this spec would lose the run (every complete checkpoint failed to load), or ''."""
+    bad = [p for p, n in state.bad_checkpoints.items() if n >= 2]
+    if spec.resume_from is None and bad:
+        return (f"every complete checkpoint failed to load (or none is older than the bad ones): {', '.join(bad)}; "
+                "starting from scratch would lose the run: fix or remove them, then run again")
+    return ""
+
+
+def intent(spec: SegmentSpec, backend_name: str) -> SegmentRecord:
+    """The segment record written before submission, so a crash before the id is recorded is detected."""
+    return SegmentRecord(index=spec.index, job_name=spec.job_name, excluded=list(spec.exclude),
+                         resumed_from=spec.resume_from, start_iteration=spec.start_iteration, backend=backend_name)

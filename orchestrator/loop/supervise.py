@@ -1,0 +1,64 @@
+"""Pure: while a segment runs, should the controller cancel it, ask the agents for stack dumps, or wait?
+
+Owns the stall and cascade watchdog. Input is a snapshot of what the watcher saw (`Seen`); output is a
+`Supervision` value the controller carries out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from orchestrator.contract import PREFLIGHT_EXIT
+from orchestrator.settings import Watch
+
+DUMP_LEAD_S = 30.0  # stack dumps are requested this long before the stall limit
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the watcher knows about a running segment at one poll."""
+
+    failed: dict[str, datetime] = field(default_factory=dict)  # node -> when its non-zero exit was seen
+    exit_codes: dict[str, int] = field(default_factory=dict)
+    last_progress: datetime | None = None
+    running_since: datetime | None = None
+    dumps_requested_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Supervision:
+    cancel: str = ""  # non-empty: cancel the job for this reason
+    request_dumps: bool = False
+    clear_dumps: bool = False  # progress resumed: earlier dumps describe no stall
+    note: str = ""  # a line for the log
+
+
+def supervise(seen: Seen, now: datetime, w: Watch) -> Supervision:
+    preflight = sorted(n for n, code in seen.exit_codes.items() if code == PREFLIGHT_EXIT and n in seen.failed)
+    if preflight:
+        return Supervision(cancel=f"preflight failed on {','.join(preflight)}; no training can run there")
+    if seen.failed:
+        first = min(seen.failed.values())
+        if (now - first).total_seconds() >= w.cascade_grace_s:
+            return Supervision(cancel=f"training failed on {','.join(sorted(seen.failed))}; peers would wait forever")
+        return Supervision()
+    if seen.running_since is None:
+        return Supervision()
+    return _stall(seen, now, w)
+
+
+def _stall(seen: Seen, now: datetime, w: Watch) -> Supervision:
+    ref_time = seen.last_progress or seen.running_since
+    assert ref_time is not None
+    limit = w.stall_timeout_s if seen.last_progress else w.startup_timeout_s
+    quiet = (now - ref_time).total_seconds()
+    lead = min(DUMP_LEAD_S, limit / 2)  # ask for stack dumps early so they are in when the limit hits
+    if quiet < limit - lead:
+        return Supervision(clear_dumps=seen.dumps_requested_at is not None)
+    ask = seen.dumps_requested_at is None
+    note = f"no progress for {quiet:.0f}s (stall limit {limit:.0f}s): asked every node for stack dumps" if ask else ""
+    if quiet >= limit:
+        return Supervision(cancel=f"stall: no progress for {quiet:.0f}s (limit {limit:.0f}s)", request_dumps=ask,
+                           note=note)
+    return Supervision(request_dumps=ask, note=note)
