@@ -36,7 +36,7 @@ def check_gpus(node: str, env: dict[str, str] | None = None) -> CheckRecord:
         gpus = FakeNvml(fake, node).gpus
     else:
         try:
-            import pynvml  # type: ignore[import-not-found]
+            import pynvml
 
             pynvml.nvmlInit()
         except Exception:  # noqa: BLE001 - no driver, no library, no GPU: all mean "no NVML"

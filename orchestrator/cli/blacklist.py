@@ -15,7 +15,7 @@ from orchestrator.cli.common import _state_for, app, fail, out
 from orchestrator.clock import RealClock
 from orchestrator.requests import BlacklistAdd, BlacklistClear, BlacklistRemove, write_request
 from orchestrator.runlock import LockHeld, RunLock
-from orchestrator.state import StateError
+from orchestrator.state import RunState, StateError, StateStore
 from orchestrator.views.status import blacklist_table, status_json
 
 bl_app = typer.Typer(help="List or edit a run's node blacklist (manual overrides).", no_args_is_help=True)
@@ -40,7 +40,7 @@ def _queue_if_running(target: Path, request: BlacklistAdd | BlacklistRemove | Bl
     return False
 
 
-def _locked_state(target: Path):  # noqa: ANN202 - (store, state, lock)
+def _locked_state(target: Path) -> tuple[StateStore, RunState, RunLock]:
     store, where = _state_for(target)
     lock = RunLock(store.run_dir)
     try:

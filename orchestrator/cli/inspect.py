@@ -11,7 +11,7 @@ import typer
 from orchestrator.cli.common import _state_for, app, err, fail, load, out
 from orchestrator.clock import RealClock
 from orchestrator.diagnose.offline import diagnose_dir
-from orchestrator.state import StateError
+from orchestrator.state import RunState, StateError
 from orchestrator.views.status import blacklist_table, drain_commands, status_json, summary_table, timeline_table
 
 
@@ -31,7 +31,7 @@ def status(
     """
     store, where = _state_for(target)
 
-    def load_state():  # noqa: ANN202 - RunState
+    def load_state() -> RunState:
         try:
             state = store.load()
         except StateError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,7 +46,7 @@ def _int(m: re.Match[bytes] | None) -> int | None:
         return None
 
 
-def _iter_lines_backwards(data: bytes, stop: int, limit: int):  # noqa: ANN202 - generator of bytes
+def _iter_lines_backwards(data: bytes, stop: int, limit: int) -> Iterator[bytes]:
     end = len(data)
     for _ in range(limit):
         if end <= stop:
@@ -55,7 +56,7 @@ def _iter_lines_backwards(data: bytes, stop: int, limit: int):  # noqa: ANN202 -
         end = start
 
 
-def _iter_lines_forward(data: bytes, start: int, limit: int):  # noqa: ANN202 - generator of bytes
+def _iter_lines_forward(data: bytes, start: int, limit: int) -> Iterator[bytes]:
     for _ in range(limit):
         if start >= len(data):
             return

@@ -11,6 +11,7 @@ import base64
 import html
 import io
 from datetime import datetime
+from typing import Any
 from pathlib import Path
 
 from orchestrator.state import RunState, SegmentRecord
@@ -45,7 +46,7 @@ def render_png(state: RunState, now: datetime) -> bytes:
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 6), sharex=True, gridspec_kw={"height_ratios": [1, 2]})
     for s in segs:
         assert s.submitted_at is not None
-        start, end = mdates.date2num(s.submitted_at), mdates.date2num(_end(s, now))
+        start, end = _num(s.submitted_at), _num(_end(s, now))
         ax1.barh(0, end - start, left=start, color=COLOURS.get(_cause(s), "#9e9e9e"), edgecolor="white")
         ax1.text((start + end) / 2, 0, f"{s.index}\n{_cause(s)}", ha="center", va="center", fontsize=7,
                  color="white")
@@ -62,7 +63,7 @@ def render_png(state: RunState, now: datetime) -> bytes:
             ax2.axvspan(lost_from, lost_to, color="#ef9a9a", alpha=0.35, linewidth=0)
     ax2.set_ylabel("iteration")
     ax2.set_title("iteration reached over wall time (red: time lost)")
-    ax2.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M:%S"))
+    ax2.xaxis.set_major_formatter(_fmt("%m-%d %H:%M:%S"))
     fig.autofmt_xdate()
     fig.tight_layout()
     buf = io.BytesIO()
@@ -140,3 +141,15 @@ def write_report(state: RunState, now: datetime, out_dir: Path) -> tuple[Path, P
     png_path.write_bytes(png)
     html_path.write_text(render_html(state, now, png), encoding="utf-8")
     return html_path, png_path
+
+
+def _num(t: datetime) -> float:
+    import matplotlib.dates as mdates
+
+    return float(mdates.date2num(t))  # type: ignore[no-untyped-call]
+
+
+def _fmt(pattern: str) -> Any:
+    import matplotlib.dates as mdates
+
+    return mdates.DateFormatter(pattern)  # type: ignore[no-untyped-call]
