@@ -11,8 +11,8 @@ import base64
 import html
 import io
 from datetime import datetime
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import human, run_metrics
@@ -39,7 +39,6 @@ def render_png(state: RunState, now: datetime) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
     segs = [s for s in state.segments if s.submitted_at]
