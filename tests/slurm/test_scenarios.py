@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
+import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -53,7 +53,7 @@ def test_sticky_ecc_excluded_resumed_and_array_baseline(cluster: None, tmp_path:
     script.write_text(
         "#!/bin/bash\n#SBATCH --array=1-5%1\n#SBATCH -N 3\n#SBATCH --time=5\n"
         f"#SBATCH --output={base}/%A_%a.out\n#SBATCH --job-name={name}-array\n"
-        f"srun {os.sys.executable} {REPO}/scripts/demo_train.py --iters=60 --ckpt-dir={base}/ckpt "
+        f"srun {sys.executable} {REPO}/scripts/demo_train.py --iters=60 --ckpt-dir={base}/ckpt "
         f"--sync-dir={base}/sync/$SLURM_ARRAY_TASK_ID --step-time=0.01 --collective-timeout=3 "
         "--fault=ecc:node3:35\n")
     sh("sbatch", str(script))

@@ -28,7 +28,8 @@ def test_strikes(strikes: int, hard: bool, threshold: int, excluded: bool) -> No
     bl = Blacklist()
     for i in range(strikes):
         bl = rec(bl, "node7", hard, T0 + timedelta(minutes=i), Cause.SEGFAULT)
-    assert bl.get("node7").strikes == strikes
+    entry = bl.get("node7")
+    assert entry is not None and entry.strikes == strikes
     assert (bl.exclude_plan(T0 + timedelta(hours=1), threshold, cap=10).nodes == ("node7",)) is excluded
 
 
@@ -38,7 +39,8 @@ def test_expiry_drops_entry_and_resets_strikes() -> None:
     assert bl.exclude_plan(T0 + DAY, 2, 10).nodes == ()
     assert bl.prune(T0 + DAY).entries == ()
     soft = rec(rec(Blacklist(), "n2", False), "n2", False, T0 + 2 * DAY)  # first strike expired
-    assert soft.get("n2").strikes == 1
+    entry = soft.get("n2")
+    assert entry is not None and entry.strikes == 1
 
 
 def test_cap_keeps_strongest_and_most_recent() -> None:

@@ -4,12 +4,19 @@ import json
 import zipfile
 from pathlib import Path
 
-from orchestrator.checkpoint import find_latest
+from orchestrator.checkpoint import Checkpoint, find_latest
 from orchestrator.settings import CheckpointCfg
 
 
 def cfg(d: Path, preset: str, **kw: str) -> CheckpointCfg:
     return CheckpointCfg(dir=d, preset=preset, **kw)
+
+
+def found(c: CheckpointCfg, failed: frozenset[str] = frozenset()) -> Checkpoint:
+    """find_latest, asserting that it found a checkpoint."""
+    latest = find_latest(c, failed)
+    assert latest is not None
+    return latest
 
 
 def touch(p: Path, data: bytes = b"x") -> None:
@@ -25,15 +32,15 @@ def test_megatron_tracker_marks_completeness(tmp_path: Path) -> None:
     c = find_latest(cfg(tmp_path, "megatron"))
     assert c and c.iteration == 100 and c.path.endswith("iter_0000100")  # 200 is being written
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("200")
-    assert find_latest(cfg(tmp_path, "megatron")).iteration == 200
+    assert found(cfg(tmp_path, "megatron")).iteration == 200
     # a newest checkpoint that failed to load is skipped: fall back to the previous one
-    assert find_latest(cfg(tmp_path, "megatron"), frozenset({str(tmp_path / "iter_0000200")})).iteration == 100
+    assert found(cfg(tmp_path, "megatron"), frozenset({str(tmp_path / "iter_0000200")})).iteration == 100
 
 
 def test_megatron_tracker_pointing_at_missing_dir(tmp_path: Path) -> None:
     touch(tmp_path / "iter_0000010/mp_rank_00/model_optim_rng.pt")
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("20")
-    assert find_latest(cfg(tmp_path, "megatron")).iteration == 10
+    assert found(cfg(tmp_path, "megatron")).iteration == 10
 
 
 def test_deepspeed_latest_tag(tmp_path: Path) -> None:
@@ -43,7 +50,7 @@ def test_deepspeed_latest_tag(tmp_path: Path) -> None:
     (tmp_path / "latest").write_text("global_step100")
     c = find_latest(cfg(tmp_path, "deepspeed"))
     assert c and c.path.endswith("global_step100") and c.iteration == 100
-    assert find_latest(cfg(tmp_path, "deepspeed"), frozenset({c.path})).iteration == 50
+    assert found(cfg(tmp_path, "deepspeed"), frozenset({c.path})).iteration == 50
 
 
 def test_hf_trainer_state_is_written_last(tmp_path: Path) -> None:
@@ -64,7 +71,7 @@ def test_lightning_truncated_ckpt_is_partial(tmp_path: Path) -> None:
     _zip(tmp_path / "epoch=1-step=300.ckpt")
     _zip(tmp_path / "last.ckpt")
     full = (tmp_path / "last.ckpt").read_bytes()
-    assert find_latest(cfg(tmp_path, "lightning")).path.endswith("last.ckpt")
+    assert found(cfg(tmp_path, "lightning")).path.endswith("last.ckpt")
     (tmp_path / "last.ckpt").write_bytes(full[: len(full) // 2])  # crash while writing
     c = find_latest(cfg(tmp_path, "lightning"))
     assert c and c.path.endswith("epoch=1-step=300.ckpt") and c.iteration == 300
@@ -77,7 +84,7 @@ def test_glob_with_marker(tmp_path: Path) -> None:
     c = find_latest(cfg(tmp_path, "glob", glob="step_*", marker="COMPLETE"))
     assert c and c.iteration == 900
     # without a marker, any non-empty entry counts; the highest step wins
-    assert find_latest(cfg(tmp_path, "glob", glob="step_*")).iteration == 1000
+    assert found(cfg(tmp_path, "glob", glob="step_*")).iteration == 1000
 
 
 def test_missing_dir_means_start_from_scratch(tmp_path: Path) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,8 +21,9 @@ from tests.fakes import FakeCluster, Fault
 NODES = ["node1", "node2", "node3", "node4"]
 
 
-def make(tmp_path: Path, faults: dict[str, Fault] | None = None, target: int = 50, overrides: list[str] = (),
-         nodes: list[str] = NODES, **cfg_over) -> tuple[Controller, FakeCluster, FakeClock]:
+def make(tmp_path: Path, faults: dict[str, Fault] | None = None, target: int = 50,
+         overrides: Sequence[str] = (), nodes: list[str] = NODES,
+         **cfg_over: Any) -> tuple[Controller, FakeCluster, FakeClock]:
     s = load_settings(write_config(tmp_path, base_config(tmp_path, **cfg_over)), parse_overrides(list(overrides)))
     clock = FakeClock()
     cluster = FakeCluster(clock, nodes, target, tmp_path / "ckpt", faults=faults)
@@ -105,7 +108,7 @@ def test_restart_reattaches_without_duplicate(tmp_path: Path) -> None:
     state = ctl.load_or_init()
     for _ in range(5):
         ctl.step(state)  # submit, then a few polls
-    assert len(cluster.submitted) == 1 and state.current.job_id
+    assert len(cluster.submitted) == 1 and state.current is not None and state.current.job_id
     # a new controller on the same run directory (the old one died)
     ctl2 = Controller(ctl.s, cluster, clock, StateStore(ctl.s.run_dir), python="python")
     state2 = ctl2.run()

@@ -4,6 +4,7 @@ launcher, plain python. Each result must load as a valid config once CHANGE-ME v
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,7 +17,7 @@ from orchestrator.settings import load_settings
 DATA = Path(__file__).resolve().parents[1] / "data" / "sbatch"
 runner = CliRunner()
 
-EXPECT = {
+EXPECT: dict[str, dict[str, Any]] = {
     "array.sh": dict(name="tr1-13B", nodes=32, gpus=4, time=1200, max_segments=10,
                      notes=["--array=1-10%1", "no resume flag found"], cmd0="bash"),
     "chain.sh": dict(name="llama-70b", nodes=8, gpus=8, time=2880, tasks=8, preset="megatron",

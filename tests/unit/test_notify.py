@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
 
 import pytest
 
@@ -14,7 +16,7 @@ from orchestrator.notify import Notifier
 
 class Sink:
     def __init__(self, status: int = 200):
-        self.received: list[dict] = []
+        self.received: list[dict[str, Any]] = []
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -36,7 +38,7 @@ class Sink:
 
 
 @pytest.fixture
-def sink():
+def sink() -> Iterator[Sink]:
     s = Sink()
     yield s
     s.close()

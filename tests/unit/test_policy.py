@@ -15,7 +15,8 @@ from orchestrator.state import RunState, SegmentRecord
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def seg(i: int, start: int, end: int | None, cause: Cause | None = None, nodes: tuple[str, ...] = ("n1", "n2")):
+def seg(i: int, start: int, end: int | None, cause: Cause | None = None,
+        nodes: tuple[str, ...] = ("n1", "n2")) -> SegmentRecord:
     return SegmentRecord(index=i, job_name=f"t.seg{i}", start_iteration=start, end_iteration=end, cause=cause,
                          nodes=list(nodes))
 

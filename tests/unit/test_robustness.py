@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import threading
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -113,8 +114,12 @@ def test_stop_request_leaves_the_job_running(tmp_path: Path) -> None:
     (ctl.s.run_dir).mkdir(parents=True, exist_ok=True)
     (ctl.s.run_dir / STOP_REQUEST).write_text("stop\n")  # stale: left by an earlier controller, ignored
     # `orchestrator stop` while the loop runs: the request appears after a few seconds of (fake) time
-    clock.on_advance.append(lambda now: (ctl.s.run_dir / STOP_REQUEST).write_text("stop\n")
-                            if clock.slept >= 5 else None)
+
+    def request_stop(now: datetime) -> None:
+        if clock.slept >= 5:
+            (ctl.s.run_dir / STOP_REQUEST).write_text("stop\n")
+
+    clock.on_advance.append(request_stop)
     state = ctl.run()
     assert cluster.submitted  # the stale request did not stop it before it started
     assert state.status == RunStatus.RUNNING and ctl.stop_requested == "orchestrator stop"
@@ -132,7 +137,8 @@ def test_queued_blacklist_edits_and_reload(tmp_path: Path) -> None:
     assert ctl.s.policy.max_segments == 7
     ctl.step(state)
     assert cluster.submitted[0].exclude == ("node1",)
-    assert StateStore(ctl.s.run_dir).load().blacklist.entries[0].node == "node1"  # persisted
+    persisted = StateStore(ctl.s.run_dir).load()
+    assert persisted is not None and persisted.blacklist.entries[0].node == "node1"
 
 
 def test_dry_run_does_not_print_secrets() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -37,7 +38,8 @@ POOL = [
 @example(items=[(i, 7) for i in range(len(POOL))] * 2, cuts=[30, 31, 200])  # every kind of line, in order
 @given(st.lists(st.tuples(st.integers(0, len(POOL) - 1), st.integers(1, 99)), max_size=80),
        st.lists(st.integers(1, 400), max_size=6))
-def test_block_scan_equals_line_scan(tmp_path_factory, items: list[tuple[int, int]], cuts: list[int]) -> None:
+def test_block_scan_equals_line_scan(tmp_path_factory: pytest.TempPathFactory, items: list[tuple[int, int]],
+                                     cuts: list[int]) -> None:
     text = "".join(POOL[i].format(n=n) + "\n" for i, n in items).encode()
     path: Path = tmp_path_factory.mktemp("scan") / "n.log"
     ref = NodeScan("n", str(path), SIGS, PROG)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -30,7 +31,7 @@ def test_precedence_cli_over_env_over_yaml(tmp_path: Path, monkeypatch: pytest.M
     assert load_settings(p, parse_overrides(["watch.poll_interval_s=1.5"])).watch.cascade_grace_s == 2
 
 
-BAD: list[tuple[str, dict | str, str]] = [
+BAD: list[tuple[str, dict[str, Any] | str, str]] = [
     ("unknown top-level field", {"nmae": "x"}, "nmae: unknown field"),
     ("unknown nested field", {"policy": {"max_segmets": 3}}, "policy.max_segmets: unknown field"),
     ("wrong type", {"resources": {"nodes": "three"}}, "resources.nodes"),
@@ -59,7 +60,8 @@ BAD: list[tuple[str, dict | str, str]] = [
 
 
 @pytest.mark.parametrize("label,patch,expect", BAD, ids=[b[0] for b in BAD])
-def test_malformed_configs_name_the_field_and_file(tmp_path: Path, label: str, patch: dict, expect: str) -> None:
+def test_malformed_configs_name_the_field_and_file(tmp_path: Path, label: str, patch: dict[str, Any],
+                                                  expect: str) -> None:
     cfg = base_config(tmp_path)
     for k, v in patch.items():
         if v is None:
@@ -117,7 +119,7 @@ def test_bad_override_syntax() -> None:
     ({"workdir": "missing-dir"}, "workdir: "),
     ({"command": ["./nope/train.sh", "{checkpoint}"]}, "command.0: program ./nope/train.sh does not exist"),
 ])
-def test_unusable_paths_are_config_errors(tmp_path: Path, patch: dict, expect: str) -> None:
+def test_unusable_paths_are_config_errors(tmp_path: Path, patch: dict[str, Any], expect: str) -> None:
     (tmp_path / "FILE").write_text("not a directory")
     cfg = base_config(tmp_path)
     for k, v in patch.items():

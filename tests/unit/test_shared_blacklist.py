@@ -38,7 +38,9 @@ def test_newest_entry_wins_both_ways(tmp_path: Path) -> None:
     sb = SharedBlacklist(tmp_path / "bl.json")
     sb.publish([entry("a", 10)])
     sb.publish([entry("a", 5)])  # older news does not overwrite
-    assert SharedBlacklist(tmp_path / "bl.json").merge_into(Blacklist()).get("a").since == T + timedelta(minutes=10)
+    got = SharedBlacklist(tmp_path / "bl.json").merge_into(Blacklist()).get("a")
+    assert got is not None and got.since == T + timedelta(minutes=10)
     own = Blacklist(entries=(entry("a", 20), entry("b", 0)))
     merged = sb.merge_into(own)
-    assert merged.get("a").since == T + timedelta(minutes=20) and merged.get("b") is not None
+    got = merged.get("a")
+    assert got is not None and got.since == T + timedelta(minutes=20) and merged.get("b") is not None

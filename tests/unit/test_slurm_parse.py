@@ -60,8 +60,12 @@ def test_poll_is_one_command_and_falls_back_to_squeue(tmp_path: Path) -> None:
     assert st.state == JobState.RUNNING and st.nodes == ("node2", "node3")
     assert [c[0] for c in calls] == ["sacct", "squeue"]
     calls.clear()
-    b.runner = lambda argv, t: (calls.append(argv), "91|run.seg1|RUNNING|0:0|node1|2026-03-01T12:00:00|"
-                                                   "2026-03-01T12:00:01|Unknown\n")[1]
+
+    def sacct_answers(argv: list[str], timeout: float) -> str:
+        calls.append(argv)
+        return "91|run.seg1|RUNNING|0:0|node1|2026-03-01T12:00:00|2026-03-01T12:00:01|Unknown\n"
+
+    b.runner = sacct_answers
     b.poll([ref("91")])
     assert [c[0] for c in calls] == ["sacct"]  # one command when accounting answers
 
