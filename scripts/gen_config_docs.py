@@ -4,6 +4,7 @@ Usage: python -m scripts.gen_config_docs [--check]"""
 
 from __future__ import annotations
 
+import re
 import sys
 import typing
 from pathlib import Path
@@ -16,7 +17,7 @@ from orchestrator.settings import Settings
 OUT = Path(__file__).resolve().parents[1] / "docs" / "CONFIGURATION.md"
 HEAD = """# Configuration reference
 
-Generated from `orchestrator/settings.py` by `python -m scripts.gen_config_docs`; do not edit by hand.
+Generated from `orchestrator/settings/` by `python -m scripts.gen_config_docs`; do not edit by hand.
 
 One YAML file per run. Every key can be overridden by an environment variable `ORCH_<KEY>` with `__`
 between levels (`ORCH_WATCH__POLL_INTERVAL_S=5`) and by `--set key.sub=value` on the command line
@@ -29,7 +30,8 @@ Unknown keys are errors. `orchestrator validate FILE` prints every problem with 
 
 
 def _type(ann: object) -> str:
-    text = str(ann).replace("typing.", "").replace("pathlib.", "").replace("orchestrator.model.", "")
+    text = str(ann).replace("typing.", "").replace("pathlib.", "")
+    text = re.sub(r"\borchestrator(\.\w+)*\.(?=[A-Z])", "", text)  # orchestrator.settings.sections.X -> X
     text = text.replace("<class '", "").replace("'>", "").replace("NoneType", "null")
     return text.replace("|", "or")
 

@@ -1,0 +1,48 @@
+"""Run configuration: one YAML file, overridden by ORCH_* environment variables, then by CLI flags.
+
+Every problem is reported as one line naming the file and the field path; the caller exits with 2.
+
+- `sections.py`: the config sections (resources, checkpoint, policy, watch, backend, ...).
+- `run.py`: `Settings`, the top-level model of one run.
+- `loading.py`: reading the YAML, `--set` overrides, path resolution, checks of paths on this machine.
+- `errors.py`: `ConfigError` and the one-line-per-problem formatting.
+"""
+
+from orchestrator.settings.errors import ConfigError
+from orchestrator.settings.loading import check_paths, load_settings, parse_overrides
+from orchestrator.settings.run import PLACEHOLDERS, Settings
+from orchestrator.settings.sections import (
+    BackendCfg,
+    CheckpointCfg,
+    Goal,
+    LocalBackendCfg,
+    NotifyCfg,
+    Policy,
+    PreflightCfg,
+    Resources,
+    Section,
+    SlurmBackendCfg,
+    UserSignature,
+    Watch,
+)
+
+__all__ = [
+    "PLACEHOLDERS",
+    "BackendCfg",
+    "CheckpointCfg",
+    "ConfigError",
+    "Goal",
+    "LocalBackendCfg",
+    "NotifyCfg",
+    "Policy",
+    "PreflightCfg",
+    "Resources",
+    "Section",
+    "Settings",
+    "SlurmBackendCfg",
+    "UserSignature",
+    "Watch",
+    "check_paths",
+    "load_settings",
+    "parse_overrides",
+]

@@ -1,0 +1,122 @@
+"""Loading a run config: the YAML file, overridden by ORCH_* environment variables, then by `--set KEY=VALUE`
+flags; relative paths resolved against the config file's directory; checks of paths on this machine."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource
+
+from orchestrator.settings.errors import ConfigError, format_errors
+from orchestrator.settings.run import Settings
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: file not found"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{path}: cannot read: {exc}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([f"{path}: {where}YAML syntax error: {problem}"]) from None
+    if data is None:
+        raise ConfigError([f"{path}: the file is empty"])
+    if not isinstance(data, dict):
+        raise ConfigError([f"{path}: the top level must be a mapping of settings, not {type(data).__name__}"])
+    return data
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """Turn ['policy.max_segments=5', ...] into a nested dict; values are parsed as YAML scalars."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError([f"--set {item!r}: expected KEY=VALUE, e.g. watch.poll_interval_s=5"])
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def _resolve(base: Path, p: Path | None) -> Path | None:
+    if p is None:
+        return None
+    p = p.expanduser()
+    return p if p.is_absolute() else (base / p).resolve()
+
+
+def _with_yaml(data: dict[str, Any]) -> type[Settings]:
+    """A Settings class whose lowest-priority source is the YAML mapping (CLI > ORCH_* env > YAML)."""
+
+    class LoadedSettings(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=data))
+
+    return LoadedSettings
+
+
+def check_paths(s: Settings) -> list[str]:
+    """Problems a valid file can still have on this machine: paths that exist but cannot be used."""
+    where = s.config_path or "config"
+    problems = []
+    ck = Path(s.checkpoint.dir)
+    if ck.exists() and not ck.is_dir():
+        problems.append(f"{where}: checkpoint.dir: {ck} exists and is not a directory")
+    elif ck.is_dir() and not os.access(ck, os.R_OK | os.X_OK):
+        problems.append(f"{where}: checkpoint.dir: {ck} cannot be read (permissions)")
+    if s.workdir is not None and not Path(s.workdir).is_dir():
+        problems.append(f"{where}: workdir: {s.workdir} is not a directory")
+    rd = Path(s.run_dir)
+    if rd.exists() and not rd.is_dir():
+        problems.append(f"{where}: run_dir: {rd} exists and is not a directory")
+    prog = s.command[0]
+    if "/" in prog and "{" not in prog and not (Path(s.workdir or ".") / prog).exists():
+        problems.append(f"{where}: command.0: program {prog} does not exist (relative to workdir {s.workdir})")
+    return problems
+
+
+def load_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settings:
+    """Load and validate a run config; raise ConfigError listing every problem."""
+    path = Path(path)
+    data = _read_yaml(path)
+    loaded = _with_yaml(data)
+    try:
+        settings = loaded(**(overrides or {}))
+    except ValidationError as exc:
+        raise ConfigError(format_errors(path, exc)) from None
+    base = path.resolve().parent
+    ckpt = settings.checkpoint.model_copy(update={"dir": _resolve(base, settings.checkpoint.dir)})
+    return Settings.model_construct(
+        **{
+            **{k: getattr(settings, k) for k in Settings.model_fields},
+            "run_dir": _resolve(base, settings.run_dir),
+            "workdir": _resolve(base, settings.workdir) or base,
+            "checkpoint": ckpt,
+            "config_path": path.resolve(),
+        }
+    )

@@ -1,0 +1,122 @@
+"""`Settings`: the top-level model of one run, made of the sections in `sections.py`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from orchestrator.settings.sections import (
+    SAFE_NAME,
+    BackendCfg,
+    CheckpointCfg,
+    Goal,
+    NotifyCfg,
+    Policy,
+    PreflightCfg,
+    Resources,
+    UserSignature,
+    Watch,
+)
+
+PLACEHOLDERS = ("checkpoint", "segment", "run_dir", "python", "config_dir")
+
+
+class Settings(BaseSettings):
+    """One run. Relative paths are relative to the config file's directory."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ORCH_", env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    name: str = Field(description="Run name; also the Slurm job name prefix.")
+    run_dir: Path = Field(description="Directory holding the run's state, logs and segment files.")
+    command: list[str] = Field(
+        min_length=1, description="Training argv. Placeholders: {checkpoint} {segment} {run_dir} {python}."
+    )
+    workdir: Path | None = Field(None, description="Working directory of the training command.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the training.")
+    resources: Resources = Field(default_factory=Resources)
+    checkpoint: CheckpointCfg
+    goal: Goal = Field(default_factory=Goal)
+    progress_regex: str = Field(
+        r"iteration\s+(\d+)\s*/\s*\d+", description="Regex whose first group is the iteration in a log line."
+    )
+    policy: Policy = Field(default_factory=Policy)
+    watch: Watch = Field(default_factory=Watch)
+    backend: BackendCfg = Field(default_factory=BackendCfg)
+    signatures: list[UserSignature] = Field(default_factory=list, description="Extra diagnosis signatures.")
+    preflight: PreflightCfg = Field(default_factory=PreflightCfg)
+    notify: NotifyCfg = Field(default_factory=NotifyCfg)
+    config_path: Path | None = Field(None, exclude=True, description="Set by the loader.")
+
+    @field_validator("run_dir", "workdir")
+    @classmethod
+    def _path(cls, v: Path | None) -> Path | None:
+        if v is not None and any(ord(c) < 32 for c in str(v)):
+            raise ValueError("a path must not contain newlines or control characters")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not SAFE_NAME.match(v):
+            raise ValueError("must be letters, digits, '_', '.', '+', '-' (not leading), at most 128 characters")
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str]) -> list[str]:
+        if not v[0].strip():
+            raise ValueError("the program (first element) is empty")
+        for arg in v:
+            if "\x00" in arg:
+                raise ValueError("an argument contains a NUL byte")
+            for m in re.finditer(r"\{([a-z_]*)\}", arg):
+                if m.group(1) not in PLACEHOLDERS:
+                    raise ValueError(f"unknown placeholder {{{m.group(1)}}}; known: {', '.join(PLACEHOLDERS)}")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"invalid environment variable name {key!r}")
+        return v
+
+    @field_validator("progress_regex")
+    @classmethod
+    def _progress(cls, v: str) -> str:
+        try:
+            rx = re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        if rx.groups < 1:
+            raise ValueError("needs one capture group for the iteration number")
+        return v
+
+    @model_validator(mode="after")
+    def _fits(self) -> Settings:
+        if self.backend.kind == "local":
+            have = len(self.backend.local.node_names())
+            if self.resources.nodes > have:
+                raise ValueError(f"resources.nodes={self.resources.nodes} but the local backend has {have} nodes")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings)
+
+    @property
+    def config_dir(self) -> Path:
+        return self.config_path.parent if self.config_path else Path.cwd()

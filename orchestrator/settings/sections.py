@@ -1,0 +1,183 @@
+"""The sections of a run config (resources, checkpoint, goal, policy, watch, backend, signatures,
+preflight, notify) and the value checks they share."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from orchestrator.model import Cause
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
+SAFE_VALUE = re.compile(r"^[^\x00-\x1f;`$&|<>\\'\"]*$")
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _safe_token(value: str, what: str) -> str:
+    if value.startswith("-"):
+        raise ValueError(f"{what} must not start with '-': {value!r}")
+    if not SAFE_VALUE.match(value):
+        raise ValueError(f"{what} contains a control or shell metacharacter: {value!r}")
+    return value
+
+
+class Resources(Section):
+    nodes: int = Field(1, ge=1, description="Nodes per segment.")
+    tasks_per_node: int = Field(1, ge=1, description="Training processes the agent starts on each node.")
+    gpus_per_node: int = Field(0, ge=0, description="GPUs requested per node (--gpus-per-node).")
+    cpus_per_task: int | None = Field(None, ge=1, description="CPUs per agent task (--cpus-per-task).")
+    partition: str | None = Field(None, description="Slurm partition.")
+    account: str | None = Field(None, description="Slurm account.")
+    qos: str | None = Field(None, description="Slurm QOS.")
+    time_limit_min: int = Field(60, ge=1, description="Wall-clock limit of one segment (--time), minutes.")
+    sbatch_extra: dict[str, str] = Field(
+        default_factory=dict, description="Extra sbatch options, e.g. {constraint: h100}. Values are quoted."
+    )
+
+    @field_validator("partition", "account", "qos")
+    @classmethod
+    def _plain(cls, v: str | None) -> str | None:
+        return None if v is None else _safe_token(v, "value")
+
+    @field_validator("sbatch_extra")
+    @classmethod
+    def _extra(cls, v: dict[str, str]) -> dict[str, str]:
+        reserved = {"exclude", "nodes", "time", "output", "error", "job-name", "requeue", "no-requeue"}
+        for key, val in v.items():
+            if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
+                raise ValueError(f"sbatch option name {key!r} must look like 'mail-type' (no leading dashes)")
+            if key in reserved:
+                raise ValueError(f"sbatch option {key!r} is managed by the orchestrator; remove it")
+            if "\n" in str(val) or "\x00" in str(val):
+                raise ValueError(f"sbatch option {key!r} has a newline or NUL in its value")
+        return v
+
+
+class CheckpointCfg(Section):
+    dir: Path = Field(description="Directory the training writes checkpoints into.")
+    preset: Literal["megatron", "deepspeed", "hf", "lightning", "glob"] = Field(
+        "megatron", description="Layout of the checkpoint directory."
+    )
+    glob: str | None = Field(None, description="For preset glob: pattern of checkpoint entries, e.g. 'step_*'.")
+    marker: str | None = Field(None, description="For preset glob: file that marks an entry complete.")
+
+    @field_validator("dir")
+    @classmethod
+    def _path(cls, v: Path) -> Path:
+        if any(ord(c) < 32 for c in str(v)):
+            raise ValueError("a path must not contain newlines or control characters")
+        return v
+
+    @model_validator(mode="after")
+    def _glob_needs_pattern(self) -> CheckpointCfg:
+        if self.preset == "glob" and not self.glob:
+            raise ValueError("preset 'glob' needs checkpoint.glob (e.g. 'step_*')")
+        return self
+
+
+class Goal(Section):
+    target_iteration: int | None = Field(
+        None, ge=1, description="Done when this iteration is reached; null: done when the command exits 0."
+    )
+
+
+class Policy(Section):
+    max_segments: int = Field(50, ge=1, description="Hard cap on segments submitted for this run.")
+    max_no_progress_segments: int = Field(
+        3, ge=1, description="Stop and alert after this many consecutive segments without progress."
+    )
+    blacklist_expiry_h: float = Field(72.0, gt=0, description="Hours a blacklist entry stays active.")
+    strike_threshold: int = Field(2, ge=1, description="Soft strikes before a node is excluded.")
+    max_excluded_nodes: int = Field(16, ge=0, description="Never pass more nodes than this to --exclude.")
+    wait_before_resubmit_s: float = Field(
+        300.0, ge=0, description="For wait_and_resubmit (e.g. filesystem outage): pause before resubmitting."
+    )
+    stop_on_user_bug: bool = Field(True, description="Stop and alert on user_bug instead of resubmitting.")
+    shared_blacklist: Path | None = Field(
+        None, description="A blacklist file shared by several runs on one cluster (read and written with a lock)."
+    )
+    drain_blacklisted: bool = Field(
+        False, description="Run `scontrol update NodeName=X State=DRAIN Reason=...` for hardware culprits "
+        "(needs the rights; otherwise the line is only printed by `status`)."
+    )
+
+
+class Watch(Section):
+    poll_interval_s: float = Field(30.0, gt=0, description="Seconds between polls of job state and logs.")
+    stall_timeout_s: float = Field(1200.0, gt=0, description="No progress for this long: the segment is stalled.")
+    startup_timeout_s: float = Field(3600.0, gt=0, description="Longer stall timeout before the first progress.")
+    cascade_grace_s: float = Field(
+        30.0, ge=0, description="After one node's training failed, wait this long for peers' errors, then cancel."
+    )
+    read_timeout_s: float = Field(10.0, gt=0, description="Timeout for one read of the shared filesystem.")
+
+
+class LocalBackendCfg(Section):
+    nodes: list[str] | int = Field(4, description="Virtual node names, or a count (node1..nodeN).")
+
+    def node_names(self) -> list[str]:
+        if isinstance(self.nodes, int):
+            return [f"node{i}" for i in range(1, self.nodes + 1)]
+        return list(self.nodes)
+
+    @field_validator("nodes")
+    @classmethod
+    def _names(cls, v: list[str] | int) -> list[str] | int:
+        if isinstance(v, int):
+            if v < 1:
+                raise ValueError("needs at least one virtual node")
+            return v
+        for n in v:
+            if not SAFE_NAME.match(n):
+                raise ValueError(f"invalid node name {n!r}")
+        if len(set(v)) != len(v):
+            raise ValueError("node names repeat")
+        return v
+
+
+class SlurmBackendCfg(Section):
+    command_timeout_s: float = Field(30.0, gt=0, description="Timeout of one squeue/sacct/sbatch call.")
+    retry_max_s: float = Field(600.0, gt=0, description="Give up retrying one Slurm call after this long.")
+    validate_exclude: bool = Field(True, description="Drop --exclude names that sinfo does not know.")
+    srun_args: list[str] = Field(default_factory=list, description="Extra arguments for srun.")
+    setup: list[str] = Field(default_factory=list, description="Shell lines run in the batch script first.")
+
+
+class BackendCfg(Section):
+    kind: Literal["local", "slurm"] = Field("local", description="local: virtual nodes on this machine; slurm.")
+    local: LocalBackendCfg = Field(default_factory=LocalBackendCfg)
+    slurm: SlurmBackendCfg = Field(default_factory=SlurmBackendCfg)
+
+
+class UserSignature(Section):
+    name: str
+    pattern: str
+    cause: Cause
+    blame: bool = False
+    cascade: bool = False
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return v
+
+
+class NotifyCfg(Section):
+    urls: list[str] = Field(default_factory=list, description="apprise URLs (slack://..., mailto://..., json://...).")
+    max_per_hour: int = Field(20, ge=1, description="At most this many notifications per hour.")
+    dedup_window_s: float = Field(3600.0, ge=0, description="An identical message within this window is not resent.")
+
+
+class PreflightCfg(Section):
+    commands: list[list[str]] = Field(default_factory=list, description="Extra checks, each an argv list.")
+    timeout_s: float = Field(20.0, gt=0, description="Timeout of each preflight check.")
