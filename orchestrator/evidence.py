@@ -19,6 +19,8 @@ class Match:
     named_node: str | None = None
     file: str = ""
     peer_ip: str | None = None
+    host: str | None = None  # the host that printed the line, when the line says so (pdsh, NCCL, kernel prefixes)
+    kind: str = ""  # "" evidence | "done": the training reached its end
 
 
 @dataclass(frozen=True)
@@ -35,3 +37,6 @@ class NodeEvidence:
     top_frames: tuple[str, ...] = ()  # innermost Python frame of each training process (py-spy)
     addresses: frozenset[str] = frozenset()  # IP addresses this host announced in NCCL INFO lines
     fs_suspect: bool = False  # the stuck process waits in filesystem code, or the fs probe timed out
+    abrupt_end: bool = False  # the output ends in NUL padding: the node went down mid-write
+    hosts: frozenset[str] = frozenset()  # hosts named by line prefixes (a job-wide file holds several)
+    job_wide: bool = False  # one file for the whole job: its name is not a host

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Accuracy of `orchestrator diagnose` on the labelled corpus in tests/data/corpus/.
+"""Accuracy of `orchestrator diagnose` on the labelled cases, per split.
 
-For every case: cause, culprit set and action against expected.json, and nodes that would be
-excluded wrongly (blamed but not a culprit). Prints one row per cause and the totals.
-Usage: python scripts/diagnose_accuracy.py [--json]
+Splits: `corpus` (tests/data/corpus/: the project's own cases, real text with sources) and `blind`
+(tests/data/blind/: built by a helper from sources it found itself, without reading the engine; its labels
+were frozen before the engine first ran on them). For every case: cause, culprit set and action against
+expected.json, and nodes that would be excluded wrongly (blamed by an exclusion but not a culprit).
+Usage: python scripts/diagnose_accuracy.py [--json] [--split corpus|blind]
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ import json
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from orchestrator.diagnose.offline import diagnose_dir
 
-CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "corpus"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
+CORPUS = DATA / "corpus"
+SPLITS = {"corpus": CORPUS, "blind": DATA / "blind"}
 
 
 def evaluate(corpus: Path = CORPUS) -> dict[str, object]:
@@ -23,13 +28,15 @@ def evaluate(corpus: Path = CORPUS) -> dict[str, object]:
     for case in sorted(p for p in corpus.iterdir() if p.is_dir()):
         exp = json.loads((case / "expected.json").read_text())
         got = diagnose_dir(case / "logs")
-        wrong = sorted(set(got["culprit_nodes"]) - set(exp["culprit_nodes"])) if got["blame"] else []
+        excluded = got["culprit_nodes"] if got["action"] == "resubmit_exclude" else []
+        wrong = sorted(set(excluded) - set(exp["culprit_nodes"]))
         rows.append({
             "case": case.name, "expected": exp["cause"], "got": got["cause"],
             "cause_ok": got["cause"] == exp["cause"],
             "culprit_ok": sorted(got["culprit_nodes"]) == exp["culprit_nodes"],
             "action_ok": got["action"] == exp["action"], "wrongly_excluded": wrong,
             "culprits": got["culprit_nodes"], "expected_culprits": exp["culprit_nodes"],
+            "action": got["action"], "expected_action": exp["action"],
         })
     n = len(rows)
     return {
@@ -42,26 +49,34 @@ def evaluate(corpus: Path = CORPUS) -> dict[str, object]:
     }
 
 
-def main() -> int:
-    res = evaluate()
-    if "--json" in sys.argv:
-        print(json.dumps(res, indent=2))
-        return 0
-    by: dict[str, list[dict[str, object]]] = defaultdict(list)
-    for r in res["rows"]:  # type: ignore[union-attr]
+def table(name: str, res: dict[str, Any]) -> None:
+    rows: list[dict[str, Any]] = res["rows"]
+    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
         by[str(r["expected"])].append(r)
+    print(f"== {name} ==")
     print(f"{'cause':<18}{'cases':>6}{'cause':>8}{'culprit':>9}{'action':>8}{'wrong-excl':>11}")
     for cause, rs in sorted(by.items()):
         k = len(rs)
         print(f"{cause:<18}{k:>6}{sum(bool(r['cause_ok']) for r in rs) / k:>8.0%}"
               f"{sum(bool(r['culprit_ok']) for r in rs) / k:>9.0%}{sum(bool(r['action_ok']) for r in rs) / k:>8.0%}"
-              f"{sum(len(r['wrongly_excluded']) for r in rs):>11}")  # type: ignore[arg-type]
-    print(f"{'TOTAL':<18}{res['cases']:>6}{res['cause_accuracy']:>8.0%}{res['culprit_accuracy']:>9.0%}"
-          f"{res['action_accuracy']:>8.0%}{res['wrongly_excluded_nodes']:>11}")
-    for r in res["rows"]:  # type: ignore[union-attr]
+              f"{sum(len(r['wrongly_excluded']) for r in rs):>11}")
+    print(f"{'TOTAL':<18}{res['cases']:>6}{res['cause_accuracy']:>8.1%}{res['culprit_accuracy']:>9.1%}"
+          f"{res['action_accuracy']:>8.1%}{res['wrongly_excluded_nodes']:>11}")
+    for r in rows:
         if not (r["cause_ok"] and r["culprit_ok"] and r["action_ok"]):
-            print(f"  MISS {r['case']}: expected {r['expected']} {r['expected_culprits']}, "
-                  f"got {r['got']} {r['culprits']}")
+            print(f"  MISS {r['case']}: expected {r['expected']} {r['expected_culprits']} {r['expected_action']}, "
+                  f"got {r['got']} {r['culprits']} {r['action']}")
+
+
+def main() -> int:
+    only = sys.argv[sys.argv.index("--split") + 1] if "--split" in sys.argv else None
+    results = {name: evaluate(path) for name, path in SPLITS.items() if only in (None, name) and path.is_dir()}
+    if "--json" in sys.argv:
+        print(json.dumps(results, indent=2))
+        return 0
+    for name, res in results.items():
+        table(name, res)
     return 0
 
 

@@ -33,16 +33,24 @@ class Context:
 
 
 def _ev(n: NodeEvidence, m: Match, role: str) -> Evidence:
-    return Evidence(node=n.node, file=m.file or n.file, line=m.line, text=m.text, role=role, cause=Cause(m.cause))
+    return Evidence(node=_origin(n, m) or n.node, file=m.file or n.file, line=m.line, text=m.text, role=role,
+                    cause=Cause(m.cause))
 
 
 def _refine_oom(nodes: list[NodeEvidence], oom_nodes: list[str], ctx: Context) -> tuple[Cause, bool, str]:
     """CUDA OOM on a node with a recent hardware strike, or at start-up on a subset of nodes: poisoned GPU."""
     by = {n.node: n for n in nodes}
-    at_start = [x for x in oom_nodes if (by[x].last_iteration or 0) <= ctx.start_iteration]
+    wide = next((n for n in nodes if n.job_wide), None)
+
+    def progressed(host: str) -> int:
+        ev = by.get(host) or wide
+        return (ev.last_iteration or 0) if ev else 0
+
+    at_start = [x for x in oom_nodes if progressed(x) <= ctx.start_iteration]
     if any(x in ctx.recent_hardware for x in oom_nodes):
         return Cause.GPU_OOM_STARTUP, True, "CUDA OOM on a node with a recent hardware fault"
-    if at_start and len(oom_nodes) < len(nodes) and len(nodes) > 1:
+    everyone = _all_hosts(nodes)
+    if at_start and 0 < len(oom_nodes) < len(everyone):
         return Cause.GPU_OOM_STARTUP, True, "CUDA OOM at start-up on some nodes only while the others were fine"
     return Cause.USER_OOM, False, "CUDA OOM on every node or after training progressed: the model does not fit"
 
@@ -121,70 +129,135 @@ def _from_job_state(job: JobStatus) -> Cause | None:
     }.get(job.state)
 
 
-def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict:
-    all_ok = all(n.exit_code == 0 for n in nodes) and bool(nodes)
+def _origin(n: NodeEvidence, m: Match) -> str | None:
+    """The host a line blames: named in the line, printed by a prefixed host, or the file's own host."""
+    return m.named_node or m.host or (None if n.job_wide else n.node)
+
+
+def _all_hosts(nodes: list[NodeEvidence]) -> set[str]:
+    hosts: set[str] = set()
+    for n in nodes:
+        hosts |= set(n.hosts) if n.job_wide else {n.node}
+    return hosts
+
+
+def _finished(nodes: list[NodeEvidence], roots: list[tuple[NodeEvidence, Match]]) -> bool:
+    """The training printed its end-of-training line and no hardware fault came before it (same file)."""
+    done = {n.file: min(m.line for m in n.matches if m.kind == "done") for n in nodes
+            if any(m.kind == "done" for m in n.matches)}
+    if not done:
+        return False
+    first_done = min(done.values())
+    return not any(Cause(m.cause) in HARDWARE_CAUSES and m.line < done.get(n.file, first_done) for n, m in roots)
+
+
+SYMMETRIC = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.USER_BUG, Cause.NETWORK,
+                       Cause.NCCL_TIMEOUT})
+
+
+def _split(nodes: list[NodeEvidence]) -> tuple[list[tuple[NodeEvidence, Match]], list[tuple[NodeEvidence, Match]]]:
     roots: list[tuple[NodeEvidence, Match]] = []
     secondary: list[tuple[NodeEvidence, Match]] = []
     for n in nodes:
         for m in n.matches:
+            if m.kind == "done":
+                continue
             (secondary if m.cascade else roots).append((n, m))
+    return roots, secondary
 
+
+def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict:
+    all_ok = all(n.exit_code == 0 for n in nodes) and bool(nodes)
+    roots, secondary = _split(nodes)
     if job.state == JobState.COMPLETED and (all_ok or not any(n.exit_code for n in nodes)) and not roots:
         return Verdict(cause=Cause.SUCCESS, confidence=0.95, summary="all nodes exited 0")
-
+    if _finished(nodes, roots):
+        return _verdict(Cause.SUCCESS, [], False, 0.8, [_ev(n, m, "secondary") for n, m in (roots + secondary)[:20]],
+                        "the training printed its end and then ended (teardown, or idle until the time limit)")
     if ctx.stalled and not roots:
         hung = _hang(nodes, [_ev(n, m, "secondary") for n, m in secondary[:20]])
         if hung is not None:
             return hung
-
     state_cause = _from_job_state(job)
     hardware_roots = [(n, m) for n, m in roots if Cause(m.cause) in HARDWARE_CAUSES]
     if state_cause in (Cause.TIMELIMIT, Cause.PREEMPTED) and not hardware_roots:
         return _verdict(state_cause, [], False, 0.9, [_ev(n, m, "secondary") for n, m in (roots + secondary)[:20]],
                         f"Slurm ended the job: {job.state.value}")
-
     if roots:
-        rank = {c: i for i, c in enumerate(PRECEDENCE)}
-        best = min(roots, key=lambda nm: rank.get(Cause(nm[1].cause), len(rank)))
-        cause = Cause(best[1].cause)
-        culprit_matches = [(n, m) for n, m in roots if Cause(m.cause) == cause]
-        named = [(n, m) for n, m in culprit_matches if m.named_node]
-        if named:  # a line that names the failed host outranks where the line was printed
-            culprit_matches = named
-        culprits = sorted({m.named_node or n.node for n, m in culprit_matches})
-        blame = any(m.blame for _, m in culprit_matches)
-        note = ""
-        if cause == Cause.USER_OOM:
-            cause, blame, note = _refine_oom(nodes, culprits, ctx)
-        if cause == Cause.USER_BUG:
-            blame = False
-        evidence = [_ev(n, m, "root") for n, m in culprit_matches[:20]]
-        evidence += [_ev(n, m, "secondary") for n, m in (roots + secondary) if (n, m) not in culprit_matches][:30]
-        conf = 0.9 if blame or cause in (Cause.USER_BUG, Cause.USER_OOM) else 0.7
-        return _verdict(cause, culprits, blame, conf, evidence, note or f"first-rank error: {best[1].text[:160]}")
-
+        return _from_roots(nodes, roots, secondary, ctx)
     if state_cause is not None:
         culprits = _progress_culprit(nodes) if state_cause == Cause.NODE_FAIL else []
         return _verdict(state_cause, culprits, bool(culprits), 0.8 if culprits else 0.6,
                         [_ev(n, m, "secondary") for n, m in secondary[:20]], f"Slurm job state {job.state.value}")
+    return _from_cascade(nodes, secondary, ctx, job)
 
+
+def _from_roots(nodes: list[NodeEvidence], roots: list[tuple[NodeEvidence, Match]],
+                secondary: list[tuple[NodeEvidence, Match]], ctx: Context) -> Verdict:
+    rank = {c: i for i, c in enumerate(PRECEDENCE)}
+    best = min(roots, key=lambda nm: rank.get(Cause(nm[1].cause), len(rank)))
+    cause = Cause(best[1].cause)
+    culprit_matches = [(n, m) for n, m in roots if Cause(m.cause) == cause]
+    named = [(n, m) for n, m in culprit_matches if m.named_node]
+    if named:  # a line that names the failed host outranks where the line was printed
+        culprit_matches = named
+    culprits = sorted({h for n, m in culprit_matches if (h := _origin(n, m))})
+    blame = any(m.blame for _, m in culprit_matches)
+    note = ""
+    everyone = _all_hosts(nodes)
+    symmetric = len(everyone) > 1 and set(culprits) >= everyone
+    if cause == Cause.USER_OOM:
+        cause, blame, note = _refine_oom(nodes, culprits, ctx)
+    elif symmetric and (cause in SYMMETRIC or best[1].signature == "gpu_unavailable"):
+        if best[1].signature == "gpu_unavailable":
+            cause = Cause.USER_BUG
+        culprits, blame, note = [], False, f"the same {cause.value} on every node: the job's, not a node's"
+    if cause == Cause.USER_BUG:
+        blame = False
+    evidence = [_ev(n, m, "root") for n, m in culprit_matches[:20]]
+    evidence += [_ev(n, m, "secondary") for n, m in (roots + secondary) if (n, m) not in culprit_matches][:30]
+    conf = 0.9 if blame or cause in (Cause.USER_BUG, Cause.USER_OOM) else 0.7
+    return _verdict(cause, culprits, blame, conf, evidence, note or f"first-rank error: {best[1].text[:160]}")
+
+
+def _silent(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> list[NodeEvidence]:
+    """Per-host logs where the peers complained (timeouts, aborts) and these did not: the ones they waited for."""
+    if any(n.job_wide for n in nodes) or len(nodes) < 2:
+        return []
+    loud = {n.node for n, m in secondary if m.signature not in ("job_timelimit", "job_preempted", "job_requeue")}
+    quiet = [n for n in nodes if n.node not in loud]
+    return quiet if loud and 0 < len(quiet) < len(nodes) else []
+
+
+def _from_cascade(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]], ctx: Context,
+                  job: JobStatus) -> Verdict:
+    requeue = [(n, m) for n, m in secondary if m.signature == "job_requeue"]
+    if requeue:
+        return _verdict(Cause.PREEMPTED, [], False, 0.7, [_ev(n, m, "secondary") for n, m in requeue[:10]],
+                        "the job was requeued: the same job comes back")
     peers = _peer_culprits(nodes, secondary)
     if peers:
         ev = [_ev(n, m, "root") for n, m in secondary if m.peer_ip][:10]
         ev += [_ev(n, m, "secondary") for n, m in secondary if not m.peer_ip][:20]
         return _verdict(Cause.NETWORK, peers, True, 0.7, ev,
                         f"peers report transport errors from {','.join(peers)} (address from NCCL INFO)")
+    quiet = _silent(nodes, secondary)
+    if quiet:
+        dead = [n.node for n in quiet if n.abrupt_end]
+        cause = Cause.NODE_FAIL if dead else Cause.HANG
+        names = dead or [n.node for n in quiet]
+        return _verdict(cause, names, True, 0.7, [_ev(n, m, "secondary") for n, m in secondary[:30]],
+                        f"the peers timed out waiting; {','.join(names)} printed no error"
+                        + (" and its output ends abruptly" if dead else " (it stopped making progress)"))
     if secondary:
         cause = Cause(secondary[0][1].cause)
-        cause = cause if cause != Cause.UNKNOWN else Cause.NCCL_TIMEOUT
+        cause = cause if cause not in (Cause.UNKNOWN, Cause.TIMELIMIT, Cause.PREEMPTED) else Cause.NCCL_TIMEOUT
         behind = _progress_culprit(nodes)
         return _verdict(cause, behind, False, 0.5, [_ev(n, m, "secondary") for n, m in secondary[:30]],
                         "only cascade errors: the initiating fault left no line"
                         + (f"; progress stopped first on {','.join(behind)}" if behind else ""))
-
     if ctx.stalled:
         return _verdict(Cause.HANG, [], False, 0.5, [], "no progress before the stall timeout; no node stood out")
-
     failing = [n for n in nodes if n.exit_code not in (0, None)]
     ev = [Evidence(node=n.node, file=n.file, line=ln, text=t, role="context") for n in failing for ln, t in n.tail[-3:]]
     return _verdict(Cause.UNKNOWN, [], False, 0.3, ev[:20],

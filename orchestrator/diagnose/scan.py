@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,6 +30,14 @@ COMPLETED = re.compile(r"submitit INFO \([^)]*\) - Job completed successfully|" 
 PYSPY_THREAD = re.compile(r"^Thread (?:0x)?[0-9a-f]+ \((?:idle|active)[^)]*\)")
 PYSPY_FRAME = re.compile(r"^\s*(?P<fn>[\w<>.]+) \((?P<file>[^():]+):\d+\)\s*$")
 PYSPY_STUCK = re.compile(r"Error: Failed to suspend process|py-spy timed out")
+# A host at the start of a line: pdsh "host: ", NCCL "host:pid:tid [dev]", syslog "host kernel:".
+HOST = r"[A-Za-z][\w-]*\d[\w.-]*"
+HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?)?(?P<h>{HOST}): (?=\S)")  # "host: " after an optional "[tag] "
+HOST_IN_LINE = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\]|(?:^|\s)(?P<k>{HOST}) kernel: |^\[\w+ (?P<b>{HOST})\]")
+# Lines that tell which host a rank runs on: srun's task reports and NCCL's per-rank init lines.
+SRUN_TASK = re.compile(rf"srun: error: (?P<h>{HOST}): tasks? (?P<t>\d+)(?:-\d+)?: ")
+NCCL_RANK = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\] NCCL INFO comm \S+ rank (?P<r>\d+) ")
+JOB_WIDE = re.compile(r"^(?:slurm|job|output|train|log|stdout|stderr)[-_.]?\d*(?:[-_.]\d+)*$", re.IGNORECASE)
 MAX_MATCHES = 400
 MAX_LINE_DECODE = 64 * 1024
 MAX_TEXT = 500
@@ -101,6 +109,9 @@ class NodeScan:
     history: list[Match] = field(default_factory=list)
     addresses: set[str] = field(default_factory=set)
     completed: bool = False
+    nul_padding: bool = False
+    hosts: set[str] = field(default_factory=set)
+    rank_hosts: dict[int, str] = field(default_factory=dict)
     top_frames: list[str] = field(default_factory=list)  # from py-spy dumps found in the log
     stuck: str = ""
     _frame_next: bool = False
@@ -110,6 +121,8 @@ class NodeScan:
         progress comes from the last progress line of the block, the tail from its last lines."""
         pos_line, pos = first_line, 0
         last_alloc = -1
+        if b"\x00\x00" in data:
+            self.nul_padding = True
         if self._frame_next:  # the previous block ended with a py-spy thread header
             nl = data.find(b"\n")
             _, _, body = parse_prefix(_decode(data[: len(data) if nl < 0 else nl]))
@@ -192,11 +205,24 @@ class NodeScan:
         if not raw:
             return
         ts, rank, body = parse_prefix(raw)
+        host = None
+        hm = HOST_PREFIX.match(body)
+        if hm:
+            host = hm.group("h")
+            ts2, rank2, body = parse_prefix(body[hm.end():])
+            ts, rank = ts or ts2, rank if rank is not None else rank2
+        else:
+            hm2 = HOST_IN_LINE.search(body)
+            if hm2:
+                host = hm2.group("h") or hm2.group("k") or hm2.group("b")
+        if host:
+            self.hosts.add(host)
         if ts:
             self.last_ts = ts
         if "ORCH" in body or "submitit" in body:
             if ALLOC_MARK.search(body):
                 self._new_allocation()
+        self._rank_host(body, rank)
         if "NCCL INFO" in body:
             am = NCCL_ADDR.search(body)
             if am:
@@ -220,12 +246,26 @@ class NodeScan:
         for sig in self.signatures:
             m = sig.regex.search(body)
             if m:
+                if sig.kind == "info":
+                    return
                 groups = m.groupdict()
                 named = groups.get(sig.node_group) if sig.node_group else None
                 peer = groups.get(sig.peer_group) if sig.peer_group else None
                 self._add(Match(line_no, body[:MAX_TEXT], sig.name, sig.cause.value, sig.blame, sig.cascade,
-                                rank, ts, named, self.file, peer))
+                                rank, ts, named, self.file, peer, host, sig.kind))
                 return
+
+    def _rank_host(self, body: str, rank: int | None) -> None:
+        """Learn rank -> host from srun task reports and NCCL init lines (for files of the whole job)."""
+        if len(self.rank_hosts) >= 4096:
+            return
+        tm = SRUN_TASK.search(body)
+        if tm:
+            self.rank_hosts.setdefault(int(tm.group("t")), tm.group("h"))
+            return
+        nm = NCCL_RANK.match(body) if "NCCL INFO comm" in body else None
+        if nm:
+            self.rank_hosts.setdefault(rank if rank is not None else int(nm.group("r")), nm.group("h"))
 
     def _stack_line(self, body: str) -> bool:  # noqa: C901
         """py-spy dumps in the log: the innermost frame of each thread dump, and failures to suspend."""
@@ -262,6 +302,7 @@ class NodeScan:
         self.last_progress_ts = None
         self.tail.clear()
         self.completed, self.top_frames, self.stuck = False, [], ""
+        self.nul_padding = False
 
 
 def scan_file(path: Path, node: str, signatures: tuple[Signature, ...], progress: re.Pattern[str],
@@ -281,10 +322,15 @@ def scan_file(path: Path, node: str, signatures: tuple[Signature, ...], progress
 
 def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: str = "",
               top_frames: tuple[str, ...] = (), fs_suspect: bool = False) -> NodeEvidence:
+    job_wide = bool(JOB_WIDE.match(scan.node))
+    matches = tuple(scan.matches)
+    if job_wide and scan.rank_hosts:
+        matches = tuple(replace(m, host=m.host or (scan.rank_hosts.get(m.rank) if m.rank is not None else None))
+                        for m in matches)
     return NodeEvidence(
         node=scan.node,
         file=scan.file,
-        matches=tuple(scan.matches),
+        matches=matches,
         first_iteration=scan.first_iteration,
         last_iteration=scan.last_iteration,
         last_progress_ts=scan.last_progress_ts,
@@ -294,4 +340,7 @@ def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: st
         top_frames=top_frames or tuple(scan.top_frames),
         fs_suspect=fs_suspect,
         addresses=frozenset(scan.addresses),
+        abrupt_end=scan.nul_padding,
+        hosts=frozenset(scan.hosts | set(scan.rank_hosts.values())),
+        job_wide=job_wide,
     )

@@ -25,6 +25,7 @@ class Signature:
     peer_group: str | None = None  # named group holding a peer IP address (mapped to a host via NCCL INFO)
     source: str = ""
     ignore_case: bool = True
+    kind: str = ""  # "" (evidence), "info" (informational: not a failure), "done" (training reached its end)
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -35,6 +36,23 @@ C = Cause
 
 # Order matters: specific hardware text first, generic Python exceptions last.
 BUILTIN: tuple[Signature, ...] = (
+    # Informational events: printed on healthy nodes, never a failure by themselves.
+    Signature("info_xid_remap", r"NVRM: Xid \([^)]*\): (?:63|64)\b|row remapping (?:event|pending)", C.UNKNOWN,
+              kind="info", source="NVIDIA Xid catalog: 63/64 are row-remapping notices"),
+    Signature("info_ib_async", r"Got async event|GID table change|client re-?registration|IBV_EVENT_GID_CHANGE"
+              r"|IBV_EVENT_CLIENT_REREGISTER|IBV_EVENT_PORT_ACTIVE", C.UNKNOWN, kind="info",
+              source="NCCL net_ib async event thread (ibv_get_async_event)"),
+    Signature("info_pg_not_destroyed", r"process group has NOT been destroyed|destroy_process_group\(\) was not called",
+              C.UNKNOWN, kind="info", source="torch ProcessGroupNCCL destructor warning"),
+    # The training reached its end: a crash or hang after this is teardown, the run succeeded.
+    Signature("train_done",
+              r"Training completed|Training complete\b|training (?:is )?(?:finished|done)\b|finished training"
+              r"|Training run \S+ finished|\btrain_runtime\b|Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached"
+              r"|Saving (?:the )?final (?:model|checkpoint)|saved final (?:model|checkpoint)"
+              r"|Model weights saved in \S*final|Exiting after successful completion|\[after training is done\]"
+              r"|Done training\b",
+              C.SUCCESS, kind="done",
+              source="torchtitan, HF Trainer, Lightning, Megatron, submitit end-of-training lines"),
     Signature("orch_fs_probe", r"ORCH-FS-PROBE FAILED", C.FILESYSTEM, source="the agent's filesystem probe"),
     Signature(
         "cuda_ecc",
@@ -47,7 +65,7 @@ BUILTIN: tuple[Signature, ...] = (
     ),
     Signature(
         "xid_ecc",
-        r"NVRM: Xid \([^)]*\): (?:48|63|64|92|94|95)\b",
+        r"NVRM: Xid \([^)]*\): (?:48|92|94|95)\b",
         C.GPU_ECC,
         blame=True,
         source="NVIDIA Xid catalog: 48 DBE, 63/64 row remap, 94/95 contained/uncontained ECC",
@@ -60,6 +78,14 @@ BUILTIN: tuple[Signature, ...] = (
         C.GPU_LOST,
         blame=True,
         source="NVIDIA Xid 79/74/119; nvidia-smi 'Unable to determine the device handle'",
+    ),
+    Signature(
+        "gpu_unavailable",
+        r"all CUDA-capable devices are busy or unavailable|CUDA-capable device\(s\) is/are busy or unavailable"
+        r"|invalid device ordinal|cudaErrorInvalidDevice|no CUDA-capable device is detected",
+        C.GPU_LOST,
+        blame=True,
+        source="CUDA runtime: a GPU held by another process or missing on this node",
     ),
     Signature(
         "cuda_oom",
@@ -106,6 +132,12 @@ BUILTIN: tuple[Signature, ...] = (
               C.TIMELIMIT, cascade=True),
     Signature("job_preempted", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO PREEMPTION",
               C.PREEMPTED, cascade=True),
+    Signature("job_requeue",
+              r"DUE TO JOB REQUEUE|[Rr]equeu(?:e|ing) job \d+|SLURM auto-requeueing|auto-requeue"
+              r"|job (?:was |has been )?(?:preempted|requeued)|Requeued job"
+              r"|submitit WARNING .*(?:[Pp]reempt|[Rr]equeu)|bypassing sigterm"
+              r"|handle_sigusr1|received SIGUSR1",
+              C.PREEMPTED, cascade=True, source="Slurm requeue banner; Lightning SLURMEnvironment; submitit"),
     Signature("orch_preflight", r"ORCH-PREFLIGHT FAILED", C.NODE_FAIL, blame=True,
               source="the agent's preflight (specific GPU causes match earlier signatures)"),
     Signature(
@@ -152,11 +184,21 @@ BUILTIN: tuple[Signature, ...] = (
     ),
     Signature("elastic_child", r"ChildFailedError|torch\.distributed\.elastic\.multiprocessing\.errors",
               C.UNKNOWN, cascade=True),
+    Signature(
+        "dist_cascade",
+        r"DistStoreError|DistNetworkError|RendezvousTimeoutError|RendezvousClosedError|TCPStore|Failed to recv"
+        r"|recvValue|NCCL communicator was aborted|ncclCommAbort|Some NCCL operations have failed or timed out"
+        r"|ProcessGroupNCCL.*(?:abort|Timeout at NCCL work)|NCCL error.*remote process exited"
+        r"|exitcode\s*: -6\b|Signal 6 \(SIGABRT\)",
+        C.NCCL_TIMEOUT,
+        cascade=True,
+        source="torch.distributed store/rendezvous/elastic errors printed after a peer failed",
+    ),
     Signature("nan", r"loss is nan|nan loss|Detected (?:inf|nan)|FloatingPointError|found NaN|non-finite loss",
               C.USER_BUG),
     Signature(
         "python_exception",
-        r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt)(?::.*)?$|Traceback \(most recent call last\)",
+        r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)(?::.*)?$",
         C.USER_BUG,
         ignore_case=False,
     ),

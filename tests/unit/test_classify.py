@@ -5,6 +5,7 @@ import re
 import pytest
 
 from orchestrator.diagnose.classify import Context, classify
+from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import NodeScan, node_evidence
 from orchestrator.diagnose.signatures import build_table
 from orchestrator.evidence import NodeEvidence
@@ -12,6 +13,7 @@ from orchestrator.model import Cause, JobState, JobStatus
 
 SIGS = build_table()
 PROG = re.compile(r"iteration\s+(\d+)\s*/\s*\d+")
+PREFILTER = Prefilter([(s.pattern, s.ignore_case) for s in SIGS])
 
 
 def node(name: str, lines: list[str], exit_code: int | None = None) -> NodeEvidence:
@@ -102,8 +104,23 @@ def test_nan_is_user_bug() -> None:
     assert v.cause == Cause.USER_BUG and not v.blame
 
 
-def test_only_cascade_points_at_the_node_that_stopped_first() -> None:
+def test_silent_node_behind_cascading_peers_is_the_hang() -> None:
+    """The peers' watchdog fired; the node they waited for printed nothing: it is the culprit."""
     nodes = [node("n1", progress(40) + [NCCL]), node("n2", progress(40) + [NCCL]), node("n3", progress(37))]
+    v = classify(CANCELLED, nodes, Context())
+    assert v.cause == Cause.HANG and v.culprit_nodes == ("n3",) and v.blame
+
+
+def test_silent_node_with_abrupt_end_is_a_node_failure() -> None:
+    s = NodeScan("n3", "n3.log", SIGS, PROG)
+    s.feed_bytes(1, b"".join(p.encode() + b"\n" for p in progress(37)) + b"\x00" * 64 + b"\n", PREFILTER)
+    nodes = [node("n1", progress(40) + [NCCL]), node("n2", progress(40) + [NCCL]), node_evidence(s)]
+    v = classify(CANCELLED, nodes, Context())
+    assert v.cause == Cause.NODE_FAIL and v.culprit_nodes == ("n3",) and v.blame
+
+
+def test_only_cascade_everywhere_names_the_node_behind_without_blame() -> None:
+    nodes = [node("n1", progress(40) + [NCCL]), node("n2", progress(40) + [NCCL]), node("n3", progress(37) + [NCCL])]
     v = classify(CANCELLED, nodes, Context())
     assert v.cause == Cause.NCCL_TIMEOUT and v.culprit_nodes == ("n3",) and not v.blame
 
