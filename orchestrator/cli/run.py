@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,8 +15,12 @@ from orchestrator.clock import Clock, RealClock
 from orchestrator.requests import STOP_REQUEST
 from orchestrator.runlock import LockHeld, RunLock
 from orchestrator.settings import Settings, load_settings, parse_overrides
-from orchestrator.state import StateError, StateStore
+from orchestrator.state import RunState, StateError, StateStore
 from orchestrator.views.status import timeline_table
+
+if TYPE_CHECKING:
+    from orchestrator.backends.base import Backend
+    from orchestrator.loop.controller import Controller
 
 
 @app.command()
@@ -40,14 +44,29 @@ def run(
         dry(s, clock)
         return
     setup_logging(s.run_dir, verbose)
-    from orchestrator.loop.controller import Controller
-
     lock = RunLock(s.run_dir)
     try:
         lock.acquire()
     except LockHeld as exc:
         raise fail([str(exc)], 1) from None
+    ctl, backend = _controller(s, config, set_, clock)
+    _handle_signals(ctl)
+    try:
+        state = ctl.run()
+    except StateError as exc:
+        raise fail([str(exc)], 1) from None
+    finally:
+        lock.release()
+    if cancel_on_exit:
+        _cancel_current(state, backend)
+    out.print(timeline_table(state))
+    raise typer.Exit(0 if state.status.value in ("done", "running") else 1)
+
+
+def _controller(s: Settings, config: Path, set_: list[str], clock: Clock) -> tuple[Controller, Backend]:
+    """The controller of a real run: failpoints from the environment, notifier, backend, state store."""
     from orchestrator.failpoints import Failpoints
+    from orchestrator.loop.controller import Controller
 
     try:
         failpoint = Failpoints.from_env()
@@ -63,28 +82,28 @@ def run(
     store = StateStore(s.run_dir, failpoint)
     ctl = Controller(s, backend, clock, store, notify=notifier, failpoint=failpoint)
     ctl.reloader = lambda: load_settings(config, parse_overrides(set_))
+    return ctl, backend
+
+
+def _handle_signals(ctl: Controller) -> None:
+    """SIGTERM/SIGINT stop the controller at its next poll (the job keeps running); SIGHUP reloads the config."""
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _f: ctl.request_stop(signal.Signals(signum).name))
     signal.signal(signal.SIGHUP, lambda _s, _f: ctl.request_reload())
-    try:
-        state = ctl.run()
-    except StateError as exc:
-        raise fail([str(exc)], 1) from None
-    finally:
-        lock.release()
-    if cancel_on_exit and state.status.value == "running" and state.current and state.current.job_id:
+
+
+def _cancel_current(state: RunState, backend: Backend) -> None:
+    """--cancel-on-exit: cancel the job of a run that is still running when the controller stops."""
+    if state.status.value == "running" and state.current and state.current.job_id:
         from orchestrator.model import JobRef
 
         cur = state.current
         assert cur.submitted_at is not None and cur.job_id is not None
         backend.cancel(JobRef(job_id=cur.job_id, submitted_at=cur.submitted_at, backend=backend.name))
-    out.print(timeline_table(state))
-    raise typer.Exit(0 if state.status.value in ("done", "running") else 1)
 
 
 def dry(s: Settings, clock: Clock) -> None:
     from orchestrator.loop.submission import FilesystemStall, prepare
-    from orchestrator.state import RunState
 
     try:
         state = StateStore(s.run_dir).load()

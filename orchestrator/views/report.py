@@ -71,9 +71,50 @@ def render_png(state: RunState, now: datetime) -> bytes:
     return buf.getvalue()
 
 
+STYLE = """
+body { font: 14px system-ui, sans-serif; margin: 24px; color: #222; }
+.timeline { position: relative; height: 42px; background: #eceff1; border-radius: 4px; margin: 12px 0 4px; }
+.seg { position: absolute; top: 4px; height: 34px; color: #fff; font-size: 12px; overflow: hidden;
+        white-space: nowrap; border-radius: 3px; padding: 0 4px; line-height: 34px; box-sizing: border-box;
+        border-right: 2px solid #fff; }
+table { border-collapse: collapse; margin: 8px 0 20px; }
+td, th { border: 1px solid #cfd8dc; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #eceff1; } pre { background: #f5f5f5; padding: 8px; white-space: pre-wrap; }
+img { max-width: 100%; border: 1px solid #cfd8dc; }
+"""
+
+
 def render_html(state: RunState, now: datetime, png: bytes) -> str:
     e = html.escape
     segs = [s for s in state.segments if s.submitted_at]
+    m = run_metrics(state, now)
+    lost = ", ".join(f"{k} {human(v)}" for k, v in m["lost_s_by_cause"].items()) or "-"
+    drains = "\n".join(drain_commands(state, now))
+    ettr = f"{m['ettr']:.1%}" if m["ettr"] is not None else "-"
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>run {e(state.run)}</title>
+<style>{STYLE}</style></head><body>
+<h1>run {e(state.run)}: {e(state.status.value)}</h1>
+<p>{e(state.stop_reason)}</p>
+<p>iteration {state.best_iteration()}{f" of {state.target_iteration}" if state.target_iteration else ""};
+effective training time {ettr} of {human(m['wall_s'])} wall time; time lost: {e(lost)}</p>
+<h2>Timeline</h2>
+<div class="timeline" id="timeline">{_timeline_bars(segs, now)}</div>
+<p>Hover over a segment for its job, nodes, culprit and evidence.</p>
+<img alt="timeline and iterations" src="data:image/png;base64,{base64.b64encode(png).decode()}">
+<h2>Segments</h2>
+<table><tr><th>seg</th><th>job</th><th>nodes</th><th>excluded</th><th>iterations</th><th>cause</th>
+<th>culprit</th><th>action</th><th>reason</th></tr>{_segment_rows(segs)}</table>
+<h2>Blacklist</h2>
+<table><tr><th>node</th><th>cause</th><th>strikes</th><th>expires</th><th>evidence</th></tr>{_blacklist_rows(state)}</table>
+{f"<p>For an admin:</p><pre>{e(drains)}</pre>" if drains else ""}
+</body></html>
+"""
+
+
+def _timeline_bars(segs: list[SegmentRecord], now: datetime) -> str:
+    """One positioned <div> per submitted segment, with hover text; widths are shares of the whole run."""
+    e = html.escape
     t0 = segs[0].submitted_at if segs else now
     assert t0 is not None
     total = max((max((_end(s, now) for s in segs), default=now) - t0).total_seconds(), 1.0)
@@ -82,55 +123,34 @@ def render_html(state: RunState, now: datetime, png: bytes) -> str:
         assert s.submitted_at is not None
         left = (s.submitted_at - t0).total_seconds() / total * 100
         width = max((_end(s, now) - s.submitted_at).total_seconds() / total * 100, 0.4)
-        ev = next((x for x in s.evidence if x.role == "root"), None)
-        tip = (f"segment {s.index} job {s.job_id}\nnodes {','.join(s.nodes)}\nexcluded {','.join(s.excluded) or '-'}"
-               f"\niterations {s.start_iteration}->{s.end_iteration}\ncause {_cause(s)}"
-               f"\nculprit {','.join(s.culprit_nodes) or '-'}\naction {s.action.value if s.action else '-'}"
-               + (f"\nevidence {ev.node}: {ev.text[:200]}" if ev else ""))
-        bars.append(f'<div class="seg" data-index="{s.index}" title="{e(tip)}" style="left:{left:.3f}%;'
+        bars.append(f'<div class="seg" data-index="{s.index}" title="{e(_tooltip(s))}" style="left:{left:.3f}%;'
                     f'width:{width:.3f}%;background:{COLOURS.get(_cause(s), "#9e9e9e")}">'
                     f"{s.index} {e(_cause(s))}</div>")
-    rows = "".join(
+    return "".join(bars)
+
+
+def _tooltip(s: SegmentRecord) -> str:
+    ev = next((x for x in s.evidence if x.role == "root"), None)
+    return (f"segment {s.index} job {s.job_id}\nnodes {','.join(s.nodes)}\nexcluded {','.join(s.excluded) or '-'}"
+            f"\niterations {s.start_iteration}->{s.end_iteration}\ncause {_cause(s)}"
+            f"\nculprit {','.join(s.culprit_nodes) or '-'}\naction {s.action.value if s.action else '-'}"
+            + (f"\nevidence {ev.node}: {ev.text[:200]}" if ev else ""))
+
+
+def _segment_rows(segs: list[SegmentRecord]) -> str:
+    e = html.escape
+    return "".join(
         f"<tr><td>{s.index}</td><td>{e(s.job_id or '-')}</td><td>{e(','.join(s.nodes))}</td>"
         f"<td>{e(','.join(s.excluded) or '-')}</td><td>{s.start_iteration}&rarr;{s.end_iteration}</td>"
         f"<td>{e(_cause(s))}</td><td>{e(','.join(s.culprit_nodes) or '-')}</td>"
         f"<td>{e(s.action.value if s.action else '-')}</td><td>{e(s.reason[:160])}</td></tr>" for s in segs)
-    bl = "".join(f"<tr><td>{e(b.node)}</td><td>{e(b.cause.value)}</td><td>{b.strikes}</td>"
-                 f"<td>{e(b.expires.isoformat(timespec='minutes'))}</td><td>{e(b.evidence[:200])}</td></tr>"
-                 for b in state.blacklist.entries)
-    m = run_metrics(state, now)
-    lost = ", ".join(f"{k} {human(v)}" for k, v in m["lost_s_by_cause"].items()) or "-"
-    drains = "\n".join(drain_commands(state, now))
-    ettr = f"{m['ettr']:.1%}" if m["ettr"] is not None else "-"
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>run {e(state.run)}</title>
-<style>
-body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #222; }}
-.timeline {{ position: relative; height: 42px; background: #eceff1; border-radius: 4px; margin: 12px 0 4px; }}
-.seg {{ position: absolute; top: 4px; height: 34px; color: #fff; font-size: 12px; overflow: hidden;
-        white-space: nowrap; border-radius: 3px; padding: 0 4px; line-height: 34px; box-sizing: border-box;
-        border-right: 2px solid #fff; }}
-table {{ border-collapse: collapse; margin: 8px 0 20px; }}
-td, th {{ border: 1px solid #cfd8dc; padding: 3px 8px; text-align: left; vertical-align: top; }}
-th {{ background: #eceff1; }} pre {{ background: #f5f5f5; padding: 8px; white-space: pre-wrap; }}
-img {{ max-width: 100%; border: 1px solid #cfd8dc; }}
-</style></head><body>
-<h1>run {e(state.run)}: {e(state.status.value)}</h1>
-<p>{e(state.stop_reason)}</p>
-<p>iteration {state.best_iteration()}{f" of {state.target_iteration}" if state.target_iteration else ""};
-effective training time {ettr} of {human(m['wall_s'])} wall time; time lost: {e(lost)}</p>
-<h2>Timeline</h2>
-<div class="timeline" id="timeline">{''.join(bars)}</div>
-<p>Hover over a segment for its job, nodes, culprit and evidence.</p>
-<img alt="timeline and iterations" src="data:image/png;base64,{base64.b64encode(png).decode()}">
-<h2>Segments</h2>
-<table><tr><th>seg</th><th>job</th><th>nodes</th><th>excluded</th><th>iterations</th><th>cause</th>
-<th>culprit</th><th>action</th><th>reason</th></tr>{rows}</table>
-<h2>Blacklist</h2>
-<table><tr><th>node</th><th>cause</th><th>strikes</th><th>expires</th><th>evidence</th></tr>{bl}</table>
-{f"<p>For an admin:</p><pre>{e(drains)}</pre>" if drains else ""}
-</body></html>
-"""
+
+
+def _blacklist_rows(state: RunState) -> str:
+    e = html.escape
+    return "".join(f"<tr><td>{e(b.node)}</td><td>{e(b.cause.value)}</td><td>{b.strikes}</td>"
+                   f"<td>{e(b.expires.isoformat(timespec='minutes'))}</td><td>{e(b.evidence[:200])}</td></tr>"
+                   for b in state.blacklist.entries)
 
 
 def write_report(state: RunState, now: datetime, out_dir: Path) -> tuple[Path, Path]:

@@ -7,7 +7,8 @@ from typing import Any
 
 from rich.table import Table
 
-from orchestrator.state import RunState
+from orchestrator.model import BlacklistEntry
+from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import human, run_metrics
 
 
@@ -16,7 +17,6 @@ def _ts(d: datetime | None) -> str | None:
 
 
 def status_json(state: RunState, now: datetime) -> dict[str, Any]:
-    cur = state.current
     last = next((s for s in reversed(state.segments) if s.action), None)
     return {
         "run": state.run,
@@ -24,49 +24,55 @@ def status_json(state: RunState, now: datetime) -> dict[str, Any]:
         "stop_reason": state.stop_reason,
         "iteration": state.best_iteration(),
         "target_iteration": state.target_iteration,
-        "current": None if cur is None else {
-            "index": cur.index, "job_id": cur.job_id, "nodes": cur.nodes,
-            "job_state": cur.job_state.value if cur.job_state else ("SUBMITTED" if cur.job_id else "SUBMITTING"),
-            "queue": cur.queue_note,
-        },
+        "current": None if state.current is None else _current_json(state.current),
         "last_decision": None if last is None else {
             "segment": last.index, "action": last.action.value if last.action else None, "reason": last.reason,
         },
         "metrics": run_metrics(state, now),
         "drain_commands": drain_commands(state, now),
-        "segments": [
-            {
-                "index": s.index,
-                "job_id": s.job_id,
-                "nodes": s.nodes,
-                "excluded": s.excluded,
-                "resumed_from": s.resumed_from,
-                "start_iteration": s.start_iteration,
-                "end_iteration": s.end_iteration,
-                "job_state": s.job_state.value if s.job_state else None,
-                "cause": s.cause.value if s.cause else None,
-                "culprit_nodes": s.culprit_nodes,
-                "action": s.action.value if s.action else None,
-                "reason": s.reason,
-                "submitted_at": _ts(s.submitted_at),
-                "ended_at": _ts(s.ended_at),
-                "evidence": [e.model_dump(mode="json") for e in s.evidence if e.role == "root"][:5],
-            }
-            for s in state.segments
-        ],
-        "blacklist": [
-            {
-                "node": e.node,
-                "cause": e.cause.value,
-                "evidence": e.evidence,
-                "job_id": e.job_id,
-                "since": _ts(e.since),
-                "expires": _ts(e.expires),
-                "strikes": e.strikes,
-                "active": e.expires > now,
-            }
-            for e in state.blacklist.entries
-        ],
+        "segments": [_segment_json(s) for s in state.segments],
+        "blacklist": [_blacklist_entry_json(e, now) for e in state.blacklist.entries],
+    }
+
+
+def _current_json(cur: SegmentRecord) -> dict[str, Any]:
+    return {
+        "index": cur.index, "job_id": cur.job_id, "nodes": cur.nodes,
+        "job_state": cur.job_state.value if cur.job_state else ("SUBMITTED" if cur.job_id else "SUBMITTING"),
+        "queue": cur.queue_note,
+    }
+
+
+def _segment_json(s: SegmentRecord) -> dict[str, Any]:
+    return {
+        "index": s.index,
+        "job_id": s.job_id,
+        "nodes": s.nodes,
+        "excluded": s.excluded,
+        "resumed_from": s.resumed_from,
+        "start_iteration": s.start_iteration,
+        "end_iteration": s.end_iteration,
+        "job_state": s.job_state.value if s.job_state else None,
+        "cause": s.cause.value if s.cause else None,
+        "culprit_nodes": s.culprit_nodes,
+        "action": s.action.value if s.action else None,
+        "reason": s.reason,
+        "submitted_at": _ts(s.submitted_at),
+        "ended_at": _ts(s.ended_at),
+        "evidence": [e.model_dump(mode="json") for e in s.evidence if e.role == "root"][:5],
+    }
+
+
+def _blacklist_entry_json(e: BlacklistEntry, now: datetime) -> dict[str, Any]:
+    return {
+        "node": e.node,
+        "cause": e.cause.value,
+        "evidence": e.evidence,
+        "job_id": e.job_id,
+        "since": _ts(e.since),
+        "expires": _ts(e.expires),
+        "strikes": e.strikes,
+        "active": e.expires > now,
     }
 
 
