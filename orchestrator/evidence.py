@@ -21,6 +21,7 @@ class Match:
     peer_ip: str | None = None
     host: str | None = None  # the host that printed the line, when the line says so (pdsh, NCCL, kernel prefixes)
     kind: str = ""  # "" evidence | "done": the training reached its end
+    task: int | None = None  # srun --label task id, when the line had one
 
 
 @dataclass(frozen=True)

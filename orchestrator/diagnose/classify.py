@@ -56,8 +56,9 @@ def _refine_oom(nodes: list[NodeEvidence], oom_nodes: list[str], ctx: Context) -
 
 
 def _progress_culprit(nodes: list[NodeEvidence]) -> list[str]:
-    """The node whose progress stopped first (strictly behind all others), if there is one."""
-    its = {n.node: (n.last_iteration if n.last_iteration is not None else -1) for n in nodes}
+    """The node whose progress stopped first (strictly behind all others that print progress), if there is one.
+    A node that prints no progress at all (frameworks often log on one rank only) is never 'behind'."""
+    its = {n.node: n.last_iteration for n in nodes if n.last_iteration is not None and not n.job_wide}
     if len(its) < 2:
         return []
     low = min(its.values())
@@ -79,9 +80,17 @@ def _stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
 
 def _peer_culprits(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> list[str]:
     """Hosts whose address other nodes name in transport errors (NCCL INFO maps addresses to hosts)."""
-    owner = {ip: n.node for n in nodes for ip in n.addresses}
-    named = {owner[m.peer_ip] for n, m in secondary if m.peer_ip and m.peer_ip in owner and owner[m.peer_ip] != n.node}
-    return sorted(named) if 0 < len(named) < len(nodes) else []
+    owner = {ip: n.node for n in nodes if not n.job_wide for ip in n.addresses}
+    votes: Counter[str] = Counter()
+    for reporter, peer in {(_origin(n, m), owner[m.peer_ip]) for n, m in secondary
+                           if m.peer_ip and m.peer_ip in owner}:
+        if peer != reporter:
+            votes[peer] += 1  # one vote per reporting host
+    if not votes:
+        return []
+    top = max(votes.values())
+    named = [h for h, v in votes.items() if v == top]  # the host most peers name (others may name a reporter back)
+    return sorted(named) if len(named) < len(_all_hosts(nodes)) else []
 
 
 def _hang(nodes: list[NodeEvidence], secondary: list[Evidence]) -> Verdict | None:
@@ -214,19 +223,36 @@ def _from_roots(nodes: list[NodeEvidence], roots: list[tuple[NodeEvidence, Match
         culprits, blame, note = [], False, f"the same {cause.value} on every node: the job's, not a node's"
     if cause == Cause.USER_BUG:
         blame = False
+    if not culprits and cause in (Cause.HANG, Cause.NODE_FAIL):  # e.g. a ps listing with no host on its lines
+        culprits = _silent(nodes, secondary)
+        blame = bool(culprits)
     evidence = [_ev(n, m, "root") for n, m in culprit_matches[:20]]
     evidence += [_ev(n, m, "secondary") for n, m in (roots + secondary) if (n, m) not in culprit_matches][:30]
     conf = 0.9 if blame or cause in (Cause.USER_BUG, Cause.USER_OOM) else 0.7
     return _verdict(cause, culprits, blame, conf, evidence, note or f"first-rank error: {best[1].text[:160]}")
 
 
-def _silent(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> list[NodeEvidence]:
-    """Per-host logs where the peers complained (timeouts, aborts) and these did not: the ones they waited for."""
-    if any(n.job_wide for n in nodes) or len(nodes) < 2:
+QUIET_SIGNATURES = frozenset({"job_timelimit", "job_preempted", "job_requeue", "job_node_fail"})
+
+
+def _silent(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> list[str]:
+    """Hosts that printed no complaint while their peers timed out or aborted: the ones the peers waited for."""
+    everyone = _all_hosts(nodes)
+    if len(everyone) < 2:
         return []
-    loud = {n.node for n, m in secondary if m.signature not in ("job_timelimit", "job_preempted", "job_requeue")}
-    quiet = [n for n in nodes if n.node not in loud]
-    return quiet if loud and 0 < len(quiet) < len(nodes) else []
+    loud = {h for n, m in secondary if m.signature not in QUIET_SIGNATURES and (h := _origin(n, m))}
+    quiet = sorted(everyone - loud)
+    return quiet if loud and 0 < len(quiet) < len(everyone) else []
+
+
+def _cascade_cause(secondary: list[tuple[NodeEvidence, Match]]) -> Cause:
+    """IB completion errors, or transport errors with no collective timeout, are the network's; otherwise the
+    peers only saw a collective time out."""
+    if any(m.signature == "nccl_ib_peer" for _, m in secondary):
+        return Cause.NETWORK
+    causes = {Cause(m.cause) for _, m in secondary}
+    timed_out = any("timeout" in m.text.lower() or "timed out" in m.text.lower() for _, m in secondary)
+    return Cause.NETWORK if Cause.NETWORK in causes and not timed_out else Cause.NCCL_TIMEOUT
 
 
 def _from_cascade(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]], ctx: Context,
@@ -243,15 +269,15 @@ def _from_cascade(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence,
                         f"peers report transport errors from {','.join(peers)} (address from NCCL INFO)")
     quiet = _silent(nodes, secondary)
     if quiet:
-        dead = [n.node for n in quiet if n.abrupt_end]
+        by = {n.node: n for n in nodes}
+        dead = [h for h in quiet if h in by and by[h].abrupt_end]
         cause = Cause.NODE_FAIL if dead else Cause.HANG
-        names = dead or [n.node for n in quiet]
+        names = dead or quiet
         return _verdict(cause, names, True, 0.7, [_ev(n, m, "secondary") for n, m in secondary[:30]],
                         f"the peers timed out waiting; {','.join(names)} printed no error"
                         + (" and its output ends abruptly" if dead else " (it stopped making progress)"))
     if secondary:
-        cause = Cause(secondary[0][1].cause)
-        cause = cause if cause not in (Cause.UNKNOWN, Cause.TIMELIMIT, Cause.PREEMPTED) else Cause.NCCL_TIMEOUT
+        cause = _cascade_cause(secondary)
         behind = _progress_culprit(nodes)
         return _verdict(cause, behind, False, 0.5, [_ev(n, m, "secondary") for n, m in secondary[:30]],
                         "only cascade errors: the initiating fault left no line"

@@ -21,7 +21,8 @@ except ImportError:  # pragma: no cover - depends on the platform
 # py-spy thread headers and failures.
 SPECIAL = (
     (r"ORCH-AGENT (?:start|exit)|ORCH-ALLOCATION|Starting with JobEnvironment|Job completed successfully", False),
-    (r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using|NCCL INFO comm \S+ rank \d+ |srun: error: \S+: tasks? \d", False),
+    (r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using|NCCL INFO comm \S+ rank \d+ ", False),
+    (r"srun: error: \S+: tasks? \d|^\s*(?:host|rank)\s+: ", False),  # which host runs which task or rank
     (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|Failed to suspend process|py-spy timed out", False),
 )
 _NAMED = re.compile(r"\(\?P<\w+>")

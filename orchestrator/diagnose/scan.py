@@ -31,11 +31,14 @@ PYSPY_THREAD = re.compile(r"^Thread (?:0x)?[0-9a-f]+ \((?:idle|active)[^)]*\)")
 PYSPY_FRAME = re.compile(r"^\s*(?P<fn>[\w<>.]+) \((?P<file>[^():]+):\d+\)\s*$")
 PYSPY_STUCK = re.compile(r"Error: Failed to suspend process|py-spy timed out")
 # A host at the start of a line: pdsh "host: ", NCCL "host:pid:tid [dev]", syslog "host kernel:".
-HOST = r"[A-Za-z][\w-]*\d[\w.-]*"
-HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?)?(?P<h>{HOST}): (?=\S)")  # "host: " after an optional "[tag] "
-HOST_IN_LINE = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\]|(?:^|\s)(?P<k>{HOST}) kernel: |^\[\w+ (?P<b>{HOST})\]")
+HOST = r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)[A-Za-z][\w-]*\d[\w.-]*"
+# "host: " (pdsh, after an optional "[tag] "), or "[host] " / "[tag host] " (an epilog or a wrapper naming the host)
+HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?)?(?P<h>{HOST}): (?=\S)|^\[(?:\w+ )?(?P<b>{HOST})\] ?")
+HOST_IN_LINE = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\]|(?:^|\s)(?P<k>{HOST}) kernel: "
+                          rf"|^\[(?:\w+ )?(?P<b>{HOST})\]")  # kept for hosts inside a line
 # Lines that tell which host a rank runs on: srun's task reports and NCCL's per-rank init lines.
 SRUN_TASK = re.compile(rf"srun: error: (?P<h>{HOST}): tasks? (?P<t>\d+)(?:-\d+)?: ")
+SUMMARY = re.compile(r"^\s*(?P<key>host|rank)\s+: (?P<val>\S.*)$")  # torchrun's ChildFailedError summary
 NCCL_RANK = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\] NCCL INFO comm \S+ rank (?P<r>\d+) ")
 JOB_WIDE = re.compile(r"^(?:slurm|job|output|train|log|stdout|stderr)[-_.]?\d*(?:[-_.]\d+)*$", re.IGNORECASE)
 MAX_MATCHES = 400
@@ -74,21 +77,45 @@ def _iter_lines_forward(data: bytes, start: int, limit: int) -> Iterator[bytes]:
         start = nl + 1
 
 
+def _stamp(raw: str | None) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        ts = datetime.fromisoformat(raw.replace(",", ".").replace(" ", "T").replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Prefixes:
+    ts: datetime | None
+    task: int | None  # srun --label task id ("3: ")
+    rank: int | None  # torch rank ("[rank3]:", "[default3]:")
+    body: str
+
+
+def parse_prefixes(line: str) -> Prefixes:
+    """Strip the stacked prefixes launchers put before a line (timestamp, srun label, torch rank)."""
+    ts = task = rank = None
+    body = line
+    for _ in range(3):
+        m = PREFIX.match(body)
+        if not m or m.end() == 0:
+            break
+        ts = ts or _stamp(m.group("ts"))
+        if m.group("r1") is not None and task is None:
+            task = int(m.group("r1"))
+        r = m.group("r2") or m.group("r3")
+        if r is not None and rank is None:
+            rank = int(r)
+        body = body[m.end():]
+    return Prefixes(ts, task, rank, body)
+
+
 def parse_prefix(line: str) -> tuple[datetime | None, int | None, str]:
-    m = PREFIX.match(line)
-    if not m:
-        return None, None, line
-    ts = None
-    if m.group("ts"):
-        raw = m.group("ts").replace(",", ".").replace(" ", "T")
-        try:
-            ts = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-            if ts.tzinfo is None:
-                ts = ts.replace(tzinfo=UTC)
-        except ValueError:
-            ts = None
-    rank_s = m.group("r1") or m.group("r2") or m.group("r3")
-    return ts, (int(rank_s) if rank_s is not None else None), line[m.end() :]
+    p = parse_prefixes(line)
+    return p.ts, p.rank if p.rank is not None else p.task, p.body
 
 
 @dataclass
@@ -112,6 +139,8 @@ class NodeScan:
     nul_padding: bool = False
     hosts: set[str] = field(default_factory=set)
     rank_hosts: dict[int, str] = field(default_factory=dict)
+    task_hosts: dict[int, str] = field(default_factory=dict)
+    _summary_host: str = ""
     top_frames: list[str] = field(default_factory=list)  # from py-spy dumps found in the log
     stuck: str = ""
     _frame_next: bool = False
@@ -204,13 +233,16 @@ class NodeScan:
             self.lines += 1
         if not raw:
             return
-        ts, rank, body = parse_prefix(raw)
+        p = parse_prefixes(raw)
+        ts, task, rank, body = p.ts, p.task, p.rank, p.body
         host = None
         hm = HOST_PREFIX.match(body)
         if hm:
-            host = hm.group("h")
-            ts2, rank2, body = parse_prefix(body[hm.end():])
-            ts, rank = ts or ts2, rank if rank is not None else rank2
+            host = hm.group("h") or hm.group("b")
+            p2 = parse_prefixes(body[hm.end():])
+            ts, body = ts or p2.ts, p2.body
+            task = task if task is not None else p2.task
+            rank = rank if rank is not None else p2.rank
         else:
             hm2 = HOST_IN_LINE.search(body)
             if hm2:
@@ -222,7 +254,7 @@ class NodeScan:
         if "ORCH" in body or "submitit" in body:
             if ALLOC_MARK.search(body):
                 self._new_allocation()
-        self._rank_host(body, rank)
+        self._rank_host(body, task)
         if "NCCL INFO" in body:
             am = NCCL_ADDR.search(body)
             if am:
@@ -252,20 +284,29 @@ class NodeScan:
                 named = groups.get(sig.node_group) if sig.node_group else None
                 peer = groups.get(sig.peer_group) if sig.peer_group else None
                 self._add(Match(line_no, body[:MAX_TEXT], sig.name, sig.cause.value, sig.blame, sig.cascade,
-                                rank, ts, named, self.file, peer, host, sig.kind))
+                                rank if rank is not None else task, ts, named, self.file, peer, host, sig.kind,
+                                task))
                 return
 
-    def _rank_host(self, body: str, rank: int | None) -> None:
-        """Learn rank -> host from srun task reports and NCCL init lines (for files of the whole job)."""
-        if len(self.rank_hosts) >= 4096:
+    def _rank_host(self, body: str, task: int | None) -> None:
+        """Learn which host runs which srun task (srun's task reports, NCCL lines under an srun label) and
+        which torch rank (torchrun's failure summary: "host : X" then "rank : N")."""
+        if len(self.task_hosts) + len(self.rank_hosts) >= 8192:
             return
         tm = SRUN_TASK.search(body)
         if tm:
-            self.rank_hosts.setdefault(int(tm.group("t")), tm.group("h"))
+            self.task_hosts.setdefault(int(tm.group("t")), tm.group("h"))
             return
         nm = NCCL_RANK.match(body) if "NCCL INFO comm" in body else None
-        if nm:
-            self.rank_hosts.setdefault(rank if rank is not None else int(nm.group("r")), nm.group("h"))
+        if nm and task is not None:
+            self.task_hosts.setdefault(task, nm.group("h"))
+            return
+        sm = SUMMARY.match(body)
+        if sm and sm.group("key") == "host":
+            self._summary_host = sm.group("val")
+        elif sm and self._summary_host and sm.group("val").split()[0].isdigit():
+            self.rank_hosts.setdefault(int(sm.group("val").split()[0]), self._summary_host)
+            self._summary_host = ""
 
     def _stack_line(self, body: str) -> bool:  # noqa: C901
         """py-spy dumps in the log: the innermost frame of each thread dump, and failures to suspend."""
@@ -320,13 +361,18 @@ def scan_file(path: Path, node: str, signatures: tuple[Signature, ...], progress
             scan.feed_bytes(first, block, prefilter, newlines)
 
 
+def _host_of(scan: NodeScan, m: Match) -> str | None:
+    if m.task is not None and m.task in scan.task_hosts:
+        return scan.task_hosts[m.task]
+    return scan.rank_hosts.get(m.rank) if m.rank is not None else None
+
+
 def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: str = "",
               top_frames: tuple[str, ...] = (), fs_suspect: bool = False) -> NodeEvidence:
     job_wide = bool(JOB_WIDE.match(scan.node))
     matches = tuple(scan.matches)
-    if job_wide and scan.rank_hosts:
-        matches = tuple(replace(m, host=m.host or (scan.rank_hosts.get(m.rank) if m.rank is not None else None))
-                        for m in matches)
+    if job_wide and (scan.rank_hosts or scan.task_hosts):
+        matches = tuple(replace(m, host=m.host or _host_of(scan, m)) for m in matches)
     return NodeEvidence(
         node=scan.node,
         file=scan.file,
@@ -341,6 +387,6 @@ def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: st
         fs_suspect=fs_suspect,
         addresses=frozenset(scan.addresses),
         abrupt_end=scan.nul_padding,
-        hosts=frozenset(scan.hosts | set(scan.rank_hosts.values())),
+        hosts=frozenset(scan.hosts | set(scan.rank_hosts.values()) | set(scan.task_hosts.values())),
         job_wide=job_wide,
     )

@@ -44,6 +44,12 @@ BUILTIN: tuple[Signature, ...] = (
               source="NCCL net_ib async event thread (ibv_get_async_event)"),
     Signature("info_pg_not_destroyed", r"process group has NOT been destroyed|destroy_process_group\(\) was not called",
               C.UNKNOWN, kind="info", source="torch ProcessGroupNCCL destructor warning"),
+    # The process was told to stop (Slurm cancelled the step, torchrun relayed SIGTERM): not a complaint.
+    Signature("info_killed",
+              r"SignalException: Process \d+ got signal: (?:15|2|1)\b"
+              r"|Received Signals\.SIG(?:TERM|INT|HUP) death signal|exitcode\s*: -15\b"
+              r"|Signal 15 \(SIGTERM\) received|^Terminated$|^KeyboardInterrupt",
+              C.UNKNOWN, kind="info", source="torch.distributed.elastic SignalException; Slurm step cancel"),
     # The training reached its end: a crash or hang after this is teardown, the run succeeded.
     Signature("train_done",
               r"Training completed|Training complete\b|training (?:is )?(?:finished|done)\b|finished training"
@@ -90,7 +96,7 @@ BUILTIN: tuple[Signature, ...] = (
     Signature(
         "cuda_oom",
         r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError: CUDA|cudaErrorMemoryAllocation"
-        r"|CUBLAS_STATUS_ALLOC_FAILED|NCCL WARN Cuda failure 'out of memory'",
+        r"|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure \d* ?'out of memory'",
         C.USER_OOM,
         source="PyTorch caching allocator; BigScience second crash in barrier()",
     ),
@@ -154,6 +160,14 @@ BUILTIN: tuple[Signature, ...] = (
         r"|LustreError|lustre.*(?:evicted|timeout)|GPFS.*(?:error|unmounted)|ORCH-FS-PROBE FAILED",
         C.FILESYSTEM,
         source="errno strings ESTALE/ENOTCONN/EIO/EROFS",
+    ),
+    Signature(
+        "hung_task",
+        r"INFO: task \S+ blocked for more than \d+ seconds|blocked for more than \d+ seconds"
+        r"|^\s*(?:\S+\s+)?\d+\s+D[lsNL+<]*\s+\S+.*\bpython|state D\b|uninterruptible sleep",
+        C.HANG,
+        blame=True,
+        source="kernel hung_task detector; ps STAT D (Hugging Face 64-GPU hang, CONTEXT.md)",
     ),
     Signature("segfault", r"Segmentation fault|SIGSEGV|signal 11\b|Signals\.SIGSEGV", C.SEGFAULT, blame=True),
     Signature("bus_error", r"Bus error|SIGBUS|signal 7\b|Signals\.SIGBUS", C.BUS_ERROR, blame=True),
