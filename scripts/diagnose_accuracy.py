@@ -23,7 +23,7 @@ CORPUS = DATA / "corpus"
 SPLITS = {"corpus": CORPUS, "blind": DATA / "blind"}
 
 
-def evaluate(corpus: Path = CORPUS) -> dict[str, object]:
+def evaluate(corpus: Path = CORPUS) -> dict[str, Any]:
     rows = []
     for case in sorted(p for p in corpus.iterdir() if p.is_dir()):
         exp = json.loads((case / "expected.json").read_text())
