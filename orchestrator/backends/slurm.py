@@ -117,7 +117,6 @@ class SlurmBackend:
         self.cfg, self.clock, self.run_dir, self.runner = cfg, clock, Path(run_dir), runner
         self.attempts = attempts
         self._nodes: tuple[datetime, list[str]] | None = None
-        self.commands_run = 0
 
     # ---- commands --------------------------------------------------------------------------
     def _sleep(self, seconds: float) -> None:
@@ -135,7 +134,6 @@ class SlurmBackend:
         try:
             for attempt in retry:
                 with attempt:
-                    self.commands_run += 1
                     return self.runner(argv, self.cfg.command_timeout_s)
         except RetryError as exc:
             raise SchedulerUnavailable(str(exc.last_attempt.exception())) from None
@@ -205,7 +203,6 @@ class SlurmBackend:
                     return live[-1]  # sbatch went through although the answer was lost
                 raise SchedulerUnavailable(text[:300]) from None
             raise BackendError(f"sbatch rejected segment {spec.index}: {text.strip()[-500:]}") from None
-        self.commands_run += 1
         return JobRef(job_id=str(job.job_id), submitted_at=submitted_at, backend=self.name)
 
     def poll(self, refs: list[JobRef]) -> dict[str, JobStatus]:
