@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +38,22 @@ def write_config(tmp: Path, cfg: dict[str, Any], name: str = "run.yaml") -> Path
 @pytest.fixture
 def cfg_path(tmp_path: Path) -> Path:
     return write_config(tmp_path, base_config(tmp_path))
+
+
+@pytest.fixture
+def fake_slurm_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """sbatch/srun/sinfo stand-ins that record exactly what they were given."""
+    bindir, rec = tmp_path / "bin", tmp_path / "rec"
+    bindir.mkdir()
+    rec.mkdir()
+    scripts = {
+        "sbatch": f'#!/bin/sh\ncp "$1" {rec}/script.sh\nprintf "%s\\n" "$@" > {rec}/sbatch.argv\n'
+                  'echo "Submitted batch job 4242"\n',
+        "srun": f"#!/usr/bin/env python3\nimport json, sys\njson.dump(sys.argv[1:], open('{rec}/srun.json', 'w'))\n",
+        "sinfo": "#!/bin/sh\nprintf 'node1\\nnode2\\nnode3\\nnode4\\n'\n",
+    }
+    for name, text in scripts.items():
+        (bindir / name).write_text(text)
+        (bindir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    return rec

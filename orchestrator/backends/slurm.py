@@ -7,15 +7,18 @@ never *failed*. Jobs are submitted with --no-requeue so that only the controller
 
 from __future__ import annotations
 
+import os
+import re
+import shlex
 import subprocess
-import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import submitit
-from submitit.slurm.slurm import _make_sbatch_string
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 from tenacity import wait_random_exponential as wait_rexp
 
@@ -109,6 +112,23 @@ def parse_squeue(text: str) -> dict[str, JobStatus]:
     return out
 
 
+def _plain_tmp() -> str:
+    """A temporary directory whose path needs no shell quoting (render() relies on that)."""
+    tmp = tempfile.gettempdir()
+    return tmp if shlex.quote(tmp) == tmp else "/tmp"
+
+
+@contextmanager
+def _path_first(bindir: Path) -> Iterator[None]:
+    """Put `bindir` first on PATH for the duration (submitit looks up srun and sbatch on PATH)."""
+    old = os.environ.get("PATH", "")
+    os.environ["PATH"] = f"{bindir}{os.pathsep}{old}"
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = old
+
+
 class SlurmBackend:
     name = "slurm"
 
@@ -180,9 +200,31 @@ class SlurmBackend:
     def folder(self, spec: SegmentSpec) -> Path:
         return Path(spec.segment_dir) / "submitit"
 
+    def _executor(self, folder: Path, spec: SegmentSpec) -> submitit.SlurmExecutor:
+        """The one place that configures submitit; used by submit() and by render()'s rehearsal."""
+        ex = submitit.SlurmExecutor(folder=folder / "%j", max_num_timeout=0)
+        ex.update_parameters(**self._params(spec))
+        return ex
+
     def render(self, spec: SegmentSpec) -> str:
-        cmd = f"{sys.executable} -u -m submitit.core._submit {self.folder(spec)}"
-        return _make_sbatch_string(command=cmd, folder=self.folder(spec) / "%j", **self._params(spec))
+        """The batch script submit() hands to sbatch for `spec`, byte for byte (for the dry run).
+
+        submitit has no public call that only renders, so this rehearses submit() with submitit's public
+        API: the same executor submits to a stand-in sbatch in a scratch folder, and the scratch folder is
+        then put back to the segment's folder in each (shell-quoted) word that names it."""
+        with tempfile.TemporaryDirectory(prefix="orch-render-", dir=_plain_tmp()) as tmp:
+            scratch = Path(tmp) / "submitit"
+            bindir = Path(tmp) / "bin"
+            bindir.mkdir()
+            for tool, text in (("sbatch", 'echo "Submitted batch job 1"'), ("srun", "exit 1")):
+                (bindir / tool).write_text(f"#!/bin/sh\n{text}\n")
+                (bindir / tool).chmod(0o755)
+            with _path_first(bindir):
+                job = self._executor(scratch, spec).submit(run_node, spec)
+            script = Path(job.paths.submission_file).read_text()
+        real = str(self.folder(spec).expanduser().absolute())
+        return re.sub(re.escape(str(scratch)) + r"[^\s'\"]*",
+                      lambda m: shlex.quote(real + m.group(0)[len(str(scratch)):]), script)
 
     def submit(self, spec: SegmentSpec) -> JobRef:
         known = self.nodes()
@@ -190,8 +232,7 @@ class SlurmBackend:
             unknown = [n for n in spec.exclude if n not in known]
             if unknown:
                 raise BackendError(f"exclude names nodes sinfo does not know: {','.join(unknown)}")
-        ex = submitit.SlurmExecutor(folder=self.folder(spec) / "%j", max_num_timeout=0)
-        ex.update_parameters(**self._params(spec))
+        ex = self._executor(self.folder(spec), spec)
         submitted_at = self.clock.now()
         try:
             job = ex.submit(run_node, spec)

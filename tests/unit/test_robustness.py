@@ -10,8 +10,6 @@ import threading
 from datetime import datetime
 from pathlib import Path
 
-import pytest
-
 from orchestrator.backends.slurm import SlurmBackend
 from orchestrator.blacklist import ExcludePlan
 from orchestrator.clock import FakeClock
@@ -50,25 +48,6 @@ def test_fifo_log_never_hangs_the_loop(tmp_path: Path) -> None:
     except BrokenPipeError:
         pass
     w.close()
-
-
-@pytest.fixture
-def fake_slurm_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """sbatch/srun/sinfo stand-ins that record exactly what they were given."""
-    bindir, rec = tmp_path / "bin", tmp_path / "rec"
-    bindir.mkdir()
-    rec.mkdir()
-    scripts = {
-        "sbatch": f'#!/bin/sh\ncp "$1" {rec}/script.sh\nprintf "%s\\n" "$@" > {rec}/sbatch.argv\n'
-                  'echo "Submitted batch job 4242"\n',
-        "srun": f"#!/usr/bin/env python3\nimport json, sys\njson.dump(sys.argv[1:], open('{rec}/srun.json', 'w'))\n",
-        "sinfo": "#!/bin/sh\nprintf 'node1\\nnode2\\nnode3\\nnode4\\n'\n",
-    }
-    for name, text in scripts.items():
-        (bindir / name).write_text(text)
-        (bindir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    return rec
 
 
 def test_shell_metacharacters_reach_sbatch_as_literal_text(tmp_path: Path, fake_slurm_bin: Path) -> None:
