@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 
+from orchestrator.backends.base import Backend
+from orchestrator.backends.local import LocalBackend
+from orchestrator.backends.slurm import SlurmBackend
 from orchestrator.clock import FakeClock
 from orchestrator.loop.controller import Controller
 from orchestrator.loop.submission import intent, prepare
 from orchestrator.model import Action, Cause, JobState, RunStatus
-from orchestrator.settings import load_settings, parse_overrides
+from orchestrator.settings import SlurmBackendCfg, load_settings, parse_overrides
 from orchestrator.state import StateStore
 from tests.conftest import base_config, write_config
 from tests.fakes import FakeCluster, Fault
@@ -192,3 +195,14 @@ def test_hung_checkpoint_directory_blocks_submission_not_the_loop(tmp_path: Path
     assert cluster.submitted == [] and clock.slept >= 3  # waited a poll each time, submitted nothing
     gate.set()
     assert ctl.run().status == RunStatus.DONE and len(cluster.submitted) == 1
+
+
+def test_fake_cluster_and_real_backends_satisfy_the_backend_protocol(tmp_path: Path) -> None:
+    # mypy --strict (scripts/test.sh) checks these assignments against the Backend protocol, method by method:
+    # a fake that drifts from the protocol fails the type check, not only a scenario.
+    clock = FakeClock()
+    fake: Backend = FakeCluster(clock, NODES, 10, tmp_path / "ckpt")
+    local: Backend = LocalBackend(NODES, tmp_path / "local", clock)
+    slurm: Backend = SlurmBackend(SlurmBackendCfg(), clock, tmp_path / "run", runner=lambda argv, t: "node1\n")
+    assert [b.name for b in (fake, local, slurm)] == ["fake", "local", "slurm"]
+    assert fake.nodes() == NODES and fake.find_jobs("t.seg0001") == [] and fake.poll([]) == {}
