@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 # shellcheck disable=SC1091
 . scripts/_venv.sh dev "[dev]"
 echo "== ruff ==" && ruff check orchestrator tests scripts
-echo "== mypy ==" && mypy orchestrator
+echo "== import layers ==" && lint-imports
+echo "== mypy ==" && mypy --strict orchestrator tests
 echo "== pytest ==" && python -m pytest -q -p no:cacheprovider "$@"
