@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.backends.base import SchedulerUnavailable
-from orchestrator.backends.slurm import CommandFailed, SlurmBackend, parse_sacct, parse_squeue, parse_state
+from orchestrator.backends.slurm import SlurmBackend
+from orchestrator.backends.slurm_commands import CommandFailed, parse_sacct, parse_squeue, parse_state
 from orchestrator.clock import FakeClock
 from orchestrator.model import JobRef, JobState
 from orchestrator.settings import SlurmBackendCfg

@@ -1,0 +1,89 @@
+"""Slurm's command line as text: running one command (argv list, timeout) and parsing what sacct and squeue
+print into JobStatus values. Pure apart from run_command."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from orchestrator.blacklist import expand
+from orchestrator.model import JobRef, JobState, JobStatus
+
+Runner = Callable[[list[str], float], str]
+SACCT_FIELDS = "JobIDRaw,JobName,State,ExitCode,NodeList,Submit,Start,End"
+class CommandFailed(Exception):
+    def __init__(self, argv: list[str], detail: str):
+        super().__init__(f"{argv[0]}: {detail.strip()[:300]}")
+        self.detail = detail
+
+
+def run_command(argv: list[str], timeout: float) -> str:
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)  # noqa: S603
+    except subprocess.TimeoutExpired:
+        raise CommandFailed(argv, f"timed out after {timeout:.0f}s") from None
+    except OSError as exc:
+        raise CommandFailed(argv, str(exc)) from None
+    if res.returncode != 0:
+        raise CommandFailed(argv, res.stderr or res.stdout or f"exit {res.returncode}")
+    return res.stdout
+
+
+def parse_state(raw: str) -> JobState:
+    word = raw.split()[0] if raw.strip() else ""
+    if word in JobState.__members__:
+        return JobState(word)
+    return {
+        "CONFIGURING": JobState.PENDING, "REQUEUED": JobState.PENDING, "REQUEUE_HOLD": JobState.PENDING,
+        "RESIZING": JobState.RUNNING, "SUSPENDED": JobState.RUNNING, "STOPPED": JobState.RUNNING,
+        "SIGNALING": JobState.RUNNING, "STAGE_OUT": JobState.COMPLETING, "BOOT_FAIL": JobState.NODE_FAIL,
+        "DEADLINE": JobState.TIMEOUT, "REVOKED": JobState.CANCELLED, "SPECIAL_EXIT": JobState.FAILED,
+    }.get(word, JobState.UNKNOWN)
+
+
+def parse_time(raw: str) -> datetime | None:
+    if not raw or raw in ("Unknown", "None"):
+        return None
+    try:
+        return datetime.fromisoformat(raw).astimezone()
+    except ValueError:
+        return None
+
+
+def parse_sacct(text: str, refs: list[JobRef]) -> dict[str, JobStatus]:
+    """Parse `sacct -X -n -P -o SACCT_FIELDS`; pick the row whose submit time matches each ref."""
+    rows: dict[str, list[list[str]]] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 8:
+            rows.setdefault(parts[0], []).append(parts)
+    out = {}
+    for ref in refs:
+        cands = rows.get(ref.job_id, [])
+        # a reused job id: keep the row submitted at (or after) our submission, never an older job's
+        ok = [r for r in cands if (parse_time(r[5]) or ref.submitted_at) >= ref.submitted_at - timedelta(minutes=10)]
+        if not ok:
+            continue
+        r = ok[-1]
+        code, _, sig = r[3].partition(":")
+        out[ref.job_id] = JobStatus(
+            state=parse_state(r[2]),
+            exit_code=int(code) if code.isdigit() else None,
+            nodes=tuple(expand(r[4])) if r[4] and r[4] != "None assigned" else (),
+            reason=f"signal {sig}" if sig not in ("", "0") else "",
+            started_at=parse_time(r[6]),
+            ended_at=parse_time(r[7]),
+        )
+    return out
+
+
+def parse_squeue(text: str) -> dict[str, JobStatus]:
+    out = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 4:
+            state = parse_state(parts[1])
+            out[parts[0]] = JobStatus(state=state, nodes=tuple(expand(parts[2])) if parts[2] else (),
+                                      reason=parts[3], nodes_final=state == JobState.RUNNING)
+    return out
