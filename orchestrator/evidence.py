@@ -41,3 +41,4 @@ class NodeEvidence:
     abrupt_end: bool = False  # the output ends in NUL padding: the node went down mid-write
     hosts: frozenset[str] = frozenset()  # hosts named by line prefixes (a job-wide file holds several)
     job_wide: bool = False  # one file for the whole job: its name is not a host
+    address_hosts: tuple[tuple[str, str], ...] = ()  # (IP, host) pairs a job-wide file announced

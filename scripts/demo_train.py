@@ -12,7 +12,13 @@ Faults (--fault, repeatable) print the error text real stacks print, on the name
   oom_startup:NODE     CUDA OOM in the first barrier()
   hang:NODE:ITER       the rank stops answering at ITER (interruptible sleep), once per run
   exception:NODE|all:ITER  a Python exception at ITER on every matching rank (a user bug)
+  keyerror:NODE|all:ITER   the same KeyError at ITER, printed as torchrun prints it ([rankN]: prefixes)
+  segfault:NODE|all:ITER   a native crash (Python's faulthandler text, then SIGSEGV)
   nan:all:ITER         the loss becomes NaN at ITER
+
+A collective that times out (--collective-timeout) prints what PyTorch's NCCL watchdog prints: the
+[rankN]:-prefixed c10d lines, the DistBackendError traceback and the c10 `terminate called ... what():`
+lines, then the rank aborts (SIGABRT), as on a real cluster.
 """
 
 from __future__ import annotations
@@ -63,6 +69,76 @@ def die_ecc(it: int) -> None:
     os.kill(os.getpid(), signal.SIGABRT)
 
 
+def _c10_stamp() -> str:
+    t = time.time()
+    return time.strftime("%m%d %H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1e9):09d}"
+
+
+def die_collective_timeout(rank: int, seq: int, numel: int, timeout_s: float, waited_s: float) -> None:
+    """PyTorch 2.4+ output when the NCCL watchdog sees a collective time out, then abort."""
+    work = (f"WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn={numel}, NumelOut={numel}, "
+            f"Timeout(ms)={int(timeout_s * 1000)}) ran for {int(waited_s * 1000)} milliseconds before timing out.")
+    pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}]"
+    p = f"[rank{rank}]:"
+    lines = [
+        f"{p}[E{_c10_stamp()} ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective operation "
+        f"timeout: {work}",
+        f"{p}[E{_c10_stamp()} ProcessGroupNCCL.cpp:1785] {pg} Exception (either an error or timeout) detected by "
+        f"watchdog at work: {seq}, last enqueued NCCL work: {seq}, last completed NCCL work: {seq - 1}.",
+        f"{p}[E{_c10_stamp()} ProcessGroupNCCL.cpp:1834] {pg} Timeout at NCCL work: {seq}, last enqueued NCCL work: "
+        f"{seq}, last completed NCCL work: {seq - 1}.",
+        f"{p}[E{_c10_stamp()} ProcessGroupNCCL.cpp:630] [Rank {rank}] Some NCCL operations have failed or timed out. "
+        "Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
+        "corrupted/incomplete data.",
+        f"{p}[E{_c10_stamp()} ProcessGroupNCCL.cpp:636] [Rank {rank}] To avoid data inconsistency, we are taking the "
+        "entire process down.",
+        f"{p}: Traceback (most recent call last):",
+        f'{p}:   File "pretrain_gpt.py", line 231, in <module>',
+        f"{p}:     train_step(model, batch)",
+        f'{p}:   File "/opt/torch/distributed/c10d_logger.py", line 83, in wrapper',
+        f"{p}:     return func(*args, **kwargs)",
+        f'{p}:   File "/opt/torch/distributed/distributed_c10d.py", line 2501, in all_reduce',
+        f"{p}:     work.wait()",
+        f"{p}: torch.distributed.DistBackendError: [Rank {rank}] Watchdog caught collective operation timeout: {work}",
+        "terminate called after throwing an instance of 'c10::DistBackendError'",
+        f"  what():  {pg} Process group watchdog thread terminated with exception: [Rank {rank}] Watchdog caught "
+        f"collective operation timeout: {work}",
+        "Exception raised from checkTimeout at /opt/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:618 "
+        "(most recent call first):",
+    ]
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.kill(os.getpid(), signal.SIGABRT)
+
+
+def die_keyerror(rank: int, it: int) -> None:
+    """A user bug as torchrun shows it with --log-line-prefix / tee: every line prefixed with the rank."""
+    p = f"[rank{rank}]:"
+    sys.stderr.write("\n".join([
+        f"{p} Traceback (most recent call last):",
+        f'{p}   File "pretrain_gpt.py", line 231, in <module>',
+        f"{p}     loss = forward_step(batch, model)",
+        f'{p}   File "pretrain_gpt.py", line 148, in forward_step',
+        f'{p}     tokens = batch["input_ids"]',
+        f"{p} KeyError: 'input_ids'",
+    ]) + "\n")
+    sys.stderr.flush()
+    sys.exit(1)
+
+
+def die_segfault(it: int) -> None:
+    sys.stderr.write(
+        "Fatal Python error: Segmentation fault\n\n"
+        f"Current thread 0x00007f3a2c1ff740 (most recent call first):\n"
+        '  File "/opt/apex/fused_dense.py", line 88 in forward\n'
+        f'  File "pretrain_gpt.py", line 148 in forward_step (iteration {it})\n'
+    )
+    sys.stderr.flush()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
 def die_oom_barrier() -> None:
     sys.stderr.write(
         "Traceback (most recent call last):\n"
@@ -97,11 +173,7 @@ class AllReduce:
                 break
             waited = time.monotonic() - start
             if waited > self.timeout:
-                print(f"[Rank {self.rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, "
-                      f"OpType=ALLREDUCE, NumelIn={arr.size}, NumelOut={arr.size}, "
-                      f"Timeout(ms)={int(self.timeout * 1000)}) ran for {int(waited * 1000)} milliseconds "
-                      "before timing out.", file=sys.stderr, flush=True)
-                sys.exit(1)
+                die_collective_timeout(self.rank, seq, arr.size, self.timeout, waited)
             time.sleep(0.005)
         total = sum(np.load(f) for f in files)
         if self.rank == 0 and seq >= 3:  # everyone has read seq-2 by now (they reached seq)
@@ -181,6 +253,10 @@ def main() -> int:
                     print(f"PID {os.getpid()}: After clip in _do_batch", flush=True)
                     while True:
                         time.sleep(3600)
+            if kind == "keyerror":
+                die_keyerror(rank, it)
+            if kind == "segfault":
+                die_segfault(it)
             if kind == "exception":
                 raise ValueError(f"could not broadcast input array from shape (8,{DIM}) into shape (8,{DIM + 1}) "
                                  f"(batch at iteration {it})")

@@ -7,6 +7,7 @@
 #   scripts/slurm-testbed.sh crash NODE       kill the node's namespace: every process on it dies at once
 #   scripts/slurm-testbed.sh revive NODE      start the node's slurmd again
 #   scripts/slurm-testbed.sh freeze-job NODE  freeze the job's processes on NODE (cgroup freezer: state D)
+#   scripts/slurm-testbed.sh freeze-rank NODE [TEXT]  freeze only the training ranks on NODE (the agent stays up)
 #   scripts/slurm-testbed.sh thaw-job NODE
 #   scripts/slurm-testbed.sh stop-ctld|start-ctld   a scheduler outage (jobs keep running on the nodes)
 #   scripts/slurm-testbed.sh env              print the export line clients need (SLURM_CONF)
@@ -231,12 +232,12 @@ crash() {
 }
 
 job_pids_on() {  # processes under slurmstepd inside the node's namespace, except slurmstepd itself
-  local n=$1 root
+  local n=$1 root match=${2:-}  # optional: only processes whose command line contains this text
   root=$(node_pid1 "$n")
   [ -n "$root" ] || return 0
-  python3 - "$root" <<'PY'
+  python3 - "$root" "$match" <<'PY'
 import os, sys
-root = int(sys.argv[1])
+root, match = int(sys.argv[1]), sys.argv[2]
 parent, comm = {}, {}
 for d in os.listdir("/proc"):
     if d.isdigit():
@@ -255,14 +256,20 @@ def chain(p):
 for pid in parent:
     c = chain(pid)
     if root in c and comm[pid] not in ("slurmstepd", "slurmd", "sh") and any(comm.get(a) == "slurmstepd" for a in c[1:]):
+        if match:
+            try:
+                if match.encode() not in open(f"/proc/{pid}/cmdline", "rb").read():
+                    continue
+            except OSError:
+                continue
         print(pid)
 PY
 }
 
-freeze() {
+freeze() {  # freeze NODE [MATCH]: every job process on NODE, or only those whose command line has MATCH
   local n=$1 cg=/sys/fs/cgroup/freezer/orch-$1 pids
   mkdir -p "$cg"
-  pids=$(job_pids_on "$n")
+  pids=$(job_pids_on "$n" "${2:-}")
   [ -n "$pids" ] || { log "no job processes on $n"; exit 1; }
   for p in $pids; do echo "$p" >"$cg/cgroup.procs" 2>/dev/null || true; done
   echo FROZEN >"$cg/freezer.state"
@@ -287,9 +294,10 @@ case "${1:-}" in
   crash) crash "${2:?node}" ;;
   revive) start_node "${2:?node}"; wait_for 60 "node $2" sh -c "sinfo -h -n $2 -o %t | grep -qE 'idle|mix|alloc'" ;;
   freeze-job) freeze "${2:?node}" ;;
+  freeze-rank) freeze "${2:?node}" "${3:-demo_train}" ;;
   thaw-job) thaw "${2:?node}" ;;
   stop-ctld) pkill -f "slurmctld -D" || true; wait_for 30 "slurmctld down" sh -c '! scontrol ping' ;;
   start-ctld) start_ctld ;;
   env) echo "export SLURM_CONF=$CONF" ;;
-  *) sed -n '2,16p' "$0"; exit 2 ;;
+  *) sed -n '2,17p' "$0"; exit 2 ;;
 esac

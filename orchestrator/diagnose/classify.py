@@ -55,6 +55,12 @@ def _refine_oom(nodes: list[NodeEvidence], oom_nodes: list[str], ctx: Context) -
     return Cause.USER_OOM, False, "CUDA OOM on every node or after training progressed: the model does not fit"
 
 
+def _node_fail_culprits(nodes: list[NodeEvidence]) -> list[str]:
+    """Slurm says a node failed: the host whose output ends abruptly (NUL padding), else the one behind."""
+    dead = sorted(n.node for n in nodes if n.abrupt_end and not n.job_wide)
+    return dead if 0 < len(dead) < len(nodes) else _progress_culprit(nodes)
+
+
 def _progress_culprit(nodes: list[NodeEvidence]) -> list[str]:
     """The node whose progress stopped first (strictly behind all others that print progress), if there is one.
     A node that prints no progress at all (frameworks often log on one rank only) is never 'behind'."""
@@ -79,13 +85,17 @@ def _stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
 
 
 def _peer_culprits(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> list[str]:
-    """Hosts whose address other nodes name in transport errors (NCCL INFO maps addresses to hosts)."""
+    """The host the transport errors point at. Several hosts naming one peer (NCCL INFO maps addresses to
+    hosts): that peer. A single host reporting IB completion errors: that host's own link is as suspect as
+    the peer, and it is the one with evidence; a refused connection: the peer, which is not listening."""
     owner = {ip: n.node for n in nodes if not n.job_wide for ip in n.addresses}
-    votes: Counter[str] = Counter()
-    for reporter, peer in {(_origin(n, m), owner[m.peer_ip]) for n, m in secondary
-                           if m.peer_ip and m.peer_ip in owner}:
-        if peer != reporter:
-            votes[peer] += 1  # one vote per reporting host
+    owner.update({ip: h for n in nodes for ip, h in n.address_hosts})
+    reports = {(r, owner.get(m.peer_ip or ""), m.signature) for n, m in secondary
+               if m.peer_ip and (r := _origin(n, m))}
+    votes: Counter[str] = Counter(peer for r, peer, _ in {(r, p, "") for r, p, _ in reports} if peer and peer != r)
+    reporters = {r for r, _, _ in reports}
+    if len(reporters) == 1 and all(sig == "nccl_ib_peer" for _, _, sig in reports):
+        return sorted(reporters) if len(_all_hosts(nodes)) > 1 else []
     if not votes:
         return []
     top = max(votes.values())
@@ -93,7 +103,7 @@ def _peer_culprits(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence
     return sorted(named) if len(named) < len(_all_hosts(nodes)) else []
 
 
-def _hang(nodes: list[NodeEvidence], secondary: list[Evidence]) -> Verdict | None:
+def _hang(nodes: list[NodeEvidence], secondary: list[Evidence], stuck_only: bool = False) -> Verdict | None:
     """Who stalled the segment: a process in D state, an agent that stopped answering, a rank outside
     the collective everyone else waits in, or the node whose progress stopped first."""
     stuck = [n for n in nodes if n.stuck_detail]
@@ -105,6 +115,8 @@ def _hang(nodes: list[NodeEvidence], secondary: list[Evidence]) -> Verdict | Non
                             "a training process is stuck in filesystem I/O: the shared filesystem, not the node")
         return _verdict(Cause.HANG, [n.node for n in stuck], True, 0.9, ev + secondary,
                         "a training process was stuck while the others waited")
+    if stuck_only:
+        return None
     odd, common = _stack_outliers(nodes)
     if odd:
         ev = [Evidence(node=n.node, file=n.file, text=f"innermost frames {', '.join(n.top_frames)}; the others "
@@ -161,7 +173,7 @@ def _finished(nodes: list[NodeEvidence], roots: list[tuple[NodeEvidence, Match]]
 
 
 SYMMETRIC = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.USER_BUG, Cause.NETWORK,
-                       Cause.NCCL_TIMEOUT})
+                       Cause.NCCL_TIMEOUT, Cause.HANG})
 
 
 def _split(nodes: list[NodeEvidence]) -> tuple[list[tuple[NodeEvidence, Match]], list[tuple[NodeEvidence, Match]]]:
@@ -183,8 +195,8 @@ def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict
     if _finished(nodes, roots):
         return _verdict(Cause.SUCCESS, [], False, 0.8, [_ev(n, m, "secondary") for n, m in (roots + secondary)[:20]],
                         "the training printed its end and then ended (teardown, or idle until the time limit)")
-    if ctx.stalled and not roots:
-        hung = _hang(nodes, [_ev(n, m, "secondary") for n, m in secondary[:20]])
+    if not roots and (ctx.stalled or any(n.stuck_detail for n in nodes)):
+        hung = _hang(nodes, [_ev(n, m, "secondary") for n, m in secondary[:20]], stuck_only=not ctx.stalled)
         if hung is not None:
             return hung
     state_cause = _from_job_state(job)
@@ -195,7 +207,7 @@ def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict
     if roots:
         return _from_roots(nodes, roots, secondary, ctx)
     if state_cause is not None:
-        culprits = _progress_culprit(nodes) if state_cause == Cause.NODE_FAIL else []
+        culprits = _node_fail_culprits(nodes) if state_cause == Cause.NODE_FAIL else []
         return _verdict(state_cause, culprits, bool(culprits), 0.8 if culprits else 0.6,
                         [_ev(n, m, "secondary") for n, m in secondary[:20]], f"Slurm job state {job.state.value}")
     return _from_cascade(nodes, secondary, ctx, job)
@@ -240,9 +252,12 @@ def _silent(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match
     everyone = _all_hosts(nodes)
     if len(everyone) < 2:
         return []
-    loud = {h for n, m in secondary if m.signature not in QUIET_SIGNATURES and (h := _origin(n, m))}
+    complaints = [(n, m) for n, m in secondary if m.signature not in QUIET_SIGNATURES]
+    if any(_origin(n, m) is None for n, m in complaints):
+        return []  # some complaints cannot be tied to a host: silence proves nothing
+    loud = {h for n, m in complaints if (h := _origin(n, m))}
     quiet = sorted(everyone - loud)
-    return quiet if loud and 0 < len(quiet) < len(everyone) else []
+    return quiet if loud and 0 < len(quiet) < len(loud) else []  # the quiet ones are the exception
 
 
 def _cascade_cause(secondary: list[tuple[NodeEvidence, Match]]) -> Cause:
@@ -266,7 +281,8 @@ def _from_cascade(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence,
         ev = [_ev(n, m, "root") for n, m in secondary if m.peer_ip][:10]
         ev += [_ev(n, m, "secondary") for n, m in secondary if not m.peer_ip][:20]
         return _verdict(Cause.NETWORK, peers, True, 0.7, ev,
-                        f"peers report transport errors from {','.join(peers)} (address from NCCL INFO)")
+                        f"transport errors point at {','.join(peers)} (IB completion errors, refused connections; "
+                        "addresses from NCCL INFO)")
     quiet = _silent(nodes, secondary)
     if quiet:
         by = {n.node: n for n in nodes}

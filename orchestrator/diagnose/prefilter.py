@@ -17,12 +17,17 @@ try:  # optional accelerator
 except ImportError:  # pragma: no cover - depends on the platform
     hyperscan = None  # type: ignore[assignment]
 
+# The start of an allocation (used after Slurm printed a JOB-level end banner in the same file).
+ALLOC_START_RE = (r"NCCL INFO NCCL version \d|Starting elastic_operator|Initializing distributed: GLOBAL_RANK"
+                  r"|initializing torch distributed|loading checkpoint from|\*{5} Running training \*{5}"
+                  r"|^\+ (?:srun|torchrun|deepspeed|accelerate|python)\b")
 # Lines the scanner handles besides signatures: allocation markers, NCCL addresses, completion,
 # py-spy thread headers and failures.
 SPECIAL = (
     (r"ORCH-AGENT (?:start|exit)|ORCH-ALLOCATION|Starting with JobEnvironment|Job completed successfully", False),
     (r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using|NCCL INFO comm \S+ rank \d+ ", False),
     (r"srun: error: \S+: tasks? \d|^\s*(?:host|rank)\s+: ", False),  # which host runs which task or rank
+    (ALLOC_START_RE, False),
     (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|Failed to suspend process|py-spy timed out", False),
 )
 _NAMED = re.compile(r"\(\?P<\w+>")

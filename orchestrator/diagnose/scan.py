@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.contract import EXIT_OK_RE, START_RE
-from orchestrator.diagnose.prefilter import Prefilter
+from orchestrator.diagnose.prefilter import ALLOC_START_RE, Prefilter
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match, NodeEvidence
 
@@ -41,6 +41,9 @@ SRUN_TASK = re.compile(rf"srun: error: (?P<h>{HOST}): tasks? (?P<t>\d+)(?:-\d+)?
 SUMMARY = re.compile(r"^\s*(?P<key>host|rank)\s+: (?P<val>\S.*)$")  # torchrun's ChildFailedError summary
 NCCL_RANK = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\] NCCL INFO comm \S+ rank (?P<r>\d+) ")
 JOB_WIDE = re.compile(r"^(?:slurm|job|output|train|log|stdout|stderr)[-_.]?\d*(?:[-_.]\d+)*$", re.IGNORECASE)
+# After Slurm ended a job (a JOB-level banner), these start the next allocation appended to the same file.
+JOB_END = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT|DUE TO JOB REQUEUE")
+ALLOC_START = re.compile(ALLOC_START_RE)
 MAX_MATCHES = 400
 MAX_LINE_DECODE = 64 * 1024
 MAX_TEXT = 500
@@ -140,7 +143,9 @@ class NodeScan:
     hosts: set[str] = field(default_factory=set)
     rank_hosts: dict[int, str] = field(default_factory=dict)
     task_hosts: dict[int, str] = field(default_factory=dict)
+    address_hosts: dict[str, str] = field(default_factory=dict)  # IP -> host, from prefixed NCCL INFO lines
     _summary_host: str = ""
+    _ended: bool = False  # Slurm printed a JOB-level end banner: what follows may be the next allocation
     top_frames: list[str] = field(default_factory=list)  # from py-spy dumps found in the log
     stuck: str = ""
     _frame_next: bool = False
@@ -232,6 +237,7 @@ class NodeScan:
         if count:
             self.lines += 1
         if not raw:
+            self._frame_next = False  # a py-spy frame is on the line right after its thread header
             return
         p = parse_prefixes(raw)
         ts, task, rank, body = p.ts, p.task, p.rank, p.body
@@ -251,14 +257,20 @@ class NodeScan:
             self.hosts.add(host)
         if ts:
             self.last_ts = ts
+        if self._frame_next and self._stack_line(body):  # the line right after a py-spy thread header
+            return
         if "ORCH" in body or "submitit" in body:
             if ALLOC_MARK.search(body):
                 self._new_allocation()
+        if self._ended and ALLOC_START.search(body):
+            self._new_allocation()
         self._rank_host(body, task)
         if "NCCL INFO" in body:
             am = NCCL_ADDR.search(body)
             if am:
                 self.addresses.add(am.group("ip"))
+                if host and len(self.address_hosts) < 4096:
+                    self.address_hosts.setdefault(am.group("ip"), host)
             return
         self.tail.append((line_no, raw[:MAX_TEXT]))
         if self._stack_line(body):
@@ -280,12 +292,16 @@ class NodeScan:
             if m:
                 if sig.kind == "info":
                     return
+                if self._ended and not sig.cascade and not sig.kind:
+                    self._new_allocation()  # a fresh error after Slurm ended the job: the next allocation
                 groups = m.groupdict()
                 named = groups.get(sig.node_group) if sig.node_group else None
                 peer = groups.get(sig.peer_group) if sig.peer_group else None
                 self._add(Match(line_no, body[:MAX_TEXT], sig.name, sig.cause.value, sig.blame, sig.cascade,
                                 rank if rank is not None else task, ts, named, self.file, peer, host, sig.kind,
                                 task))
+                if JOB_END.search(body):
+                    self._ended = True
                 return
 
     def _rank_host(self, body: str, task: int | None) -> None:
@@ -344,6 +360,7 @@ class NodeScan:
         self.tail.clear()
         self.completed, self.top_frames, self.stuck = False, [], ""
         self.nul_padding = False
+        self._ended = False
 
 
 def scan_file(path: Path, node: str, signatures: tuple[Signature, ...], progress: re.Pattern[str],
@@ -386,6 +403,7 @@ def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: st
         top_frames=top_frames or tuple(scan.top_frames),
         fs_suspect=fs_suspect,
         addresses=frozenset(scan.addresses),
+        address_hosts=tuple(sorted(scan.address_hosts.items())),
         abrupt_end=scan.nul_padding,
         hosts=frozenset(scan.hosts | set(scan.rank_hosts.values()) | set(scan.task_hosts.values())),
         job_wide=job_wide,

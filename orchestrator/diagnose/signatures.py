@@ -39,6 +39,9 @@ BUILTIN: tuple[Signature, ...] = (
     # Informational events: printed on healthy nodes, never a failure by themselves.
     Signature("info_xid_remap", r"NVRM: Xid \([^)]*\): (?:63|64)\b|row remapping (?:event|pending)", C.UNKNOWN,
               kind="info", source="NVIDIA Xid catalog: 63/64 are row-remapping notices"),
+    Signature("ib_port_error", r"Got async event ?: (?:port error|local catastrophic error|device fatal)"
+              r"|IBV_EVENT_PORT_ERR|IBV_EVENT_DEVICE_FATAL|IBV_EVENT_QP_FATAL",
+              C.NETWORK, blame=True, source="NCCL net_ib async event thread: this host's HCA or link failed"),
     Signature("info_ib_async", r"Got async event|GID table change|client re-?registration|IBV_EVENT_GID_CHANGE"
               r"|IBV_EVENT_CLIENT_REREGISTER|IBV_EVENT_PORT_ACTIVE", C.UNKNOWN, kind="info",
               source="NCCL net_ib async event thread (ibv_get_async_event)"),
@@ -132,7 +135,7 @@ BUILTIN: tuple[Signature, ...] = (
         node_group="node",
         source="srun(1) task exit report",
     ),
-    Signature("job_node_fail", r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO NODE FAILURE", C.NODE_FAIL,
+    Signature("job_node_fail", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO NODE FAILURE", C.NODE_FAIL,
               cascade=True, source="slurmstepd job cancel banner"),
     Signature("job_timelimit", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT",
               C.TIMELIMIT, cascade=True),
@@ -162,6 +165,13 @@ BUILTIN: tuple[Signature, ...] = (
         source="errno strings ESTALE/ENOTCONN/EIO/EROFS",
     ),
     Signature(
+        "watchdog_stuck",
+        r"Heartbeat monitor timed out|watchdog thread (?:got|is|was) stuck|watchdog got stuck",
+        C.HANG,
+        blame=True,
+        source="torch ProcessGroupNCCL heartbeat monitor: the rank's watchdog thread is stuck (in a CUDA call)",
+    ),
+    Signature(
         "hung_task",
         r"INFO: task \S+ blocked for more than \d+ seconds|blocked for more than \d+ seconds"
         r"|^\s*(?:\S+\s+)?\d+\s+D[lsNL+<]*\s+\S+.*\bpython|state D\b|uninterruptible sleep",
@@ -169,6 +179,8 @@ BUILTIN: tuple[Signature, ...] = (
         blame=True,
         source="kernel hung_task detector; ps STAT D (Hugging Face 64-GPU hang, CONTEXT.md)",
     ),
+    Signature("no_space", r"No space left on device|Disk quota exceeded|ENOSPC\b|EDQUOT\b", C.USER_BUG,
+              source="errno ENOSPC/EDQUOT: a full /dev/shm, disk or quota: the job's settings, not a node"),
     Signature("segfault", r"Segmentation fault|SIGSEGV|signal 11\b|Signals\.SIGSEGV", C.SEGFAULT, blame=True),
     Signature("bus_error", r"Bus error|SIGBUS|signal 7\b|Signals\.SIGBUS", C.BUS_ERROR, blame=True),
     Signature(
@@ -178,6 +190,14 @@ BUILTIN: tuple[Signature, ...] = (
         C.NCCL_TIMEOUT,
         cascade=True,
         source="torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp watchdog",
+    ),
+    Signature(
+        "nccl_connect_peer",
+        r"Connect to (?P<peer>\d+\.\d+\.\d+\.\d+)<\d+> failed",
+        C.NETWORK,
+        cascade=True,
+        peer_group="peer",
+        source="NCCL socket.h 'Connect to IP<port> failed : Connection refused' (the peer is not listening)",
     ),
     Signature(
         "nccl_ib_peer",
@@ -191,7 +211,8 @@ BUILTIN: tuple[Signature, ...] = (
         "network",
         r"NET/IB ?: .*(?:error|failed)|IBV_WC_\w+|ibv_\w+ failed|Connection reset by peer|Connection refused"
         r"|Connection closed by (?:remote )?peer"
-        r"|ncclRemoteError|ncclSystemError|NCCL WARN .*socket|Broken pipe|No route to host",
+        r"|ncclRemoteError|ncclSystemError|NCCL WARN .*socket|Broken pipe|No route to host"
+        r"|NCCL error in: .*(?:unhandled system error|remote process exited|network error)",
         C.NETWORK,
         cascade=True,
         source="NCCL net plugin warnings; errno ECONNRESET/EPIPE",
@@ -208,11 +229,11 @@ BUILTIN: tuple[Signature, ...] = (
         cascade=True,
         source="torch.distributed store/rendezvous/elastic errors printed after a peer failed",
     ),
-    Signature("nan", r"loss is nan|nan loss|Detected (?:inf|nan)|FloatingPointError|found NaN|non-finite loss",
-              C.USER_BUG),
+    Signature("nan", r"loss is nan|nan loss|Detected (?:inf|nan)|FloatingPointError|found NaN|non-finite loss"
+              r"|loss scale already at minimum", C.USER_BUG),
     Signature(
         "python_exception",
-        r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)(?::.*)?$",
+        r"^(?:[\w.]+\.)?(?:[A-Z]\w*)?(?:Error|Exception)(?::.*)?$",
         C.USER_BUG,
         ignore_case=False,
     ),

@@ -249,7 +249,8 @@ class Controller:
         assert watch is not None
         codes = {n: c for n in watch.nodes if (c := watch.exit_code(n)) is not None}
         seen = Seen(failed=watch.failed_nodes(), exit_codes=codes, last_progress=watch.last_progress(),
-                    running_since=self._running_since, dumps_requested_at=watch.dumps_requested_at)
+                    running_since=self._running_since, dumps_requested_at=watch.dumps_requested_at,
+                    nodes=frozenset(watch.nodes), dumps_in=watch.dumps_in())
         sv = supervise(seen, now, self.s.watch)
         if sv.clear_dumps:
             watch.clear_dumps()

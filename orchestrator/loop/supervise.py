@@ -13,6 +13,7 @@ from orchestrator.contract import PREFLIGHT_EXIT
 from orchestrator.settings import Watch
 
 DUMP_LEAD_S = 30.0  # stack dumps are requested this long before the stall limit
+DUMP_WAIT_S = 60.0  # after a rank failed: how long to wait for the dumps of the nodes still running
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class Seen:
     last_progress: datetime | None = None
     running_since: datetime | None = None
     dumps_requested_at: datetime | None = None
+    nodes: frozenset[str] = frozenset()  # every node with an agent log
+    dumps_in: frozenset[str] = frozenset()  # nodes whose agent answered the current dump request
 
 
 @dataclass(frozen=True)
@@ -39,13 +42,29 @@ def supervise(seen: Seen, now: datetime, w: Watch) -> Supervision:
     if preflight:
         return Supervision(cancel=f"preflight failed on {','.join(preflight)}; no training can run there")
     if seen.failed:
-        first = min(seen.failed.values())
-        if (now - first).total_seconds() >= w.cascade_grace_s:
-            return Supervision(cancel=f"training failed on {','.join(sorted(seen.failed))}; peers would wait forever")
-        return Supervision()
+        return _failed(seen, now, w)
     if seen.running_since is None:
         return Supervision()
     return _stall(seen, now, w)
+
+
+def _failed(seen: Seen, now: datetime, w: Watch) -> Supervision:
+    """Ranks failed. Usually they are the peers of the node that broke (their watchdog fired first): before
+    cancelling, ask the nodes still running for stack and /proc dumps, and wait for them within a bound."""
+    failed = ",".join(sorted(seen.failed))
+    if (now - min(seen.failed.values())).total_seconds() < w.cascade_grace_s:
+        return Supervision()
+    waiting = seen.nodes - set(seen.failed)
+    cancel = f"training failed on {failed}; peers would wait forever"
+    if not waiting:
+        return Supervision(cancel=cancel)
+    if seen.dumps_requested_at is None:
+        return Supervision(request_dumps=True, note=f"training failed on {failed}; asking {','.join(sorted(waiting))} "
+                           "(still running) for stack dumps before cancelling")
+    answered = waiting <= seen.dumps_in
+    if answered or (now - seen.dumps_requested_at).total_seconds() >= DUMP_WAIT_S:
+        return Supervision(cancel=cancel)
+    return Supervision()
 
 
 def _stall(seen: Seen, now: datetime, w: Watch) -> Supervision:

@@ -231,6 +231,10 @@ class SegmentWatch:
         for nw in self.nodes.values():
             nw.dump = None
 
+    def dumps_in(self) -> frozenset[str]:
+        """Nodes whose agent answered the current dump request."""
+        return frozenset(n for n, nw in self.nodes.items() if nw.dump is not None)
+
     def evidence(self) -> list[NodeEvidence]:
         out = []
         extra: dict[str, list[Match]] = {}

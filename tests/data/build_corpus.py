@@ -250,7 +250,8 @@ hs = cluster(2, "label", "iso")
 start(hs, 1, 2)
 hs[0].plain(f"{hs[0].name}:9821:9920 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
             f"{hs[1].ip}<44413> with error 4, opcode 32613, len 32613, vendor err 81 (Send)")
-case("network-ib-error4", hs, "network", ["gpu-a011"], "resubmit", "older NET/IB wording 'with error 4'")
+case("network-ib-error4", hs, "network", ["gpu-a010"], "resubmit",
+     "older NET/IB wording 'with error 4' (IBV_WC_LOC_PROT_ERR: a local error of the reporting host)")
 
 # ---------------------------------------------------------------- hang (stack dumps in the logs)
 hs = cluster(8, "none", "none")

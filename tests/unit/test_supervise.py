@@ -1,0 +1,67 @@
+"""The pure watchdog: when to ask for stack dumps and when to cancel (no clock, no I/O)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from orchestrator.contract import PREFLIGHT_EXIT
+from orchestrator.loop.supervise import DUMP_WAIT_S, Seen, supervise
+from orchestrator.settings import Watch
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+W = Watch(poll_interval_s=1, stall_timeout_s=120, startup_timeout_s=300, cascade_grace_s=5)
+NODES = frozenset({"node1", "node2", "node3"})
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+def test_peers_failed_first_ask_the_running_node_for_dumps_then_cancel_when_it_answers() -> None:
+    """seed-001 when the NCCL timeout fires first: node1 and node3 exit with the watchdog's error, node2
+    (frozen) is still 'running'. The controller asks node2 for a dump before cancelling."""
+    failed = {"node1": at(0), "node3": at(0)}
+    base = Seen(failed=failed, exit_codes={"node1": 1, "node3": 1}, running_since=at(-100), nodes=NODES)
+    assert supervise(base, at(2), W).cancel == ""  # within the cascade grace
+    first = supervise(base, at(6), W)
+    assert first.request_dumps and not first.cancel and "node2" in first.note
+    asked = Seen(**{**base.__dict__, "dumps_requested_at": at(6)})
+    assert supervise(asked, at(10), W).cancel == ""  # waiting for node2's dump
+    answered = Seen(**{**asked.__dict__, "dumps_in": frozenset({"node2"})})
+    assert supervise(answered, at(11), W).cancel.startswith("training failed on node1,node3")
+
+
+def test_a_node_that_never_answers_is_cancelled_after_the_bound() -> None:
+    failed = {"node1": at(0), "node3": at(0)}
+    seen = Seen(failed=failed, exit_codes={"node1": 1, "node3": 1}, running_since=at(-100), nodes=NODES,
+                dumps_requested_at=at(6))
+    assert supervise(seen, at(6 + DUMP_WAIT_S - 1), W).cancel == ""
+    assert supervise(seen, at(6 + DUMP_WAIT_S), W).cancel
+
+
+def test_everyone_failed_cancels_without_waiting() -> None:
+    failed = {n: at(0) for n in NODES}
+    s = supervise(Seen(failed=failed, exit_codes={n: 1 for n in NODES}, nodes=NODES), at(6), W)
+    assert s.cancel and not s.request_dumps
+
+
+def test_preflight_failure_cancels_at_once() -> None:
+    s = supervise(Seen(failed={"node2": at(0)}, exit_codes={"node2": PREFLIGHT_EXIT}, nodes=NODES), at(0), W)
+    assert s.cancel.startswith("preflight failed on node2")
+
+
+def test_stall_asks_for_dumps_before_the_limit_and_cancels_at_it() -> None:
+    seen = Seen(last_progress=at(0), running_since=at(-50), nodes=NODES)
+    assert supervise(seen, at(80), W) == supervise(seen, at(1), W)  # quiet, nothing to do yet
+    early = supervise(seen, at(95), W)
+    assert early.request_dumps and not early.cancel
+    asked = Seen(**{**seen.__dict__, "dumps_requested_at": at(95)})
+    assert not supervise(asked, at(100), W).request_dumps  # asked once
+    assert supervise(asked, at(120), W).cancel.startswith("stall: no progress for 120s")
+    assert supervise(asked, at(50), W).clear_dumps  # progress came back before the limit
+
+
+def test_startup_uses_the_startup_limit() -> None:
+    seen = Seen(running_since=at(0), nodes=NODES, dumps_requested_at=at(280))
+    assert supervise(seen, at(299), W).cancel == ""
+    assert "limit 300s" in supervise(seen, at(300), W).cancel
