@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
+from orchestrator.diagnose.culprits import (
+    all_hosts,
+    node_fail_culprits,
+    origin,
+    peer_culprits,
+    progress_culprit,
+    silent,
+    stack_outliers,
+)
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.model import HARDWARE_CAUSES, Cause, Evidence, JobState, JobStatus, Verdict
 
@@ -33,7 +41,7 @@ class Context:
 
 
 def _ev(n: NodeEvidence, m: Match, role: str) -> Evidence:
-    return Evidence(node=_origin(n, m) or n.node, file=m.file or n.file, line=m.line, text=m.text, role=role,
+    return Evidence(node=origin(n, m) or n.node, file=m.file or n.file, line=m.line, text=m.text, role=role,
                     cause=Cause(m.cause))
 
 
@@ -49,58 +57,10 @@ def _refine_oom(nodes: list[NodeEvidence], oom_nodes: list[str], ctx: Context) -
     at_start = [x for x in oom_nodes if progressed(x) <= ctx.start_iteration]
     if any(x in ctx.recent_hardware for x in oom_nodes):
         return Cause.GPU_OOM_STARTUP, True, "CUDA OOM on a node with a recent hardware fault"
-    everyone = _all_hosts(nodes)
+    everyone = all_hosts(nodes)
     if at_start and 0 < len(oom_nodes) < len(everyone):
         return Cause.GPU_OOM_STARTUP, True, "CUDA OOM at start-up on some nodes only while the others were fine"
     return Cause.USER_OOM, False, "CUDA OOM on every node or after training progressed: the model does not fit"
-
-
-def _node_fail_culprits(nodes: list[NodeEvidence]) -> list[str]:
-    """Slurm says a node failed: the host whose output ends abruptly (NUL padding), else the one behind."""
-    dead = sorted(n.node for n in nodes if n.abrupt_end and not n.job_wide)
-    return dead if 0 < len(dead) < len(nodes) else _progress_culprit(nodes)
-
-
-def _progress_culprit(nodes: list[NodeEvidence]) -> list[str]:
-    """The node whose progress stopped first (strictly behind all others that print progress), if there is one.
-    A node that prints no progress at all (frameworks often log on one rank only) is never 'behind'."""
-    its = {n.node: n.last_iteration for n in nodes if n.last_iteration is not None and not n.job_wide}
-    if len(its) < 2:
-        return []
-    low = min(its.values())
-    behind = [k for k, v in its.items() if v == low]
-    return behind if len(behind) < len(its) and max(its.values()) > low else []
-
-
-def _stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
-    """Nodes with a rank outside the frame where (strictly) most ranks wait: 'not in the collective'."""
-    frames = Counter(f for n in nodes for f in n.top_frames if f)
-    if len(frames) < 2:
-        return [], ""
-    (common, count), = frames.most_common(1)
-    if count * 2 <= sum(frames.values()):
-        return [], ""
-    odd = [n.node for n in nodes if any(f and f != common for f in n.top_frames)]
-    return (odd, common) if 0 < len(odd) < len(nodes) else ([], "")
-
-
-def _peer_culprits(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> list[str]:
-    """The host the transport errors point at. Several hosts naming one peer (NCCL INFO maps addresses to
-    hosts): that peer. A single host reporting IB completion errors: that host's own link is as suspect as
-    the peer, and it is the one with evidence; a refused connection: the peer, which is not listening."""
-    owner = {ip: n.node for n in nodes if not n.job_wide for ip in n.addresses}
-    owner.update({ip: h for n in nodes for ip, h in n.address_hosts})
-    reports = {(r, owner.get(m.peer_ip or ""), m.signature) for n, m in secondary
-               if m.peer_ip and (r := _origin(n, m))}
-    votes: Counter[str] = Counter(peer for r, peer, _ in {(r, p, "") for r, p, _ in reports} if peer and peer != r)
-    reporters = {r for r, _, _ in reports}
-    if len(reporters) == 1 and all(sig == "nccl_ib_peer" for _, _, sig in reports):
-        return sorted(reporters) if len(_all_hosts(nodes)) > 1 else []
-    if not votes:
-        return []
-    top = max(votes.values())
-    named = [h for h, v in votes.items() if v == top]  # the host most peers name (others may name a reporter back)
-    return sorted(named) if len(named) < len(_all_hosts(nodes)) else []
 
 
 def _hang(nodes: list[NodeEvidence], secondary: list[Evidence], stuck_only: bool = False) -> Verdict | None:
@@ -117,13 +77,13 @@ def _hang(nodes: list[NodeEvidence], secondary: list[Evidence], stuck_only: bool
                         "a training process was stuck while the others waited")
     if stuck_only:
         return None
-    odd, common = _stack_outliers(nodes)
+    odd, common = stack_outliers(nodes)
     if odd:
         ev = [Evidence(node=n.node, file=n.file, text=f"innermost frames {', '.join(n.top_frames)}; the others "
                        f"wait in {common}", cause=Cause.HANG) for n in nodes if n.node in odd]
         return _verdict(Cause.HANG, odd, True, 0.8, ev + secondary,
                         f"ranks on {','.join(odd)} are not in {common}, where all the others wait")
-    behind = _progress_culprit(nodes)
+    behind = progress_culprit(nodes)
     if behind:
         return _verdict(Cause.HANG, behind, True, 0.6, secondary, "progress stopped first on " + ",".join(behind))
     return None
@@ -148,18 +108,6 @@ def _from_job_state(job: JobStatus) -> Cause | None:
         JobState.NODE_FAIL: Cause.NODE_FAIL,
         JobState.OUT_OF_MEMORY: Cause.HOST_OOM,
     }.get(job.state)
-
-
-def _origin(n: NodeEvidence, m: Match) -> str | None:
-    """The host a line blames: named in the line, printed by a prefixed host, or the file's own host."""
-    return m.named_node or m.host or (None if n.job_wide else n.node)
-
-
-def _all_hosts(nodes: list[NodeEvidence]) -> set[str]:
-    hosts: set[str] = set()
-    for n in nodes:
-        hosts |= set(n.hosts) if n.job_wide else {n.node}
-    return hosts
 
 
 def _finished(nodes: list[NodeEvidence], roots: list[tuple[NodeEvidence, Match]]) -> bool:
@@ -207,7 +155,7 @@ def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict
     if roots:
         return _from_roots(nodes, roots, secondary, ctx)
     if state_cause is not None:
-        culprits = _node_fail_culprits(nodes) if state_cause == Cause.NODE_FAIL else []
+        culprits = node_fail_culprits(nodes) if state_cause == Cause.NODE_FAIL else []
         return _verdict(state_cause, culprits, bool(culprits), 0.8 if culprits else 0.6,
                         [_ev(n, m, "secondary") for n, m in secondary[:20]], f"Slurm job state {job.state.value}")
     return _from_cascade(nodes, secondary, ctx, job)
@@ -222,10 +170,10 @@ def _from_roots(nodes: list[NodeEvidence], roots: list[tuple[NodeEvidence, Match
     named = [(n, m) for n, m in culprit_matches if m.named_node]
     if named:  # a line that names the failed host outranks where the line was printed
         culprit_matches = named
-    culprits = sorted({h for n, m in culprit_matches if (h := _origin(n, m))})
+    culprits = sorted({h for n, m in culprit_matches if (h := origin(n, m))})
     blame = any(m.blame for _, m in culprit_matches)
     note = ""
-    everyone = _all_hosts(nodes)
+    everyone = all_hosts(nodes)
     symmetric = len(everyone) > 1 and set(culprits) >= everyone
     if cause == Cause.USER_OOM:
         cause, blame, note = _refine_oom(nodes, culprits, ctx)
@@ -236,28 +184,12 @@ def _from_roots(nodes: list[NodeEvidence], roots: list[tuple[NodeEvidence, Match
     if cause == Cause.USER_BUG:
         blame = False
     if not culprits and cause in (Cause.HANG, Cause.NODE_FAIL):  # e.g. a ps listing with no host on its lines
-        culprits = _silent(nodes, secondary)
+        culprits = silent(nodes, secondary)
         blame = bool(culprits)
     evidence = [_ev(n, m, "root") for n, m in culprit_matches[:20]]
     evidence += [_ev(n, m, "secondary") for n, m in (roots + secondary) if (n, m) not in culprit_matches][:30]
     conf = 0.9 if blame or cause in (Cause.USER_BUG, Cause.USER_OOM) else 0.7
     return _verdict(cause, culprits, blame, conf, evidence, note or f"first-rank error: {best[1].text[:160]}")
-
-
-QUIET_SIGNATURES = frozenset({"job_timelimit", "job_preempted", "job_requeue", "job_node_fail"})
-
-
-def _silent(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> list[str]:
-    """Hosts that printed no complaint while their peers timed out or aborted: the ones the peers waited for."""
-    everyone = _all_hosts(nodes)
-    if len(everyone) < 2:
-        return []
-    complaints = [(n, m) for n, m in secondary if m.signature not in QUIET_SIGNATURES]
-    if any(_origin(n, m) is None for n, m in complaints):
-        return []  # some complaints cannot be tied to a host: silence proves nothing
-    loud = {h for n, m in complaints if (h := _origin(n, m))}
-    quiet = sorted(everyone - loud)
-    return quiet if loud and 0 < len(quiet) < len(loud) else []  # the quiet ones are the exception
 
 
 def _cascade_cause(secondary: list[tuple[NodeEvidence, Match]]) -> Cause:
@@ -276,14 +208,14 @@ def _from_cascade(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence,
     if requeue:
         return _verdict(Cause.PREEMPTED, [], False, 0.7, [_ev(n, m, "secondary") for n, m in requeue[:10]],
                         "the job was requeued: the same job comes back")
-    peers = _peer_culprits(nodes, secondary)
+    peers = peer_culprits(nodes, secondary)
     if peers:
         ev = [_ev(n, m, "root") for n, m in secondary if m.peer_ip][:10]
         ev += [_ev(n, m, "secondary") for n, m in secondary if not m.peer_ip][:20]
         return _verdict(Cause.NETWORK, peers, True, 0.7, ev,
                         f"transport errors point at {','.join(peers)} (IB completion errors, refused connections; "
                         "addresses from NCCL INFO)")
-    quiet = _silent(nodes, secondary)
+    quiet = silent(nodes, secondary)
     if quiet:
         by = {n.node: n for n in nodes}
         dead = [h for h in quiet if h in by and by[h].abrupt_end]
@@ -294,7 +226,7 @@ def _from_cascade(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence,
                         + (" and its output ends abruptly" if dead else " (it stopped making progress)"))
     if secondary:
         cause = _cascade_cause(secondary)
-        behind = _progress_culprit(nodes)
+        behind = progress_culprit(nodes)
         return _verdict(cause, behind, False, 0.5, [_ev(n, m, "secondary") for n, m in secondary[:30]],
                         "only cascade errors: the initiating fault left no line"
                         + (f"; progress stopped first on {','.join(behind)}" if behind else ""))

@@ -1,0 +1,74 @@
+"""Reading progress out of a block of log bytes without splitting it into lines: the last (and first)
+progress line is searched from the block's ends, which is where it is."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+SEARCH_LINES = 400
+
+
+def group_int(m: re.Match[bytes] | re.Match[str] | None) -> int | None:
+    """The iteration a progress match captured: its first group that holds a number (a default pattern
+    that knows several frameworks has one group per alternative)."""
+    if m is None:
+        return None
+    for g in m.groups() or ():
+        if g is None:
+            continue
+        try:
+            return int(g)
+        except ValueError:
+            continue
+    return None
+
+
+def iter_lines_backwards(data: bytes, stop: int, limit: int) -> Iterator[bytes]:
+    end = len(data)
+    for _ in range(limit):
+        if end <= stop:
+            return
+        start = data.rfind(b"\n", stop, end - 1) + 1 if end - 1 > stop else stop
+        yield data[start:end]
+        end = start
+
+
+def iter_lines_forward(data: bytes, start: int, limit: int) -> Iterator[bytes]:
+    for _ in range(limit):
+        if start >= len(data):
+            return
+        nl = data.find(b"\n", start)
+        nl = len(data) if nl < 0 else nl
+        yield data[start:nl]
+        start = nl + 1
+
+
+def _last(data: bytes, after: int, rx: re.Pattern[bytes]) -> tuple[bytes, int] | None:
+    for line in iter_lines_backwards(data, after, SEARCH_LINES):
+        it = group_int(rx.search(line))
+        if it is not None:
+            return line, it
+    if len(data) - after <= SEARCH_LINES * 200:
+        return None
+    for h in reversed(list(rx.finditer(data, after))):  # a long block of lines: find the last hit directly
+        ls = data.rfind(b"\n", 0, h.start()) + 1
+        le = data.find(b"\n", h.end())
+        line = data[ls : len(data) if le < 0 else le]
+        it = group_int(rx.search(line))
+        if it is not None:
+            return line, it
+    return None
+
+
+def block_progress(data: bytes, after: int, rx: re.Pattern[bytes],
+                   want_first: bool) -> tuple[int | None, int, bytes] | None:
+    """(first iteration if asked, last iteration, the last progress line) in data[after:], or None."""
+    last = _last(data, after, rx)
+    if last is None:
+        return None
+    first = None
+    if want_first:
+        first = next((it for ln in iter_lines_forward(data, after, SEARCH_LINES)
+                      if (it := group_int(rx.search(ln))) is not None), None)
+    return first, last[1], last[0]

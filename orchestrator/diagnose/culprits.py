@@ -1,0 +1,85 @@
+"""Who is to blame, from per-node evidence: the host a line points at, every host of the job, the node
+whose progress stopped first, the node the peers waited for (silence), the rank outside the collective
+everyone else waits in, and the host transport errors point at."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from orchestrator.evidence import Match, NodeEvidence
+
+
+def origin(n: NodeEvidence, m: Match) -> str | None:
+    """The host a line blames: named in the line, printed by a prefixed host, or the file's own host."""
+    return m.named_node or m.host or (None if n.job_wide else n.node)
+
+
+def all_hosts(nodes: list[NodeEvidence]) -> set[str]:
+    hosts: set[str] = set()
+    for n in nodes:
+        hosts |= set(n.hosts) if n.job_wide else {n.node}
+    return hosts
+
+
+QUIET_SIGNATURES = frozenset({"job_timelimit", "job_preempted", "job_requeue", "job_node_fail"})
+
+
+def silent(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> list[str]:
+    """Hosts that printed no complaint while their peers timed out or aborted: the ones the peers waited for."""
+    everyone = all_hosts(nodes)
+    if len(everyone) < 2:
+        return []
+    complaints = [(n, m) for n, m in secondary if m.signature not in QUIET_SIGNATURES]
+    if any(origin(n, m) is None for n, m in complaints):
+        return []  # some complaints cannot be tied to a host: silence proves nothing
+    loud = {h for n, m in complaints if (h := origin(n, m))}
+    quiet = sorted(everyone - loud)
+    return quiet if loud and 0 < len(quiet) < len(loud) else []  # the quiet ones are the exception
+
+
+def node_fail_culprits(nodes: list[NodeEvidence]) -> list[str]:
+    """Slurm says a node failed: the host whose output ends abruptly (NUL padding), else the one behind."""
+    dead = sorted(n.node for n in nodes if n.abrupt_end and not n.job_wide)
+    return dead if 0 < len(dead) < len(nodes) else progress_culprit(nodes)
+
+
+def progress_culprit(nodes: list[NodeEvidence]) -> list[str]:
+    """The node whose progress stopped first (strictly behind all others that print progress), if there is one.
+    A node that prints no progress at all (frameworks often log on one rank only) is never 'behind'."""
+    its = {n.node: n.last_iteration for n in nodes if n.last_iteration is not None and not n.job_wide}
+    if len(its) < 2:
+        return []
+    low = min(its.values())
+    behind = [k for k, v in its.items() if v == low]
+    return behind if len(behind) < len(its) and max(its.values()) > low else []
+
+
+def stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
+    """Nodes with a rank outside the frame where (strictly) most ranks wait: 'not in the collective'."""
+    frames = Counter(f for n in nodes for f in n.top_frames if f)
+    if len(frames) < 2:
+        return [], ""
+    (common, count), = frames.most_common(1)
+    if count * 2 <= sum(frames.values()):
+        return [], ""
+    odd = [n.node for n in nodes if any(f and f != common for f in n.top_frames)]
+    return (odd, common) if 0 < len(odd) < len(nodes) else ([], "")
+
+
+def peer_culprits(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> list[str]:
+    """The host the transport errors point at. Several hosts naming one peer (NCCL INFO maps addresses to
+    hosts): that peer. A single host reporting IB completion errors: that host's own link is as suspect as
+    the peer, and it is the one with evidence; a refused connection: the peer, which is not listening."""
+    owner = {ip: n.node for n in nodes if not n.job_wide for ip in n.addresses}
+    owner.update({ip: h for n in nodes for ip, h in n.address_hosts})
+    reports = {(r, owner.get(m.peer_ip or ""), m.signature) for n, m in secondary
+               if m.peer_ip and (r := origin(n, m))}
+    votes: Counter[str] = Counter(peer for r, peer, _ in {(r, p, "") for r, p, _ in reports} if peer and peer != r)
+    reporters = {r for r, _, _ in reports}
+    if len(reporters) == 1 and all(sig == "nccl_ib_peer" for _, _, sig in reports):
+        return sorted(reporters) if len(all_hosts(nodes)) > 1 else []
+    if not votes:
+        return []
+    top = max(votes.values())
+    named = [h for h, v in votes.items() if v == top]  # the host most peers name (others may name a reporter back)
+    return sorted(named) if len(named) < len(all_hosts(nodes)) else []

@@ -1,0 +1,122 @@
+"""Where a log line came from: the prefixes launchers stack before it (timestamp, srun --label task,
+torch rank), the host it names (pdsh "host: ", NCCL "host:pid:tid", syslog "host kernel:", "[host]"), and
+what a whole job's file teaches about which host runs which task, rank or address.
+
+A job-wide file (one slurm-%j.out for every node) is only useful when its lines can be tied to hosts;
+`HostMap` collects the ties real stacks print: srun's task reports, NCCL's per-rank init lines under an
+srun label, torchrun's failure summary (host, then rank) and NCCL's address announcements.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+PREFIX = re.compile(
+    r"^\s*(?:\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?\s*)?"
+    r"(?:(?P<r1>\d+): |\[rank(?P<r2>\d+)\]:? ?|\[default(?P<r3>\d+)\]:? ?)?"
+)
+HOST = r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)[A-Za-z][\w-]*\d[\w.-]*"
+# "host: " (pdsh, after an optional "[tag] "), or "[host] " / "[tag host] " (an epilog or a wrapper naming the host)
+HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?)?(?P<h>{HOST}): (?=\S)|^\[(?:\w+ )?(?P<b>{HOST})\] ?")
+HOST_IN_LINE = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\]|(?:^|\s)(?P<k>{HOST}) kernel: ")
+SRUN_TASK = re.compile(rf"srun: error: (?P<h>{HOST}): tasks? (?P<t>\d+)(?:-\d+)?: ")
+SUMMARY = re.compile(r"^\s*(?P<key>host|rank)\s+: (?P<val>\S.*)$")  # torchrun's ChildFailedError summary
+NCCL_RANK = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\] NCCL INFO comm \S+ rank (?P<r>\d+) ")
+JOB_WIDE = re.compile(r"^(?:slurm|job|output|train|log|stdout|stderr)[-_.]?\d*(?:[-_.]\d+)*$", re.IGNORECASE)
+MAX_TIES = 8192
+
+
+def _stamp(raw: str | None) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        ts = datetime.fromisoformat(raw.replace(",", ".").replace(" ", "T").replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Prefixes:
+    ts: datetime | None
+    task: int | None  # srun --label task id ("3: ")
+    rank: int | None  # torch rank ("[rank3]:", "[default3]:")
+    body: str
+    host: str | None = None
+
+
+def parse_prefixes(line: str) -> Prefixes:
+    """Strip the stacked prefixes launchers put before a line (timestamp, srun label, torch rank)."""
+    ts = task = rank = None
+    body = line
+    for _ in range(3):
+        m = PREFIX.match(body)
+        if not m or m.end() == 0:
+            break
+        ts = ts or _stamp(m.group("ts"))
+        if m.group("r1") is not None and task is None:
+            task = int(m.group("r1"))
+        r = m.group("r2") or m.group("r3")
+        if r is not None and rank is None:
+            rank = int(r)
+        body = body[m.end():]
+    return Prefixes(ts, task, rank, body)
+
+
+def parse_prefix(line: str) -> tuple[datetime | None, int | None, str]:
+    p = parse_prefixes(line)
+    return p.ts, p.rank if p.rank is not None else p.task, p.body
+
+
+def parse_line(raw: str) -> Prefixes:
+    """Prefixes, then a host prefix (and the prefixes after it), or a host named inside the line."""
+    p = parse_prefixes(raw)
+    hm = HOST_PREFIX.match(p.body)
+    if hm:
+        p2 = parse_prefixes(p.body[hm.end():])
+        return Prefixes(p.ts or p2.ts, p.task if p.task is not None else p2.task,
+                        p.rank if p.rank is not None else p2.rank, p2.body, hm.group("h") or hm.group("b"))
+    hm2 = HOST_IN_LINE.search(p.body)
+    return Prefixes(p.ts, p.task, p.rank, p.body, (hm2.group("h") or hm2.group("k")) if hm2 else None)
+
+
+@dataclass
+class HostMap:
+    """Which host runs which srun task, torch rank and address, as the job's own output says."""
+
+    tasks: dict[int, str] = field(default_factory=dict)
+    ranks: dict[int, str] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)
+    _summary_host: str = ""
+
+    def learn(self, body: str, task: int | None) -> None:
+        if len(self.tasks) + len(self.ranks) >= MAX_TIES:
+            return
+        tm = SRUN_TASK.search(body)
+        if tm:
+            self.tasks.setdefault(int(tm.group("t")), tm.group("h"))
+            return
+        nm = NCCL_RANK.match(body) if "NCCL INFO comm" in body else None
+        if nm and task is not None:
+            self.tasks.setdefault(task, nm.group("h"))
+            return
+        sm = SUMMARY.match(body)
+        if sm and sm.group("key") == "host":
+            self._summary_host = sm.group("val")
+        elif sm and self._summary_host and sm.group("val").split()[0].isdigit():
+            self.ranks.setdefault(int(sm.group("val").split()[0]), self._summary_host)
+            self._summary_host = ""
+
+    def learn_address(self, ip: str, host: str | None) -> None:
+        if host and len(self.addresses) < MAX_TIES:
+            self.addresses.setdefault(ip, host)
+
+    def host_of(self, task: int | None, rank: int | None) -> str | None:
+        if task is not None and task in self.tasks:
+            return self.tasks[task]
+        return self.ranks.get(rank) if rank is not None else None
+
+    def hosts(self) -> set[str]:
+        return set(self.tasks.values()) | set(self.ranks.values())
