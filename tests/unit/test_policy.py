@@ -53,7 +53,7 @@ CASES = [
                                                     seg(2, 50, 57, Cause.SEGFAULT, ("n3", "n4"))),
      v(Cause.SEGFAULT, ("n3",), True), Action.STOP_AND_ALERT, ()),
     ("max segments", state(*[seg(i, i * 10, i * 10 + 5) for i in range(1, 11)]), v(Cause.GPU_ECC, ("n1",), True),
-     Action.STOP_AND_ALERT, ()),
+     Action.STOP_AND_ALERT, ("n1",)),  # the budget stops the run, the culprit is still blacklisted
 ]
 
 
