@@ -16,6 +16,7 @@ from orchestrator.model import Action, Cause, Evidence, JobState, RunStatus
 
 SCHEMA_VERSION = 1
 STATE_FILE = "state.json"
+BACKUP_FILE = "state.json.bak"
 
 
 class StateError(Exception):
@@ -112,16 +113,41 @@ def atomic_write(path: Path, data: str, failpoint: Callable[[str], None] | None 
         os.close(dfd)
 
 
+def run_traces(run_dir: Path) -> list[str]:
+    """What in `run_dir` shows a run has already happened there (besides state.json)."""
+    traces = []
+    if (run_dir / BACKUP_FILE).exists():
+        traces.append(BACKUP_FILE)
+    try:
+        if any((run_dir / "segments").iterdir()):
+            traces.append("segments/")
+    except OSError:
+        pass
+    return traces
+
+
 class StateStore:
-    def __init__(self, run_dir: Path, failpoint: Callable[[str], None] | None = None):
+    def __init__(self, run_dir: Path, failpoint: Callable[[str], None] | None = None, start_over: bool = False):
+        """`start_over`: a missing state.json in a directory with traces of a run starts a new ledger (an
+        explicit operator choice, `orchestrator run --start-over`); otherwise it is an error."""
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / STATE_FILE
         self.failpoint = failpoint or (lambda name: None)
+        self.start_over = start_over
 
     def load(self) -> RunState | None:
+        """The run's state; None only for a run directory with no trace of a run (or with start_over)."""
         try:
             raw = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
+            traces = [] if self.start_over else run_traces(self.run_dir)
+            if traces:
+                restore = (f"restore it (cp -p {self.run_dir / BACKUP_FILE} {self.path})" if BACKUP_FILE in traces
+                           else "restore it from a backup")
+                raise StateError(
+                    f"{self.path} is missing but the run directory holds {' and '.join(traces)}: starting over would "
+                    f"lose the run's history and blacklist; {restore} or, to start the ledger over on purpose, "
+                    "run with --start-over") from None
             return None
         try:
             data = json.loads(raw)
@@ -139,5 +165,5 @@ class StateStore:
         private_dir(self.run_dir)
         text = state.model_dump_json(indent=2)
         if self.path.exists():
-            atomic_write(self.path.with_suffix(".json.bak"), self.path.read_text(encoding="utf-8"))
+            atomic_write(self.run_dir / BACKUP_FILE, self.path.read_text(encoding="utf-8"))
         atomic_write(self.path, text, self.failpoint)

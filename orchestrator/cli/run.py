@@ -29,6 +29,9 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the next submission; submit nothing.")] = False,
     cancel_on_exit: Annotated[bool, typer.Option(help="Cancel the running job when the controller stops.")] = False,
     verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+    start_over: Annotated[bool, typer.Option(
+        "--start-over", help="state.json is gone but the run directory has traces of a run: start a new ledger "
+        "anyway (history and blacklist are lost).")] = False,
     set_: SetOpt = [],  # noqa: B006 - typer needs a literal default
 ) -> None:
     """Run (or resume) the training until its goal, resubmitting segments as they end.
@@ -49,7 +52,7 @@ def run(
         lock.acquire()
     except LockHeld as exc:
         raise fail([str(exc)], 1) from None
-    ctl, backend = _controller(s, config, set_, clock)
+    ctl, backend = _controller(s, config, set_, clock, start_over)
     _handle_signals(ctl)
     try:
         state = ctl.run()
@@ -63,7 +66,8 @@ def run(
     raise typer.Exit(0 if state.status.value in ("done", "running") else 1)
 
 
-def _controller(s: Settings, config: Path, set_: list[str], clock: Clock) -> tuple[Controller, Backend]:
+def _controller(s: Settings, config: Path, set_: list[str], clock: Clock,
+                start_over: bool = False) -> tuple[Controller, Backend]:
     """The controller of a real run: failpoints from the environment, notifier, backend, state store."""
     from orchestrator.failpoints import Failpoints
     from orchestrator.loop.controller import Controller
@@ -79,7 +83,7 @@ def _controller(s: Settings, config: Path, set_: list[str], clock: Clock) -> tup
     except (ValueError, ImportError) as exc:
         raise fail([f"{config}: {exc}"]) from None
     backend = build_backend(s, clock)
-    store = StateStore(s.run_dir, failpoint)
+    store = StateStore(s.run_dir, failpoint, start_over=start_over)
     ctl = Controller(s, backend, clock, store, notify=notifier, failpoint=failpoint)
     ctl.reloader = lambda: load_settings(config, parse_overrides(set_))
     return ctl, backend
