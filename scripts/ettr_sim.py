@@ -1,7 +1,9 @@
 """Discrete-event simulation of a long training run on a failing cluster, for ETTR comparisons.
 
-The orchestrator policy runs the product's own pure functions: `classify` on per-node evidence the
-simulator makes for each fault, `decide`, and the `Blacklist` with its `exclude_plan`. The other
+The orchestrator policy runs the product's own pure functions, the ones the controller calls:
+`loop.conclude.conclude` (classify, decide, blacklist and hardware-history edits) on per-node evidence the
+simulator makes for each fault, `loop.conclude.apply_outcome`, and `loop.submission.exclude_plan` (the
+exclude list, capped so the job stays placeable). Nothing of the controller is copied here. The other
 policies are baselines: a blind job array (same spec every time, waits for the job to die), resubmit
 without exclusion (detects like the orchestrator, never excludes), and an oracle (instant detection,
 perfect exclusion of broken nodes).
@@ -17,10 +19,10 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from orchestrator.diagnose.classify import Context, classify
 from orchestrator.evidence import Match, NodeEvidence
-from orchestrator.model import HARDWARE_CAUSES, Action, JobState, JobStatus
-from orchestrator.policy import decide
+from orchestrator.loop.conclude import apply_outcome, conclude
+from orchestrator.loop.submission import exclude_plan
+from orchestrator.model import JobState, JobStatus, RunStatus
 from orchestrator.settings import Goal, Policy
 from orchestrator.state import RunState, SegmentRecord
 
@@ -101,7 +103,6 @@ class Run:
         self.policy_cfg = Policy(max_segments=10**6, max_no_progress_segments=10**6, strike_threshold=2,
                                  max_excluded_nodes=max(1, int(p.nodes * p.spare_frac)), blacklist_expiry_h=p.repair_h)
         self.lam = p.rate_per_1000_node_days / 1000 / 24  # per node-hour
-        self.hw: dict[int, float] = {}  # nodes with a hardware verdict, and when (the classifier's history)
 
     def now(self) -> datetime:
         return T0 + timedelta(hours=self.t)
@@ -111,8 +112,8 @@ class Run:
             return {n for n in range(self.cluster.size) if not self.cluster.healthy(n, self.t)}
         if self.policy != "orchestrator":
             return set()
-        cap = min(self.policy_cfg.max_excluded_nodes, self.cluster.size - self.p.nodes)
-        plan = self.state.blacklist.exclude_plan(self.now(), self.policy_cfg.strike_threshold, cap)
+        inventory = [f"node{n}" for n in range(self.cluster.size)]
+        plan = exclude_plan(self.state.blacklist, self.policy_cfg, inventory, self.p.nodes, self.now())
         return {int(n[4:]) for n in plan.nodes}
 
     def place(self) -> list[int]:
@@ -167,19 +168,15 @@ class Run:
             self._orchestrate(nodes, failed, kind, startup=run_start is None)
 
     def _orchestrate(self, nodes: list[int], failed: int, kind: str, startup: bool) -> None:
-        """The product's own classify -> decide -> blacklist on the evidence of this fault."""
+        """The product's own conclude (classify -> decide -> ledger edits) on the evidence of this fault."""
         status, ev = _evidence(nodes, failed, "hang" if kind == "hang" else "crash", startup)
-        recent = frozenset(f"node{n}" for n, t in self.hw.items() if self.t - t < 24 * 7)
-        verdict = classify(status, ev, Context(recent_hardware=recent, stalled=kind == "hang"))
-        self.state.segments.append(SegmentRecord(index=len(self.state.segments) + 1, job_name="s", start_iteration=0,
-                                                 end_iteration=1, nodes=[f"node{n}" for n in nodes]))
-        d = decide(self.state, verdict, self.policy_cfg, Goal(), self.now())
-        if d.action in (Action.RESUBMIT_EXCLUDE, Action.RESUBMIT):
-            for n in d.blame_nodes:
-                self.state.blacklist = self.state.blacklist.record(
-                    n, verdict.cause, "sim", "sim", self.now(), hard=d.hard, expiry=timedelta(hours=self.p.repair_h))
-                if verdict.cause in HARDWARE_CAUSES:
-                    self.hw[int(n[4:])] = self.t
+        seg = SegmentRecord(index=len(self.state.segments) + 1, job_name="s", job_id=f"sim{self.segments}",
+                            start_iteration=0, end_iteration=1, nodes=[f"node{n}" for n in nodes],
+                            cancelled_by_controller="stall: simulated" if kind == "hang" else "")
+        self.state.segments.append(seg)
+        out = conclude(self.state, seg, status, ev, [], self.policy_cfg, Goal(), self.now())
+        apply_outcome(self.state, seg, status, out, self.now())
+        self.state.status = RunStatus.RUNNING  # the simulation runs to its horizon whatever the policy says
         self.state.segments = self.state.segments[-3:]
 
     def run(self) -> Result:
