@@ -9,6 +9,9 @@ from typing import Protocol
 
 
 class Clock(Protocol):
+
+
+    """Time for the loop: now, sleep (interruptible by wake) - injected so tests never sleep."""
     def now(self) -> datetime: ...
 
     def sleep(self, seconds: float) -> bool:
@@ -19,6 +22,9 @@ class Clock(Protocol):
 
 
 class RealClock:
+
+
+    """The wall clock; sleep returns early when woken (a signal, a stop request)."""
     def __init__(self) -> None:
         self._event = threading.Event()
 

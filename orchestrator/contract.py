@@ -92,12 +92,18 @@ class Record(BaseModel):
 
 
 class CheckRecord(Record):
+
+
+    """One pre-flight check's result."""
     name: str
     ok: bool
     detail: str = ""
 
 
 class Heartbeat(Record):
+
+
+    """The agent is alive: its last progress and the training PIDs (rewritten every few seconds)."""
     node: str
     job_id: str = ""
     iteration: int | None = None
@@ -107,6 +113,9 @@ class Heartbeat(Record):
 
 
 class ExitRecord(Record):
+
+
+    """How the node's training ended: exit codes, signals, last lines, pre-flight results."""
     node: str
     job_id: str = ""
     exit_code: int
@@ -120,6 +129,9 @@ class ExitRecord(Record):
 
 
 class ProcessDump(Record):
+
+
+    """One training process at a dump request: /proc state, wchan and its py-spy stack."""
     pid: int
     state: str
     ppid: int = 0
@@ -131,6 +143,9 @@ class ProcessDump(Record):
 
 
 class DumpRecord(Record):
+
+
+    """The agent's answer to one dump request (the request id tells fresh dumps from old ones)."""
     node: str
     time: str = ""
     request: str = ""

@@ -8,6 +8,7 @@ from datetime import datetime
 
 @dataclass(frozen=True)
 class Match:
+    """One flagged line: which signature matched, its cause and role, rank/task/host it came from."""
     line: int
     text: str
     signature: str
@@ -26,6 +27,7 @@ class Match:
 
 @dataclass(frozen=True)
 class NodeEvidence:
+    """What one node's output (or one job-wide file) showed: matches, progress, exit, dumps, hosts."""
     node: str
     file: str = ""
     matches: tuple[Match, ...] = ()

@@ -9,10 +9,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Frozen(BaseModel):
+
+
+    """Base of the immutable value types: frozen, unknown fields rejected."""
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Cause(StrEnum):
+
+
+    """Why a segment ended (the vocabulary of docs/CAUSES.md)."""
     GPU_ECC = "gpu_ecc"
     GPU_LOST = "gpu_lost"
     GPU_OOM_STARTUP = "gpu_oom_startup"
@@ -36,6 +42,9 @@ HARDWARE_CAUSES = frozenset({Cause.GPU_ECC, Cause.GPU_LOST, Cause.GPU_OOM_STARTU
 
 
 class Action(StrEnum):
+
+
+    """What the policy does next."""
     RESUBMIT_EXCLUDE = "resubmit_exclude"
     RESUBMIT = "resubmit"
     WAIT_AND_RESUBMIT = "wait_and_resubmit"
@@ -44,6 +53,9 @@ class Action(StrEnum):
 
 
 class JobState(StrEnum):
+
+
+    """A scheduler job's state, as Slurm names it."""
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     COMPLETING = "COMPLETING"
@@ -62,6 +74,9 @@ class JobState(StrEnum):
 
 
 class RunStatus(StrEnum):
+
+
+    """The whole run: running, done (goal reached) or stopped (needs a human)."""
     RUNNING = "running"
     DONE = "done"
     STOPPED = "stopped"
@@ -97,12 +112,18 @@ class SegmentSpec(Frozen):
 
 
 class JobRef(Frozen):
+
+
+    """A submitted job: its id and when it was submitted (ids are reused after a scheduler restart)."""
     job_id: str
     submitted_at: datetime
     backend: str
 
 
 class JobStatus(Frozen):
+
+
+    """One poll's view of a job."""
     state: JobState
     exit_code: int | None = None
     nodes: tuple[str, ...] = ()
@@ -113,6 +134,9 @@ class JobStatus(Frozen):
 
 
 class Evidence(Frozen):
+
+
+    """One line that supports a verdict, with where it was printed and its role (root, secondary)."""
     node: str
     file: str = ""
     line: int = 0
@@ -122,6 +146,10 @@ class Evidence(Frozen):
 
 
 class Verdict(Frozen):
+
+
+    """The diagnosis of one segment: cause, culprits, whether to blame them, evidence. No action:
+    the policy picks that."""
     cause: Cause
     culprit_nodes: tuple[str, ...] = ()
     blame: bool = False
@@ -131,6 +159,9 @@ class Verdict(Frozen):
 
 
 class Decision(Frozen):
+
+
+    """The policy's decision: the action, why, whom to blame, how long to wait."""
     action: Action
     reason: str
     blame_nodes: tuple[str, ...] = ()
@@ -140,6 +171,9 @@ class Decision(Frozen):
 
 
 class BlacklistEntry(Frozen):
+
+
+    """One blacklisted node: cause, evidence, strikes, expiry, hard or soft, auto or manual."""
     node: str
     cause: Cause
     evidence: str

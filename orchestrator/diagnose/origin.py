@@ -40,6 +40,7 @@ def _stamp(raw: str | None) -> datetime | None:
 
 @dataclass(frozen=True)
 class Prefixes:
+    """A line with its launcher prefixes taken apart: time, srun task, torch rank, host, body."""
     ts: datetime | None
     task: int | None  # srun --label task id ("3: ")
     rank: int | None  # torch rank ("[rank3]:", "[default3]:")

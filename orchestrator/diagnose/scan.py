@@ -41,6 +41,8 @@ def _decode(raw: bytes) -> str:
 
 @dataclass
 class NodeScan:
+    """Owns the incremental scan of one output file: matches, progress, tail, allocations,
+    py-spy frames and what the file says about hosts. Keeps no whole file in memory."""
     node: str
     file: str
     signatures: tuple[Signature, ...]

@@ -16,6 +16,7 @@ from orchestrator.model import Cause
 
 @dataclass(frozen=True)
 class Signature:
+    """One pattern and what a matching line means: cause, blame, cascade, or its kind (info, done)."""
     name: str
     pattern: str
     cause: Cause

@@ -41,6 +41,8 @@ def judge(status: JobStatus, evidence: list[NodeEvidence], fs_stalls: list[str],
 
 @dataclass(frozen=True)
 class Outcome:
+    """Everything the end of a segment changes, as values: verdict, decision, new blacklist and
+    hardware history, effects, run status and when to resubmit."""
     verdict: Verdict
     decision: Decision
     blacklist: Blacklist

@@ -36,6 +36,10 @@ def user_signatures(settings: Settings) -> tuple[Signature, ...]:
 
 
 class Controller:
+
+
+    """Owns the run loop and its I/O: observe (poll the backend, feed the watcher), call the pure
+    functions, carry out what they return, save the state. Decides nothing itself."""
     def __init__(self, settings: Settings, backend: Backend, clock: Clock, store: StateStore,
                  notify: Notify | None = None, python: str = sys.executable,
                  failpoint: Callable[[str], None] | None = None):

@@ -21,6 +21,7 @@ Notify = Callable[[str, str], object]
 
 @dataclass(frozen=True)
 class Alert:
+    """A notification to send (title, body)."""
     title: str
     body: str
 
@@ -34,12 +35,14 @@ class Publish:
 
 @dataclass(frozen=True)
 class Drain:
+    """Ask the scheduler to take a node out of service (best effort)."""
     node: str
     reason: str
 
 
 @dataclass(frozen=True)
 class Cancel:
+    """Cancel a job, with the reason logged."""
     ref: JobRef
     reason: str
 

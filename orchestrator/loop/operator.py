@@ -43,8 +43,14 @@ def apply_blacklist_requests(settings: Settings, state: RunState, now: datetime)
     requests, problems = take_requests(settings.run_dir)
     for p in problems:
         logger.warning("blacklist request {}", p)
+    applied = False
     for req in requests:
-        state.blacklist = apply_request(state.blacklist, req, now)
-        nodes = getattr(req, "nodes", ())
-        logger.info("blacklist request applied op={} nodes={}", req.op, ",".join(nodes) or "-")
-    return bool(requests)
+        nodes = ",".join(getattr(req, "nodes", ())) or "-"
+        try:
+            state.blacklist = apply_request(state.blacklist, req, now)
+        except (ValueError, OverflowError) as exc:  # a bad request never stops the controller
+            logger.error("blacklist request rejected op={} nodes={}: {}", req.op, nodes, exc)
+            continue
+        applied = True
+        logger.info("blacklist request applied op={} nodes={}", req.op, nodes)
+    return applied

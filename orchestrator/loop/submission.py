@@ -69,6 +69,7 @@ def find_checkpoint(settings: Settings, state: RunState) -> ckpt_mod.Checkpoint 
 
 @dataclass(frozen=True)
 class Prepared:
+    """The next segment's spec, its exclude plan, and the blacklist it was planned from."""
     spec: SegmentSpec
     exclude: ExcludePlan
     blacklist: Blacklist  # the run's blacklist with the shared one merged in

@@ -31,6 +31,7 @@ class Seen:
 
 @dataclass(frozen=True)
 class Supervision:
+    """What the watchdog asks the controller to do at one poll."""
     cancel: str = ""  # non-empty: cancel the job for this reason
     request_dumps: bool = False
     clear_dumps: bool = False  # progress resumed: earlier dumps describe no stall

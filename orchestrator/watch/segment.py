@@ -26,6 +26,7 @@ from orchestrator.watch.reader import BATCH, Batch, scan_dir
 
 @dataclass
 class NodeWatch:
+    """The controller's view of one node: its log tail and scan, exit record, heartbeat, dump."""
     tail: LogTail
     scan: NodeScan
     progress_seen_at: datetime | None = None
@@ -41,6 +42,8 @@ class NodeWatch:
 
 @dataclass
 class SegmentWatch:
+    """Owns reading one running segment's files (logs, records, dumps) with timeouts, and the
+    views derived from them (progress, failed nodes, evidence)."""
     segment_dir: Path
     signatures: tuple[Signature, ...]
     progress: re.Pattern[str]
