@@ -13,10 +13,22 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from orchestrator.blacklist import Blacklist
+from orchestrator.settings.sections import SAFE_NAME
 from orchestrator.state import atomic_write, private_dir
 
 REQUESTS_DIR = "requests"
 STOP_REQUEST = "stop-request"
+MAX_REQUEST_BYTES = 1 << 20  # a request names nodes; anything bigger is not one
+
+
+def check_node_names(nodes: tuple[str, ...]) -> tuple[str, ...]:
+    """Node names as Slurm spells them: no empty name, leading dash, shell metacharacter or control character."""
+    if not nodes:
+        raise ValueError("no node named")
+    bad = [n for n in nodes if not SAFE_NAME.match(n)]
+    if bad:
+        raise ValueError(f"not a node name: {bad[0]!r} (letters, digits, '_', '.', '+', '-'; not first '-')"[:200])
+    return nodes
 
 
 class _Request(BaseModel):
@@ -26,8 +38,10 @@ class _Request(BaseModel):
 class BlacklistAdd(_Request):
     op: Literal["add"] = "add"
     nodes: tuple[str, ...]
-    reason: str = "added by hand"
+    reason: str = Field("added by hand", max_length=1000)
     hours: float = 72.0
+
+    _names = field_validator("nodes")(check_node_names)
 
     @field_validator("hours")
     @classmethod
@@ -40,6 +54,8 @@ class BlacklistAdd(_Request):
 class BlacklistRemove(_Request):
     op: Literal["remove"] = "remove"
     nodes: tuple[str, ...]
+
+    _names = field_validator("nodes")(check_node_names)
 
 
 class BlacklistClear(_Request):
@@ -67,14 +83,47 @@ def write_request(run_dir: Path, request: BlacklistAdd | BlacklistRemove | Black
     return path
 
 
+def _read_request(path: Path) -> BlacklistAdd | BlacklistRemove | BlacklistClear:
+    with path.open("rb") as fh:
+        raw = fh.read(MAX_REQUEST_BYTES + 1)
+    if len(raw) > MAX_REQUEST_BYTES:
+        raise ValueError(f"over {MAX_REQUEST_BYTES} bytes")
+    return _ADAPTER.validate_python(json.loads(raw.decode("utf-8")))
+
+
+def _discard(path: Path) -> None:
+    """Remove a consumed request; one that cannot be removed (a directory, ...) is renamed out of the queue."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        try:
+            path.rename(path.with_name(path.name + ".rejected"))
+        except OSError:
+            pass
+
+
 def take_requests(run_dir: Path) -> tuple[list[BlacklistAdd | BlacklistRemove | BlacklistClear], list[str]]:
-    """Queued requests in order, and a problem line for each file that is not a valid request."""
+    """Queued requests in order, and a problem line for each file that is not a valid request. Never raises
+    for what is in the queue: a bad request must not stop the controller that reads it."""
     out: list[BlacklistAdd | BlacklistRemove | BlacklistClear] = []
     problems: list[str] = []
-    for path in sorted((Path(run_dir) / REQUESTS_DIR).glob("*.json")):
+    try:
+        paths = sorted((Path(run_dir) / REQUESTS_DIR).glob("*.json"))
+    except OSError as exc:
+        return out, [f"{REQUESTS_DIR}/: unreadable: {exc}"[:300]]
+    for path in paths:
         try:
-            out.append(_ADAPTER.validate_python(json.loads(path.read_text())))
-        except (OSError, ValueError, ValidationError) as exc:
-            problems.append(f"{path.name}: ignored, not a valid request: {str(exc).splitlines()[0][:200]}")
-        path.unlink(missing_ok=True)
+            out.append(_read_request(path))
+        except (OSError, ValueError, ValidationError, RecursionError) as exc:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            problems.append(f"{path.name!r}: ignored, not a valid request: {first[:200]!r}")
+        _discard(path)
     return out, problems
+
+
+def pending(run_dir: Path) -> list[Path]:
+    """Request files still waiting for a controller."""
+    try:
+        return sorted((Path(run_dir) / REQUESTS_DIR).glob("*.json"))
+    except OSError:
+        return []

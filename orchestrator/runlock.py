@@ -1,16 +1,20 @@
 """One controller per run: an exclusive flock on run_dir/controller.lock, released by the kernel when
-the holder dies; the file names the holder (pid, host) so `stop` can signal it."""
+the holder dies; the file names the holder (pid, host, role) so `stop` and `blacklist` can tell a running
+controller (signal it, queue for it) from another short-lived command holding the lock for a moment."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 import socket
+import time
 from pathlib import Path
 
 from orchestrator.state import private_dir
 
 LOCK_FILE = "controller.lock"
+EDIT_LOCK_FILE = "blacklist-edit.lock"  # serialises `orchestrator blacklist` edits among themselves
+CONTROLLER = "controller"
 
 
 class LockHeld(Exception):
@@ -18,13 +22,13 @@ class LockHeld(Exception):
 
 
 class RunLock:
-    """One controller per run: an exclusive flock, released by the kernel when the holder dies."""
+    """An exclusive flock, released by the kernel when the holder dies."""
 
-    def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / LOCK_FILE
+    def __init__(self, run_dir: Path, name: str = LOCK_FILE):
+        self.path = Path(run_dir) / name
         self._fd: int | None = None
 
-    def acquire(self) -> None:
+    def acquire(self, role: str = "tool") -> None:
         private_dir(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -36,16 +40,33 @@ class RunLock:
                 f"another controller is running this run ({holder}); stop it with 'orchestrator stop' first"
             ) from None
         os.ftruncate(fd, 0)
-        os.write(fd, f"pid={os.getpid()} host={socket.gethostname()}\n".encode())
+        os.write(fd, f"pid={os.getpid()} host={socket.gethostname()} role={role}\n".encode())
         self._fd = fd
 
+    def acquire_within(self, seconds: float, role: str = "tool") -> None:
+        """acquire(), retried until `seconds` have passed (for holders that keep it for a moment)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                self.acquire(role)
+                return
+            except LockHeld:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.02)
+
     def is_held(self) -> bool:
-        """True while a live controller holds the run (checked by trying the lock)."""
+        """True while a live process holds the lock. Creates nothing and rewrites nothing."""
         try:
-            self.acquire()
-        except LockHeld:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
             return True
-        self.release()
+        finally:
+            os.close(fd)
         return False
 
     def holder(self) -> str | None:
@@ -54,12 +75,20 @@ class RunLock:
         except OSError:
             return None
 
+    def _fields(self) -> dict[str, str]:
+        return dict(f.split("=", 1) for f in (self.holder() or "").split() if "=" in f)
+
+    def holder_is_controller(self) -> bool:
+        """The lock is held by a controller (`orchestrator run`), not by a command holding it for a moment."""
+        return self.is_held() and self._fields().get("role") == CONTROLLER
+
     def holder_pid(self) -> int | None:
-        """The holder's PID if it runs on this host (a signal can reach it), else None."""
-        text = self.holder() or ""
-        fields = dict(f.split("=", 1) for f in text.split() if "=" in f)
+        """The holding controller's PID if it runs on this host (a signal can reach it), else None."""
+        fields = self._fields()
         if fields.get("host") != socket.gethostname() or not fields.get("pid", "").isdigit():
             return None
+        if fields.get("role") != CONTROLLER or not self.is_held():
+            return None  # never signal a short-lived command or a PID the kernel may have reused
         return int(fields["pid"])
 
     def release(self) -> None:

@@ -86,9 +86,31 @@ class RunState(BaseModel):
 
 
 def private_dir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
+    """Create `path` private (0700). An existing directory is left as it is: it may be shared."""
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path, 0o700)
     return path
+
+
+RUN_DIR_ENTRIES = frozenset({STATE_FILE, BACKUP_FILE, "segments", "requests", "controller.lock", "blacklist-edit.lock",
+                             "controller.log", "stop-request", "local-backend", "report"})
+
+
+def foreign_entries(run_dir: Path) -> list[str]:
+    """Entries of an existing directory that a run does not create: a shared directory (a home, /tmp) is not
+    a run directory, and no command of the orchestrator chmods it or leaves a lock in it. Empty when
+    `run_dir` is new, empty, holds a state.json, or holds only what a run writes."""
+    try:
+        names = [p.name for p in run_dir.iterdir()]
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        return [run_dir.name]
+    if STATE_FILE in names:
+        return []
+    own = ("controller.log.", f".{STATE_FILE}.", f".{BACKUP_FILE}.")
+    return sorted(n for n in names if n not in RUN_DIR_ENTRIES and not n.startswith(own))
 
 
 def atomic_write(path: Path, data: str, failpoint: Callable[[str], None] | None = None) -> None:

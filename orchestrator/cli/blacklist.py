@@ -6,15 +6,26 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from orchestrator.cli.common import _state_for, app, fail, out
+from orchestrator.blacklist import Blacklist
+from orchestrator.cli.common import _state_for, app, err, fail, out
 from orchestrator.clock import RealClock
-from orchestrator.requests import BlacklistAdd, BlacklistClear, BlacklistRemove, write_request
-from orchestrator.runlock import LockHeld, RunLock
+from orchestrator.requests import (
+    BlacklistAdd,
+    BlacklistClear,
+    BlacklistRemove,
+    apply_request,
+    check_node_names,
+    pending,
+    take_requests,
+    write_request,
+)
+from orchestrator.runlock import EDIT_LOCK_FILE, LockHeld, RunLock
 from orchestrator.state import RunState, StateError, StateStore
 from orchestrator.views.status import blacklist_table, status_json
 
@@ -22,61 +33,113 @@ bl_app = typer.Typer(help="List or edit a run's node blacklist (manual overrides
 app.add_typer(bl_app, name="blacklist")
 
 
-def _queue_if_running(target: Path, request: BlacklistAdd | BlacklistRemove | BlacklistClear) -> bool:
-    """If a controller holds the run, queue the edit for it and poke it with SIGHUP; True if queued."""
-    store, _ = _state_for(target)
-    lock = RunLock(store.run_dir)
-    try:
-        lock.acquire()
-    except LockHeld:
-        write_request(store.run_dir, request)
-        pid = lock.holder_pid()
-        if pid:
-            os.kill(pid, signal.SIGHUP)
-        out.print(f"queued for the running controller ({lock.holder()}); it applies it at its next poll",
-                  markup=False)
-        return True
-    lock.release()
-    return False
+EditRequest = BlacklistAdd | BlacklistRemove | BlacklistClear
+LOCK_PATIENCE_S = 10.0  # how long a command holding the run lock for a moment is waited for
 
 
-def _locked_state(target: Path) -> tuple[StateStore, RunState, RunLock]:
-    store, where = _state_for(target)
-    lock = RunLock(store.run_dir)
-    try:
-        lock.acquire()
-    except LockHeld as exc:
-        raise fail([f"{exc}; try again"], 1) from None
+def _loaded(store: StateStore, where: str) -> RunState:
     try:
         state = store.load()
     except StateError as exc:
-        lock.release()
         raise fail([str(exc)], 1) from None
     if state is None:
-        lock.release()
         raise fail([f"{where}: no run state yet"], 1)
-    return store, state, lock
+    return state
+
+
+def _apply_locked(store: StateStore, where: str, request: EditRequest | None) -> Blacklist:
+    """Under the run lock: apply every queued edit (a controller that exited left them), then `request`."""
+    state = _loaded(store, where)
+    before = state.blacklist
+    now = RealClock().now()
+    queued, problems = take_requests(store.run_dir)
+    for p in problems:
+        err.print(f"warning: {p}", markup=False, highlight=False)
+    for req in [*queued, *([request] if request else [])]:
+        state.blacklist = apply_request(state.blacklist, req, now)
+    store.save(state)
+    return before
+
+
+def _wait_applied(lock: RunLock, queued: Path, wait_s: float) -> str:
+    """'applied' once the controller consumed the queued file, 'free' if the lock came free first, else ''."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if not queued.exists():
+            return "applied"
+        if not lock.is_held():
+            return "free"
+        time.sleep(0.05)
+    return ""
+
+
+def _edit(target: Path, request: EditRequest, wait_s: float) -> tuple[str, Blacklist | None]:
+    """Apply `request` to the run's blacklist, or hand it to the running controller and wait until it has
+    applied it. ('applied', blacklist before) | ('controller', None) | ('queued', None); exit 1 if refused.
+    Edits are serialised among themselves, so concurrent `blacklist` commands never lose one another's."""
+    store, where = _state_for(target)
+    _loaded(store, where)  # a run directory with a state, before anything is created in it
+    editors = RunLock(store.run_dir, EDIT_LOCK_FILE)
+    try:
+        editors.acquire_within(max(wait_s, LOCK_PATIENCE_S))
+    except LockHeld:
+        raise fail([f"{where}: another 'orchestrator blacklist' edit is still running; nothing changed, "
+                    "try again"], 1) from None
+    try:
+        return _edit_serialised(store, where, request, wait_s)
+    finally:
+        editors.release()
+
+
+def _edit_serialised(store: StateStore, where: str, request: EditRequest,
+                     wait_s: float) -> tuple[str, Blacklist | None]:
+    lock = RunLock(store.run_dir)
+    queued: Path | None = None
+    deadline = time.monotonic() + max(wait_s, LOCK_PATIENCE_S)
+    while True:
+        try:
+            lock.acquire()
+        except LockHeld:
+            if not lock.holder_is_controller():
+                if time.monotonic() >= deadline:
+                    raise fail([f"{where}: the run is locked by {lock.holder()}; nothing changed, try again"],
+                               1) from None
+                time.sleep(0.05)
+                continue
+            if queued is None:
+                queued = write_request(store.run_dir, request)
+                pid = lock.holder_pid()
+                if pid:
+                    os.kill(pid, signal.SIGHUP)  # wakes it: the edit is applied at once
+            result = _wait_applied(lock, queued, wait_s)
+            if result == "applied":
+                return "controller", None
+            if result == "":
+                return "queued", None
+            continue  # the controller exited first: apply it here
+        try:
+            return "applied", _apply_locked(store, where, None if queued else request)
+        finally:
+            lock.release()
+
+
+def _report(how: str, done: str) -> None:
+    if how == "queued":
+        out.print("queued for the running controller; not applied yet: it is applied at the "
+                  "controller's next poll (or by the next 'orchestrator run' or 'blacklist' command)", markup=False)
+    else:
+        out.print(done + (" (by the running controller)" if how == "controller" else ""), markup=False)
 
 
 def _names(nodes: str) -> list[str]:
     from orchestrator.blacklist import expand
 
     try:
-        return expand(nodes)
+        names = expand(nodes)
+        check_node_names(tuple(names))
     except ValueError as exc:
-        raise fail([str(exc)]) from None
-
-
-def _edit(target: Path, change: Any) -> Any:
-    """Apply `change` (Blacklist -> Blacklist) to the run's blacklist under the run lock; the old one back."""
-    store, state, lock = _locked_state(target)
-    try:
-        before = state.blacklist
-        state.blacklist = change(before)
-        store.save(state)
-        return before
-    finally:
-        lock.release()
+        raise fail([f"{nodes!r}: {exc}"[:300]]) from None
+    return names
 
 
 @bl_app.command("list")
@@ -87,57 +150,54 @@ def bl_list(target: Annotated[Path, typer.Argument(help="Config file or run dire
     Example: orchestrator blacklist list configs/demo.yaml
     """
     store, where = _state_for(target)
-    state = store.load()
-    if state is None:
-        raise fail([f"{where}: no run state yet"], 1)
+    state = _loaded(store, where)
     now = RealClock().now()
     if as_json:
         print(json.dumps(status_json(state, now)["blacklist"], indent=2))
     else:
         out.print(blacklist_table(state, now))
+    waiting = pending(store.run_dir)
+    if waiting:
+        err.print(f"{len(waiting)} edit(s) queued for the controller, not applied yet", markup=False)
+
+
+WaitOpt = Annotated[float, typer.Option("--wait", help="Seconds to wait for a running controller to apply it.")]
 
 
 @bl_app.command("add")
 def bl_add(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
            nodes: Annotated[str, typer.Argument(help="Hostlist, e.g. node[3,7-9].")],
            reason: Annotated[str, typer.Option(help="Why (kept as evidence).")] = "added by hand",
-           hours: Annotated[float, typer.Option(help="Expiry in hours.")] = 72.0) -> None:
+           hours: Annotated[float, typer.Option(help="Expiry in hours.")] = 72.0,
+           wait: WaitOpt = 30.0) -> None:
     """Exclude nodes by hand. Example: orchestrator blacklist add runs/demo 'node[3-4]' --reason 'Xid 79'"""
-    from datetime import timedelta
-
     names = _names(nodes)
     try:
         req = BlacklistAdd(nodes=tuple(names), reason=reason, hours=hours)
     except ValueError as exc:
-        raise fail([f"--hours {hours}: {str(exc).splitlines()[-1].strip()}"]) from None
-    if _queue_if_running(target, req):
-        return
-    now = RealClock().now()
-    _edit(target, lambda bl: bl.add_manual(names, reason, now, timedelta(hours=hours)))
-    out.print(f"blacklisted {','.join(names)} for {hours:g} h", markup=False)
+        raise fail([f"--hours {hours} / --reason: {str(exc).splitlines()[-1].strip()}"[:300]]) from None
+    how, _ = _edit(target, req, wait)
+    _report(how, f"blacklisted {','.join(names)} for {hours:g} h")
 
 
 @bl_app.command("remove")
 def bl_remove(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
-              nodes: Annotated[str, typer.Argument(help="Hostlist, e.g. node3.")]) -> None:
+              nodes: Annotated[str, typer.Argument(help="Hostlist, e.g. node3.")],
+              wait: WaitOpt = 30.0) -> None:
     """Return nodes to the pool. Example: orchestrator blacklist remove configs/demo.yaml node3"""
     names = _names(nodes)
-    if _queue_if_running(target, BlacklistRemove(nodes=tuple(names))):
+    how, before = _edit(target, BlacklistRemove(nodes=tuple(names)), wait)
+    if before is None:
+        _report(how, f"removed {','.join(names)}")
         return
-    before = _edit(target, lambda bl: bl.remove_all(names))
     missing = [n for n in names if before.get(n) is None]
     out.print(f"removed {','.join(n for n in names if n not in missing) or 'nothing'}"
               + (f"; not blacklisted: {','.join(missing)}" if missing else ""), markup=False)
 
 
 @bl_app.command("clear")
-def bl_clear(target: Annotated[Path, typer.Argument(help="Config file or run directory.")]) -> None:
+def bl_clear(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
+             wait: WaitOpt = 30.0) -> None:
     """Empty the blacklist. Example: orchestrator blacklist clear runs/demo"""
-    from orchestrator.blacklist import Blacklist
-
-    if _queue_if_running(target, BlacklistClear()):
-        return
-    n = len(_edit(target, lambda bl: Blacklist()).entries)
-    out.print(f"cleared {n} entries", markup=False)
-
-
+    how, before = _edit(target, BlacklistClear(), wait)
+    _report(how, f"cleared {len(before.entries)} entries" if before is not None else "cleared")

@@ -14,7 +14,7 @@ from rich.console import Console
 from orchestrator.backends.base import Backend
 from orchestrator.clock import Clock
 from orchestrator.settings import ConfigError, Settings, check_paths, load_settings, parse_overrides
-from orchestrator.state import StateStore
+from orchestrator.state import StateStore, foreign_entries, private_dir
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Keep long multi-node training on Slurm moving: diagnose, blacklist, resume.")
@@ -35,8 +35,10 @@ def setup_logging(run_dir: Path | None, verbose: bool) -> None:
     fmt = "{time:YYYY-MM-DD HH:mm:ss} {level: <7} {message}"
     logger.add(sys.stderr, level="DEBUG" if verbose else "INFO", format=fmt)
     if run_dir is not None:
-        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        logger.add(run_dir / "controller.log", level="DEBUG", rotation="20 MB", retention=5,
+        private_dir(run_dir)
+        # loguru formats the file name ({time} ...): braces in run_dir are literal text
+        sink = str(run_dir / "controller.log").replace("{", "{{").replace("}", "}}")
+        logger.add(sink, level="DEBUG", rotation="20 MB", retention=5,
                    format="{time:YYYY-MM-DDTHH:mm:ss.SSSZ} {level} {message} {extra}")
 
 
@@ -69,5 +71,14 @@ def _state_for(target: Path) -> tuple[StateStore, str]:
         return StateStore(target), str(target)
     s = load(target, [])
     return StateStore(s.run_dir), str(s.run_dir)
+
+
+def require_run_dir(run_dir: Path, where: str) -> None:
+    """Refuse (exit 2) a directory that holds other things than a run: nothing is chmodded or locked in it."""
+    foreign = foreign_entries(run_dir)
+    if foreign:
+        shown = ", ".join(repr(n) for n in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise fail([f"{where}: not a run directory (no state.json, and it holds {shown}); "
+                    "use a new or empty directory for run_dir"])
 
 

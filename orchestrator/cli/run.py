@@ -9,13 +9,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from loguru import logger
 
-from orchestrator.cli.common import SetOpt, _state_for, app, build_backend, fail, load, out, setup_logging
+from orchestrator.cli.common import (
+    SetOpt,
+    _state_for,
+    app,
+    build_backend,
+    fail,
+    load,
+    out,
+    require_run_dir,
+    setup_logging,
+)
 from orchestrator.clock import Clock, RealClock
-from orchestrator.requests import STOP_REQUEST
-from orchestrator.runlock import LockHeld, RunLock
+from orchestrator.requests import STOP_REQUEST, apply_request, pending, take_requests
+from orchestrator.runlock import CONTROLLER, LockHeld, RunLock
 from orchestrator.settings import Settings, load_settings, parse_overrides
-from orchestrator.state import RunState, StateError, StateStore
+from orchestrator.state import RunState, StateError, StateStore, atomic_write
 from orchestrator.views.status import timeline_table
 
 if TYPE_CHECKING:
@@ -46,15 +57,17 @@ def run(
     if dry_run:
         dry(s, clock)
         return
+    require_run_dir(s.run_dir, f"{config}: run_dir {s.run_dir}")
     setup_logging(s.run_dir, verbose)
     lock = RunLock(s.run_dir)
     try:
-        lock.acquire()
+        lock.acquire(CONTROLLER)
     except LockHeld as exc:
         raise fail([str(exc)], 1) from None
     ctl, backend = _controller(s, config, set_, clock, start_over)
     _handle_signals(ctl)
     try:
+        _apply_queued(ctl.store, clock)
         state = ctl.run()
     except StateError as exc:
         raise fail([str(exc)], 1) from None
@@ -87,6 +100,22 @@ def _controller(s: Settings, config: Path, set_: list[str], clock: Clock,
     ctl = Controller(s, backend, clock, store, notify=notifier, failpoint=failpoint)
     ctl.reloader = lambda: load_settings(config, parse_overrides(set_))
     return ctl, backend
+
+
+def _apply_queued(store: StateStore, clock: Clock) -> None:
+    """Blacklist edits queued for a controller that exited before applying them (also for a finished run)."""
+    if not pending(store.run_dir):
+        return
+    state = store.load()
+    if state is None:
+        return  # a new run: the controller applies them once it has a ledger
+    reqs, problems = take_requests(store.run_dir)
+    for p in problems:
+        logger.warning("blacklist request {}", p)
+    for req in reqs:
+        state.blacklist = apply_request(state.blacklist, req, clock.now())
+        logger.info("blacklist request applied op={} nodes={}", req.op, ",".join(getattr(req, "nodes", ())) or "-")
+    store.save(state)
 
 
 def _handle_signals(ctl: Controller) -> None:
@@ -139,10 +168,10 @@ def stop(target: Annotated[Path, typer.Argument(help="Config file or run directo
 
     store, where = _state_for(target)
     lock = RunLock(store.run_dir)
-    if not lock.is_held():
+    if not lock.holder_is_controller():  # creates nothing: `stop /tmp` leaves /tmp as it is
         out.print(f"{where}: no controller is running", markup=False)
         return
-    (store.run_dir / STOP_REQUEST).write_text("stop\n")
+    atomic_write(store.run_dir / STOP_REQUEST, "stop\n")
     pid = lock.holder_pid()
     if pid:
         os.kill(pid, signal.SIGTERM)

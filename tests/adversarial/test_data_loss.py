@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,9 +16,11 @@ from orchestrator.cli import app
 from orchestrator.clock import FakeClock
 from orchestrator.loop.controller import Controller
 from orchestrator.model import Cause, RunStatus
+from orchestrator.requests import REQUESTS_DIR, BlacklistAdd, write_request
+from orchestrator.runlock import RunLock
 from orchestrator.settings import load_settings, parse_overrides
-from orchestrator.state import StateError, StateStore
-from tests.conftest import base_config, write_config
+from orchestrator.state import RunState, StateError, StateStore
+from tests.conftest import REPO, base_config, write_config
 from tests.fakes import FakeCluster, Fault
 
 NODES = ["node1", "node2", "node3", "node4"]
@@ -62,3 +69,97 @@ def test_1_segments_without_state_need_an_explicit_start_over(tmp_path: Path) ->
         StateStore(run_dir).load()
     assert StateStore(run_dir, start_over=True).load() is None
     assert StateStore(tmp_path / "fresh").load() is None  # a new run directory is a new run
+
+
+def new_run(run_dir: Path, status: RunStatus = RunStatus.RUNNING) -> StateStore:
+    store = StateStore(run_dir)
+    now = FakeClock().now()
+    store.save(RunState(run="t", status=status, created_at=now, updated_at=now))
+    return store
+
+
+def test_2_concurrent_blacklist_adds_without_a_controller_are_all_applied(tmp_path: Path) -> None:
+    store = new_run(tmp_path / "run")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([sys.executable, "-m", "orchestrator", "blacklist", "add", str(store.run_dir),
+                               f"node{i}", "--reason", f"probe {i}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+             for i in range(10)]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 10, outputs
+    state = store.load()
+    assert state is not None
+    assert sorted(e.node for e in state.blacklist.entries) == sorted(f"node{i}" for i in range(10))
+    assert not list((store.run_dir / REQUESTS_DIR).glob("*.json"))  # nothing left waiting
+
+
+def test_2_an_edit_queued_for_a_controller_that_exited_is_applied_by_the_next_run(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, base_config(tmp_path))
+    store = new_run(tmp_path / "run", RunStatus.DONE)
+    write_request(store.run_dir, BlacklistAdd(nodes=("node3",), reason="Xid 79"))
+    res = CliRunner().invoke(app, ["run", str(cfg)])
+    assert res.exit_code == 0, res.output
+    state = store.load()
+    assert state is not None and state.blacklist.get("node3") is not None
+
+
+def test_2_an_edit_for_a_running_controller_is_handed_over_not_refused(tmp_path: Path) -> None:
+    store = new_run(tmp_path / "run")
+    controller = RunLock(store.run_dir)
+    controller.acquire("controller")  # holds the run; applies queued edits like the real loop
+
+    def apply_queue() -> None:
+        from orchestrator.loop import operator
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not list((store.run_dir / REQUESTS_DIR).glob("*.json")):
+            time.sleep(0.01)
+        state = store.load()
+        assert state is not None
+        settings = load_settings(write_config(tmp_path, base_config(tmp_path)))
+        assert operator.apply_blacklist_requests(settings, state, FakeClock().now())
+        store.save(state)
+
+    import threading
+
+    t = threading.Thread(target=apply_queue)
+    t.start()
+    try:
+        res = CliRunner().invoke(app, ["blacklist", "add", str(store.run_dir), "node7", "--wait", "30"])
+    finally:
+        t.join(60)
+        controller.release()
+    assert res.exit_code == 0 and "by the running controller" in res.output, res.output
+    state = store.load()
+    assert state is not None and state.blacklist.get("node7") is not None
+
+
+@pytest.mark.parametrize("hours", ["nan", "inf", "-1", "0", "1e308"])
+def test_3_bad_hours_are_refused_on_the_cli_side_and_nothing_is_queued(tmp_path: Path, hours: str) -> None:
+    store = new_run(tmp_path / "run")
+    controller = RunLock(store.run_dir)
+    controller.acquire("controller")
+    try:
+        res = CliRunner().invoke(app, ["blacklist", "add", str(store.run_dir), "node3", "--hours", hours])
+    finally:
+        controller.release()
+    assert res.exit_code == 2 and "hours" in res.output
+    assert not list((store.run_dir / REQUESTS_DIR).glob("*.json")) if (store.run_dir / REQUESTS_DIR).exists() else True
+
+
+def test_3_a_bad_queued_request_never_kills_the_controller(tmp_path: Path) -> None:
+    ctl, cluster, _ = make(tmp_path)
+    state = ctl.load_or_init()
+    queue = ctl.s.run_dir / REQUESTS_DIR
+    queue.mkdir(mode=0o700)
+    (queue / "0-nan.json").write_text(json.dumps({"op": "add", "nodes": ["node1"], "hours": float("nan")}))
+    (queue / "1-dir.json").mkdir()
+    (queue / "2-deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    (queue / "3-latin1.json").write_bytes(b'{"op": "clear", "x": "\xff\xfe"}\xff')
+    (queue / "4-dash.json").write_text(json.dumps({"op": "add", "nodes": ["-rf"]}))
+    (queue / "5-good.json").write_text(json.dumps({"op": "add", "nodes": ["node2"], "reason": "Xid 79"}))
+    ctl.apply_requests(state)
+    assert [e.node for e in state.blacklist.entries] == ["node2"]
+    assert not list(queue.glob("*.json"))  # each bad one consumed once, not re-read every poll
+    ctl.step(state)  # and the loop goes on
+    assert cluster.submitted and cluster.submitted[0].exclude == ("node2",)
