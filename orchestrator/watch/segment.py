@@ -263,8 +263,11 @@ class SegmentWatch:
 
     def _stuck(self, nw: NodeWatch) -> str:
         """A process in D state, or an agent that did not answer the dump request while its heartbeat
-        stopped (the whole node's job processes are frozen)."""
+        stopped (the whole node's job processes are frozen). A node whose agent already exited had
+        nothing to answer."""
         if nw.dump is None:
+            if nw.exit_record is not None:
+                return ""
             asked = self.dumps_requested_at
             quiet = asked is not None and (nw.heartbeat_seen_at is None or nw.heartbeat_seen_at < asked)
             others = [o for o in self.nodes.values() if o is not nw and o.dump is not None]
