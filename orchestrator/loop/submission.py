@@ -56,15 +56,45 @@ def merged_blacklist(settings: Settings, own: Blacklist) -> Blacklist:
         return own
 
 
+def _lost_checkpoints(settings: Settings, state: RunState, dir_exists: bool) -> str:
+    """Why "no checkpoint" cannot mean "start from scratch" for this run, or ''. Once a run has resumed from a
+    checkpoint, or made progress and its checkpoint directory's parent is gone too, the filesystem is missing
+    (unmounted, deleted): wait for it, never start over. (A run that made progress before its first checkpoint
+    legitimately has no checkpoint directory yet, so a missing directory alone is not enough.)"""
+    skip = {p for p, n in state.bad_checkpoints.items() if n >= 2}
+    resumed = [s for s in state.segments if s.resumed_from and s.resumed_from not in skip]
+    where = settings.checkpoint.dir
+    if resumed:
+        return (f"no complete checkpoint in {where}, but segment {resumed[-1].index} resumed from "
+                f"{resumed[-1].resumed_from}: unmounted or deleted? not starting from scratch")
+    best = state.best_iteration()
+    if best > 0 and not dir_exists:
+        return (f"{where} and its parent do not exist although the run reached iteration {best}: unmounted? not "
+                "starting from scratch (create the directory to start from scratch on purpose)")
+    return ""
+
+
 def find_checkpoint(settings: Settings, state: RunState) -> ckpt_mod.Checkpoint | None:
     skip = frozenset(p for p, n in state.bad_checkpoints.items() if n >= 2)
-    done, ckpt = call_with_timeout(lambda: ckpt_mod.find_latest(settings.checkpoint, skip),
-                                   settings.watch.read_timeout_s)
+
+    def look() -> tuple[ckpt_mod.Checkpoint | None, bool]:
+        found = ckpt_mod.find_latest(settings.checkpoint, skip)
+        d = settings.checkpoint.dir
+        return found, found is not None or d.is_dir() or d.parent.is_dir()
+
+    done, result = call_with_timeout(look, settings.watch.read_timeout_s)
     if not done:
         raise FilesystemStall(f"{settings.checkpoint.dir} did not answer within {settings.watch.read_timeout_s:.0f}s")
-    if isinstance(ckpt, BaseException):
-        raise FilesystemStall(f"{settings.checkpoint.dir}: {ckpt}")
-    return ckpt if isinstance(ckpt, ckpt_mod.Checkpoint) else None
+    if isinstance(result, BaseException):
+        raise FilesystemStall(f"{settings.checkpoint.dir}: {result}")
+    assert isinstance(result, tuple)
+    ckpt: ckpt_mod.Checkpoint | None = result[0]
+    dir_exists: bool = result[1]
+    if ckpt is None:
+        lost = _lost_checkpoints(settings, state, dir_exists)
+        if lost:
+            raise FilesystemStall(lost)
+    return ckpt
 
 
 @dataclass(frozen=True)

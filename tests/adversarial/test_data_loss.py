@@ -27,10 +27,11 @@ NODES = ["node1", "node2", "node3", "node4"]
 
 
 def make(tmp_path: Path, faults: dict[str, Fault] | None = None, overrides: tuple[str, ...] = (),
-         ) -> tuple[Controller, FakeCluster, FakeClock]:
-    s = load_settings(write_config(tmp_path, base_config(tmp_path)), parse_overrides(list(overrides)))
+         ckpt: str = "ckpt") -> tuple[Controller, FakeCluster, FakeClock]:
+    cfg = base_config(tmp_path, checkpoint={"dir": str(tmp_path / ckpt)})
+    s = load_settings(write_config(tmp_path, cfg), parse_overrides(list(overrides)))
     clock = FakeClock()
-    cluster = FakeCluster(clock, NODES, 50, tmp_path / "ckpt", faults=faults)
+    cluster = FakeCluster(clock, NODES, 50, tmp_path / ckpt, faults=faults)
     return Controller(s, cluster, clock, StateStore(s.run_dir), python="python"), cluster, clock
 
 
@@ -163,3 +164,48 @@ def test_3_a_bad_queued_request_never_kills_the_controller(tmp_path: Path) -> No
     assert not list(queue.glob("*.json"))  # each bad one consumed once, not re-read every poll
     ctl.step(state)  # and the loop goes on
     assert cluster.submitted and cluster.submitted[0].exclude == ("node2",)
+
+
+def run_until_first_segment_ends(ctl: Controller) -> RunState:
+    state = ctl.load_or_init()
+    for _ in range(10_000):
+        seg = state.current
+        if seg is not None and seg.action is not None:
+            return state
+        ctl.step(state)
+    raise AssertionError("the first segment never ended")
+
+
+@pytest.mark.parametrize("how", ["deleted", "emptied"])
+def test_4_checkpoints_gone_after_progress_wait_never_start_from_scratch(tmp_path: Path, how: str) -> None:
+    import shutil
+
+    ctl, cluster, clock = make(tmp_path, {"node3": Fault("ecc", at=35)})
+    state = run_until_first_segment_ends(ctl)
+    ctl.step(state)  # segment 2 resumes from iteration 30
+    assert len(cluster.submitted) == 2 and cluster.submitted[1].start_iteration == 30
+    ctl.backend.cancel(cluster.jobs["102"].ref)
+    while state.current is not None and state.current.action is None:
+        ctl.step(state)
+    shutil.rmtree(tmp_path / "ckpt")
+    if how == "emptied":  # an empty mount point
+        (tmp_path / "ckpt").mkdir()
+    for _ in range(5):
+        ctl.step(state)
+    assert len(cluster.submitted) == 2  # waited: nothing submitted from iteration 0
+    res = CliRunner().invoke(app, ["run", str(tmp_path / "run.yaml"), "--dry-run"])
+    assert res.exit_code == 1 and "not starting from scratch" in res.output
+
+
+def test_4_checkpoint_filesystem_unmounted_after_first_segment_progress_waits(tmp_path: Path) -> None:
+    import shutil
+
+    ctl, cluster, _ = make(tmp_path, {"node3": Fault("ecc", at=35)}, ckpt="mnt/run1/ckpt")
+    state = run_until_first_segment_ends(ctl)
+    assert state.best_iteration() > 0
+    shutil.rmtree(tmp_path / "mnt" / "run1")  # the file system under mnt/ is gone
+    ctl.step(state)
+    assert len(cluster.submitted) == 1
+    (tmp_path / "mnt" / "run1" / "ckpt").mkdir(parents=True)  # the operator's explicit "start from scratch"
+    ctl.step(state)
+    assert len(cluster.submitted) == 2 and cluster.submitted[1].start_iteration == 0
