@@ -254,6 +254,7 @@ class Controller:
         codes = {n: c for n in watch.nodes if (c := watch.exit_code(n)) is not None}
         seen = Seen(failed=watch.failed_nodes(), exit_codes=codes, last_progress=watch.last_progress(),
                     running_since=self._running_since, dumps_requested_at=watch.dumps_requested_at,
+                    last_output=watch.last_output_at,
                     nodes=frozenset(watch.nodes), dumps_in=watch.dumps_in())
         sv = supervise(seen, now, self.s.watch)
         if sv.clear_dumps:

@@ -25,6 +25,7 @@ class Seen:
     last_progress: datetime | None = None
     running_since: datetime | None = None
     dumps_requested_at: datetime | None = None
+    last_output: datetime | None = None  # any node's log last grew
     nodes: frozenset[str] = frozenset()  # every node with an agent log
     dumps_in: frozenset[str] = frozenset()  # nodes whose agent answered the current dump request
 
@@ -69,9 +70,14 @@ def _failed(seen: Seen, now: datetime, w: Watch) -> Supervision:
 
 
 def _stall(seen: Seen, now: datetime, w: Watch) -> Supervision:
+    """No progress for the stall limit (or, before any progress line, the start-up limit): a hang. When no
+    line was ever recognised as progress but output keeps flowing, the output is the liveness signal."""
     ref_time = seen.last_progress or seen.running_since
     assert ref_time is not None
     limit = w.stall_timeout_s if seen.last_progress else w.startup_timeout_s
+    if seen.last_progress is None and seen.last_output is not None and seen.running_since is not None:
+        ref_time = max(seen.last_output, seen.running_since)
+        limit = max(w.stall_timeout_s, w.startup_timeout_s)
     quiet = (now - ref_time).total_seconds()
     lead = min(DUMP_LEAD_S, limit / 2)  # ask for stack dumps early so they are in when the limit hits
     if quiet < limit - lead:

@@ -53,6 +53,7 @@ class SegmentWatch:
     slurm_nodes: list[str] = field(default_factory=list)
     dumps_requested_at: datetime | None = None
     dump_request_id: str = ""
+    last_output_at: datetime | None = None  # when any node's log last grew (liveness without progress lines)
     scheduler_logs: dict[str, NodeWatch] = field(default_factory=dict)
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
     prefilter: Prefilter = field(init=False)
@@ -173,6 +174,8 @@ class SegmentWatch:
         for node, blocks in self._read_logs(todo, final).items():
             for first, block, newlines in blocks:
                 self.nodes[node].scan.feed_bytes(first, block, self.prefilter, newlines)
+            if blocks:
+                self.last_output_at = now
         for node, nw in self.nodes.items():
             if nw.scan.last_iteration is not None and nw.scan.last_iteration != nw.last_iteration:
                 nw.last_iteration = nw.scan.last_iteration

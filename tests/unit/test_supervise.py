@@ -65,3 +65,11 @@ def test_startup_uses_the_startup_limit() -> None:
     seen = Seen(running_since=at(0), nodes=NODES, dumps_requested_at=at(280))
     assert supervise(seen, at(299), W).cancel == ""
     assert "limit 300s" in supervise(seen, at(300), W).cancel
+
+
+def test_output_without_recognised_progress_is_liveness() -> None:
+    """A framework whose progress lines the pattern does not know: flowing output is never a hang."""
+    seen = Seen(running_since=at(0), last_output=at(1000), nodes=NODES)
+    assert supervise(seen, at(1100), W) == supervise(Seen(running_since=at(0), nodes=NODES), at(10), W)
+    quiet = Seen(running_since=at(0), last_output=at(1000), nodes=NODES, dumps_requested_at=at(1280))
+    assert supervise(quiet, at(1300), W).cancel.startswith("stall: no progress for 300s")  # the output stopped
