@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -156,7 +157,8 @@ def _blacklist_rows(state: RunState) -> str:
 def write_report(state: RunState, now: datetime, out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     png = render_png(state, now)
-    png_path, html_path = out_dir / f"{state.run}-report.png", out_dir / f"{state.run}-report.html"
+    stem = re.sub(r"[^A-Za-z0-9_.+-]", "_", state.run).lstrip(".") or "run"  # a tampered name stays in out_dir
+    png_path, html_path = out_dir / f"{stem}-report.png", out_dir / f"{stem}-report.html"
     png_path.write_bytes(png)
     html_path.write_text(render_html(state, now, png), encoding="utf-8")
     return html_path, png_path
