@@ -61,4 +61,8 @@ def test_diagnose_bad_dirs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["ecc-after-monster-line", "node-fail-nul-padding", "unknown-garbage-bytes"])
 def test_hostile_bytes_do_not_crash(name: str) -> None:
-    assert runner.invoke(app, ["diagnose", str(CORPUS / name / "logs")]).exit_code == 0
+    """Monster lines, NUL padding and invalid UTF-8: no crash, and still the right verdict."""
+    r = runner.invoke(app, ["diagnose", str(CORPUS / name / "logs"), "--json"])
+    assert r.exit_code == 0, r.output
+    got, exp = json.loads(r.output), json.loads((CORPUS / name / "expected.json").read_text())
+    assert (got["cause"], got["culprit_nodes"]) == (exp["cause"], exp["culprit_nodes"])

@@ -120,8 +120,16 @@ def test_queued_blacklist_edits_and_reload(tmp_path: Path) -> None:
     assert persisted is not None and persisted.blacklist.entries[0].node == "node1"
 
 
-def test_dry_run_does_not_print_secrets() -> None:
-    from orchestrator.backends.local import masked
+def test_dry_run_does_not_print_secrets(tmp_path: Path) -> None:
+    """The real dry run (what a user runs), not only the masking helper: secret values never appear."""
+    from typer.testing import CliRunner
 
-    env = {"WANDB_API_KEY": "abc123", "HF_TOKEN": "hf_x", "OMP_NUM_THREADS": "1", "DB_PASSWORD": "p"}
-    assert masked(env) == {"WANDB_API_KEY": "***", "HF_TOKEN": "***", "OMP_NUM_THREADS": "1", "DB_PASSWORD": "***"}
+    from orchestrator.cli import app
+
+    env = {"WANDB_API_KEY": "abc123secret", "HF_TOKEN": "hf_xsecret", "OMP_NUM_THREADS": "1",
+           "DB_PASSWORD": "pw-secret"}
+    cfg = write_config(tmp_path, base_config(tmp_path, env=env))
+    res = CliRunner().invoke(app, ["run", str(cfg), "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "WANDB_API_KEY" in res.output and "OMP_NUM_THREADS" in res.output  # the environment is shown
+    assert not any(v in res.output for v in ("abc123secret", "hf_xsecret", "pw-secret")), res.output
