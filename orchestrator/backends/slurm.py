@@ -36,8 +36,20 @@ from orchestrator.clock import Clock
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 from orchestrator.settings import SlurmBackendCfg
 
+# The scheduler (or its configuration) could not be reached: wait and retry, never "the job was rejected".
+# Matched case-insensitively. A rejection of the job itself (invalid option, account, partition) is not here.
 TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "slurm_persist_conn_open",
-             "Connection refused", "Zero Bytes were transmitted", "Transport endpoint", "timed out")
+             "Connection refused", "Zero Bytes were transmitted", "Transport endpoint", "timed out",
+             "resolve_ctls_from_dns_srv", "DNS SRV lookup failed", "Could not establish a configuration source",
+             "failed to fetch config", "fetch_config", "Temporary failure in name resolution",
+             "Network is unreachable", "No route to host", "Communication connection failure",
+             "Slurm temporarily unable to accept job", "Resource temporarily unavailable",
+             "Unable to resolve", "slurm_load_ctl_conf")
+
+
+def transient(text: str) -> bool:
+    low = text.lower()
+    return any(t.lower() in low for t in TRANSIENT)
 
 
 def _plain_tmp() -> str:
@@ -166,7 +178,7 @@ class SlurmBackend:
             job = ex.submit(run_node, spec)
         except Exception as exc:  # noqa: BLE001 - submitit wraps sbatch failures in its own types
             text = str(exc)
-            if any(t in text for t in TRANSIENT):
+            if transient(text):
                 live = self.find_jobs(spec.job_name)
                 if live:
                     return live[-1]  # sbatch went through although the answer was lost
