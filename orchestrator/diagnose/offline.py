@@ -30,8 +30,27 @@ def action_without_history(verdict: Verdict) -> tuple[str, str]:
     return d.action.value, d.reason
 
 
+def log_files(directory: Path) -> list[Path]:
+    """The log files to read: one per host or one for the whole job. A run directory means its latest
+    segment's logs; a symlink that leads out of the directory is not followed."""
+    segments = directory / "segments"
+    if segments.is_dir():
+        latest = sorted(p for p in segments.iterdir() if p.is_dir() and (p / "logs").is_dir())
+        if latest:
+            directory = latest[-1] / "logs"
+    root = directory.resolve()
+    out = []
+    for p in sorted(directory.iterdir()):
+        if p.name.startswith(".") or not p.is_file():
+            continue
+        if p.is_symlink() and root not in p.resolve().parents:
+            continue
+        out.append(p)
+    return out
+
+
 def diagnose_dir(directory: Path, progress_regex: str = DEFAULT_PROGRESS) -> dict[str, Any]:
-    files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+    files = log_files(directory)
     sigs = build_table()
     rx = re.compile(progress_regex)
     prefilter = Prefilter([(s.pattern, s.ignore_case) for s in sigs])

@@ -66,3 +66,22 @@ def test_hostile_bytes_do_not_crash(name: str) -> None:
     assert r.exit_code == 0, r.output
     got, exp = json.loads(r.output), json.loads((CORPUS / name / "expected.json").read_text())
     assert (got["cause"], got["culprit_nodes"]) == (exp["cause"], exp["culprit_nodes"])
+
+
+def test_diagnose_a_run_directory_reads_its_latest_segment(tmp_path: Path) -> None:
+    """Pointed at a run directory, diagnose judges the newest segment's logs, never state.json or the
+    controller's own log as if they were nodes; a symlink leading out of the directory is not followed."""
+    (tmp_path / "state.json").write_text("{}")
+    (tmp_path / "controller.log").write_text("ERROR Traceback ValueError: x\n")
+    for seg, text in (("0001", "RuntimeError: CUDA error: uncorrectable ECC error encountered\n"),
+                      ("0002", "srun: error: Node failure on node2\n")):
+        logs = tmp_path / "segments" / seg / "logs"
+        logs.mkdir(parents=True)
+        (logs / "node1.log").write_text(text)
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.log"
+    outside.write_text("RuntimeError: CUDA error: uncorrectable ECC error encountered\n")
+    (tmp_path / "segments" / "0002" / "logs" / "node9.log").symlink_to(outside)
+    r = runner.invoke(app, ["diagnose", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    assert got["cause"] == "node_fail" and got["culprit_nodes"] == ["node2"], got
