@@ -35,6 +35,7 @@ from orchestrator.contract import (
     write_record,
 )
 from orchestrator.model import SegmentSpec
+from orchestrator.settings import last_iteration
 
 TERM_GRACE_S = 10.0
 
@@ -75,13 +76,10 @@ class NodeAgent:
             self._log.write(line + "\n")
             self._log.flush()
             self.tail = (self.tail + [line])[-20:]
-        m = self.progress.search(text)
-        if m:
-            try:
-                self.iteration = int(m.group(1))
-                self.progress_time = _now()
-            except (ValueError, IndexError):
-                pass
+        iteration = last_iteration(self.progress, text)
+        if iteration is not None:
+            self.iteration = iteration
+            self.progress_time = _now()
             self.heartbeat(force=time.monotonic() - self._last_hb > 1.0)
 
     def heartbeat(self, force: bool = True) -> None:
@@ -117,6 +115,7 @@ class NodeAgent:
             "ORCH_WORLD_SIZE": str(world), "WORLD_SIZE": str(world), "ORCH_SEGMENT_DIR": s.segment_dir,
             "ORCH_JOB_ID": self.job_id, "PYTHONUNBUFFERED": "1",
         })
+        env.update(srun_task_env(self.node_rank, local_rank, s.tasks_per_node, self.nnodes, os.environ))
         nodelist = os.environ.get("SLURM_JOB_NODELIST")
         if nodelist and "MASTER_ADDR" not in env:
             import hostlist
@@ -130,7 +129,7 @@ class NodeAgent:
             rank = self.node_rank * self.spec.tasks_per_node + local_rank
             env = self._env(local_rank)
             proc = subprocess.Popen(  # noqa: S603 - argv list from config, never a shell
-                expand_vars(self.spec.command, env), cwd=self.spec.workdir, env=env,
+                training_argv(self.spec.command, env), cwd=self.spec.workdir, env=env,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
@@ -226,6 +225,28 @@ class NodeAgent:
         if self._log:
             self._log.close()
             self._log = None
+
+
+def srun_task_env(node_rank: int, local_rank: int, per_node: int, nnodes: int,
+                  outer: Any) -> dict[str, str]:
+    """What srun tells each task it starts: the agent is in srun's place, so a launch line written for srun
+    (`--node_rank $SLURM_PROCID`, `RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID`) sees the same values."""
+    world = per_node * nnodes
+    rank = node_rank * per_node + local_rank
+    env = {"SLURM_PROCID": str(rank), "SLURM_LOCALID": str(local_rank), "SLURM_NODEID": str(node_rank),
+           "SLURM_NTASKS": str(world), "SLURM_NPROCS": str(world), "SLURM_NTASKS_PER_NODE": str(per_node),
+           "SLURM_STEP_NUM_TASKS": str(world)}
+    if not outer.get("SLURM_JOB_NUM_NODES"):  # the local backend: no Slurm around the agent
+        env.update({"SLURM_JOB_NUM_NODES": str(nnodes), "SLURM_NNODES": str(nnodes)})
+    return env
+
+
+def training_argv(argv: tuple[str, ...], env: dict[str, str]) -> list[str]:
+    """The argv the agent starts. A shell launch (`bash -c SCRIPT ...`, what import-sbatch writes) goes to bash
+    as written: bash expands its own variables; otherwise $VARS of the rank's environment are expanded here."""
+    if len(argv) >= 3 and Path(argv[0]).name in ("bash", "sh") and argv[1] == "-c":
+        return [argv[0], argv[1], argv[2], *expand_vars(argv[3:], env)]
+    return expand_vars(argv, env)
 
 
 ENV_REF = re.compile(r"\$(?:\{(\w+)\}|(\w+))")

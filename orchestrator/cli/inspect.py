@@ -97,17 +97,17 @@ def import_sbatch_cmd(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the config here (default stdout).")]
     = None,
 ) -> None:
-    """Turn an #SBATCH script (job array, dependency chain, srun/torchrun/deepspeed line) into a config.
+    """Turn an #SBATCH script into a config that runs the script's own shell on every node.
 
-    What could not be translated is listed on stderr and as comments at the top of the file.
+    The body (module loads, exports, variables, arrays) and the training launch, with srun taken out, become
+    the per-node launch the agent runs under bash in srun's place. What is not carried over, the variables
+    the script does not set and the checkpoint path found are listed on stderr and at the top of the file.
 
     Examples:
-      orchestrator import-sbatch train.sbatch -o configs/train.yaml
-      orchestrator import-sbatch run_array.sh
+      orchestrator import-sbatch tests/data/sbatch/real/csc-ddp-torchrun-gpu8.sbatch -o /tmp/ddp.yaml
+      orchestrator import-sbatch tests/data/sbatch/chain.sh
     """
-    import yaml
-
-    from orchestrator.importer import import_sbatch
+    from orchestrator.importer import dump_config, import_sbatch
 
     try:
         text = script.read_text(encoding="utf-8", errors="replace")
@@ -115,10 +115,8 @@ def import_sbatch_cmd(
         raise fail([f"{script}: cannot read: {exc}"]) from None
     if "#SBATCH" not in text and "srun" not in text:
         raise fail([f"{script}: no #SBATCH line and no srun line: is this a Slurm batch script?"])
-    cfg, notes = import_sbatch(text, script.stem)
-    head = "".join(f"# NOTE: {n}\n" for n in notes)
-    body = f"# imported from {script} by orchestrator import-sbatch; check CHANGE-ME values\n{head}" + \
-        yaml.safe_dump(cfg, sort_keys=False, width=110)
+    cfg, notes = import_sbatch(text, script.stem, str(Path.cwd()))
+    body = dump_config(cfg, notes, str(script))
     if output:
         output.write_text(body)
         out.print(f"wrote {output}", markup=False)
@@ -130,11 +128,16 @@ def import_sbatch_cmd(
 
 @app.command()
 def validate(config: Annotated[Path, typer.Argument(help="The YAML config file to check.")]) -> None:
-    """Check a config file and print every problem with its field path (exit 2 if any).
+    """Check a config file and print every problem with its field path (exit 2 if any); warn about a
+    checkpoint dir that does not exist or is not where the command saves.
 
-    Example: orchestrator validate configs/example.yaml
+    Example: orchestrator validate configs/demo.yaml
     """
+    from orchestrator.settings import path_warnings
+
     s = load(config, [])
+    for w in path_warnings(s):
+        err.print(f"warning: {w}", markup=False, highlight=False)
     out.print(f"{config}: ok (run {s.name}, {s.resources.nodes} nodes, backend {s.backend.kind})",
               markup=False, highlight=False)
 

@@ -9,8 +9,8 @@ Every problem is reported as one line naming the file and the field path; the ca
 """
 
 from orchestrator.settings.errors import ConfigError
-from orchestrator.settings.loading import check_paths, load_settings, parse_overrides
-from orchestrator.settings.run import PLACEHOLDERS, Settings
+from orchestrator.settings.loading import check_paths, load_settings, parse_overrides, path_warnings
+from orchestrator.settings.run import PLACEHOLDERS, PROGRESS_REGEX, Settings, last_iteration
 from orchestrator.settings.sections import (
     BackendCfg,
     CheckpointCfg,
@@ -28,6 +28,7 @@ from orchestrator.settings.sections import (
 
 __all__ = [
     "PLACEHOLDERS",
+    "PROGRESS_REGEX",
     "BackendCfg",
     "CheckpointCfg",
     "ConfigError",
@@ -43,6 +44,8 @@ __all__ = [
     "UserSignature",
     "Watch",
     "check_paths",
+    "last_iteration",
     "load_settings",
     "parse_overrides",
+    "path_warnings",
 ]

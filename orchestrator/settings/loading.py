@@ -4,6 +4,7 @@ flags; relative paths resolved against the config file's directory; checks of pa
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,28 @@ def check_paths(s: Settings) -> list[str]:
     if "/" in prog and "{" not in prog and not (Path(s.workdir or ".") / prog).exists():
         problems.append(f"{where}: command.0: program {prog} does not exist (relative to workdir {s.workdir})")
     return problems
+
+
+SAVE_ARG = re.compile(r"--(?:save|save[-_]dir|output[-_]dir|checkpoint[-_]dir|ckpt[-_]dir|default_root_dir)"
+                      r"(?:=|\s+)([^\s$'\"`;|&)]+)")
+
+
+def path_warnings(s: Settings) -> list[str]:
+    """Things that are legal but probably wrong: a checkpoint dir that does not exist yet (a typo means starting
+    from scratch) or that is not where the command saves."""
+    where = s.config_path or "config"
+    out = []
+    ck = Path(s.checkpoint.dir)
+    if not ck.exists():
+        out.append(f"{where}: checkpoint.dir: {ck} does not exist (yet): a typo here means every segment starts "
+                   "from scratch")
+    base = Path(s.workdir or s.config_dir)
+    for m in SAVE_ARG.finditer(" ".join(s.command)):
+        saved = (base / m.group(1)).resolve() if not m.group(1).startswith("/") else Path(m.group(1))
+        if "{" not in m.group(1) and saved != ck.resolve():
+            out.append(f"{where}: checkpoint.dir: {ck} differs from the path the command saves to "
+                       f"({m.group(0).split()[0].split('=')[0]} {saved})")
+    return out
 
 
 def load_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settings:

@@ -22,6 +22,34 @@ from orchestrator.settings.sections import (
 )
 
 PLACEHOLDERS = ("checkpoint", "segment", "run_dir", "python", "config_dir")
+# Values that mean "fill me in" (import-sbatch writes CHANGE-ME); a config holding one is rejected.
+UNFILLED = re.compile(r"CHANGE[-_ ]?ME|<[A-Za-z_ -]*>|\bTODO\b|/path/to/", re.I)
+# The default progress line: group 1 is the iteration. Megatron, GPT-NeoX, NeMo and nanotron `iteration N/M`;
+# DeepSpeed `step=N` / `steps: N`; torchtitan `step: N` (ANSI colour codes before the number); OLMo
+# `[step=N/M`; fairseq `num_updates=N`; composer `[batch=N/M]`; tqdm bars `| N/M [` (HF Trainer, Lightning,
+# accelerate); plain `step N:` / `iter N:` lines. A checkpoint file name such as `step=49.ckpt` is not progress.
+PROGRESS_REGEX = (
+    r"(?:\biteration:?\s+(?=\d+\s*/\s*\d)"
+    r"|(?:^|[^\w.-]|\x1b\[[\d;]*m)(?:global_)?steps?(?:=|:\s*)(?=\d+(?:[\s,/\]|]|\x1b|$))"
+    r"|\bnum_updates=(?=\d)"
+    r"|\[batch=(?=\d+/\d)"
+    r"|\|\s*(?=\d+/\d+\s*\[)"
+    r"|(?:^|[^\w.-])(?:[Ii]ter|[Ss]tep|[Ii]teration)\s+(?=\d+\s*(?::|/|\||,|$))"
+    r")(\d+)"
+)
+
+
+def last_iteration(rx: re.Pattern[str], text: str) -> int | None:
+    """The iteration of the last progress match in `text`; tqdm bars rewrite one line with carriage returns,
+    so each `\\r`-separated part counts as a line and the last match wins."""
+    found = None
+    for part in re.split(r"[\r\n]", text):
+        for m in rx.finditer(part):
+            try:
+                found = int(m.group(1))
+            except (TypeError, ValueError, IndexError):
+                continue
+    return found
 
 
 class Settings(BaseSettings):
@@ -42,11 +70,14 @@ class Settings(BaseSettings):
     checkpoint: CheckpointCfg
     goal: Goal = Field(default_factory=Goal)
     progress_regex: str = Field(
-        r"iteration\s+(\d+)\s*/\s*\d+", description="Regex whose first group is the iteration in a log line."
+        PROGRESS_REGEX, description="Regex whose first group is the iteration in a log line; the default knows "
+        "Megatron, DeepSpeed, HF Trainer, Lightning, torchtitan, NeMo, accelerate, nanotron, fairseq, OLMo, composer "
+        "and plain `step N` / `iter N` lines."
     )
     policy: Policy = Field(default_factory=Policy)
     watch: Watch = Field(default_factory=Watch)
-    backend: BackendCfg = Field(default_factory=BackendCfg)
+    backend: BackendCfg = Field(description="Where segments run: `kind: slurm` on a cluster; `kind: local` "
+                                "(virtual nodes on this machine) for demos and tests. Required: no silent default.")
     signatures: list[UserSignature] = Field(default_factory=list, description="Extra diagnosis signatures.")
     preflight: PreflightCfg = Field(default_factory=PreflightCfg)
     notify: NotifyCfg = Field(default_factory=NotifyCfg)
@@ -74,7 +105,7 @@ class Settings(BaseSettings):
         for arg in v:
             if "\x00" in arg:
                 raise ValueError("an argument contains a NUL byte")
-            for m in re.finditer(r"\{([a-z_]*)\}", arg):
+            for m in re.finditer(r"(?<!\$)\{([a-z_]+)\}", arg):  # ${name} is a shell variable
                 if m.group(1) not in PLACEHOLDERS:
                     raise ValueError(f"unknown placeholder {{{m.group(1)}}}; known: {', '.join(PLACEHOLDERS)}")
         return v
@@ -97,6 +128,18 @@ class Settings(BaseSettings):
         if rx.groups < 1:
             raise ValueError("needs one capture group for the iteration number")
         return v
+
+    @model_validator(mode="after")
+    def _filled_in(self) -> Settings:
+        fields = {"name": self.name, "run_dir": str(self.run_dir), "workdir": str(self.workdir or ""),
+                  "checkpoint.dir": str(self.checkpoint.dir), "resources.partition": self.resources.partition or "",
+                  "resources.account": self.resources.account or ""}
+        fields.update({f"command.{i}": a for i, a in enumerate(self.command) if "\n" not in a})
+        fields.update({f"env.{k}": v for k, v in self.env.items()})
+        bad = [f"{k} ({v!r})" for k, v in fields.items() if UNFILLED.search(v)]
+        if bad:
+            raise ValueError("placeholder values still to be filled in: " + ", ".join(bad))
+        return self
 
     @model_validator(mode="after")
     def _fits(self) -> Settings:

@@ -150,7 +150,8 @@ class SlurmBackendCfg(Section):
 
 
 class BackendCfg(Section):
-    kind: Literal["local", "slurm"] = Field("local", description="local: virtual nodes on this machine; slurm.")
+    kind: Literal["local", "slurm"] = Field(
+        description="slurm: a Slurm cluster; local: virtual nodes on this machine (demos, tests). Required.")
     local: LocalBackendCfg = Field(default_factory=LocalBackendCfg)
     slurm: SlurmBackendCfg = Field(default_factory=SlurmBackendCfg)
 

@@ -1,0 +1,142 @@
+"""The training launch of a batch script: which command it is, and the same command with srun taken out,
+since the agent is what srun started (one agent per node; the launcher, torchrun & co, runs under it)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from orchestrator.importer.names import resolve
+from orchestrator.importer.scan import Segment, unquote
+
+RANK_LAUNCHERS = ("srun", "mpirun", "mpiexec")
+LAUNCH_WORDS = re.compile(r"(^|[\s/])(torchrun|deepspeed|accelerate)(\s|$)|torch\.distributed\.(run|launch)|"
+                          r"accelerate\.commands\.launch|deepspeed\.launcher")
+TRAINING_WORDS = re.compile(r"(^|[\s/])python[\d.]*(\s|$)|\.py(\s|$)|" + LAUNCH_WORDS.pattern)
+SRUN_VALUE = {"-N", "-n", "-c", "-w", "-o", "-e", "-J", "-p", "-t", "-G", "-x", "-A", "-q", "-C", "-D", "-m",
+              "-d", "-i", "-W", "-r", "-K", "--jobid", "--nodes", "--ntasks", "--ntasks-per-node", "--cpus-per-task",
+              "--container-image", "--container-mounts", "--container-workdir", "--container-name",
+              "--container-env", "--output", "--error", "--input", "--partition", "--time", "--nodelist",
+              "--exclude", "--mpi", "--gres", "--gpus", "--gpus-per-node", "--gpus-per-task", "--cpu-bind",
+              "--distribution", "--mem", "--chdir", "--export", "--account", "--qos", "--job-name", "--het-group",
+              "--relative", "--ntasks-per-gpu", "--mem-per-cpu", "--mem-per-gpu", "--cpus-per-gpu", "--gpu-bind",
+              "--constraint", "--dependency", "--signal", "--network", "--reservation"}
+MPI_VALUE = {"-n", "-np", "-N", "-H", "--host", "--hostfile", "-hostfile", "--map-by", "--bind-to", "-x",
+             "--mca", "-mca", "--npernode", "-ppn", "-f"}
+
+
+@dataclass
+class Launch:
+    segment: Segment
+    kind: str  # "srun" (a rank launcher: srun/mpirun) or "direct" (torchrun, deepspeed, python from the batch script)
+    launcher: str  # srun, mpirun, torchrun, deepspeed, accelerate, python
+    program_at: int  # index of the first word after srun and its options
+    dropped: list[str]  # srun options that were dropped
+
+
+def _command_index(words: list[str]) -> int:
+    i = 0
+    while i < len(words) and (re.fullmatch(r"[A-Za-z_]\w*=.*", words[i], re.S) or words[i] in ("time", "exec", "!")):
+        i += 1
+    return i
+
+
+def _is_option_expansion(word: str, env: dict[str, str]) -> bool:
+    """`$SRUN_ARGS`, `${AUTO_RESUME}`, `"${ARGS[@]}"` right after srun: srun options, not the program."""
+    m = re.fullmatch(r"\"?\$\{?([A-Za-z_]\w*)(\[[@*]\])?\}?\"?", word)
+    if not m:
+        return False
+    if m.group(1) not in env:
+        return bool(re.search(r"ARGS|SRUN|OPTS|RESUME|FLAGS", m.group(1)))
+    value = resolve(env[m.group(1)], env).strip()
+    return not value or value.startswith("-")
+
+
+def _options_end(words: list[str], start: int, values: set[str], env: dict[str, str]) -> int:
+    i = start
+    while i < len(words):
+        w = unquote(words[i])
+        if w.startswith("-"):
+            i += 2 if (w in values and "=" not in w) else 1
+        elif _is_option_expansion(words[i], env):
+            i += 1
+        else:
+            break
+    return i
+
+
+def _classify(seg: Segment, text: str, env: dict[str, str]) -> Launch | None:
+    words = seg.texts(text)
+    c = _command_index(words)
+    if c >= len(words):
+        return None
+    first = resolve(unquote(words[c]), env).split()
+    name = first[0].rsplit("/", 1)[-1] if first else ""
+    if name in RANK_LAUNCHERS:
+        end = _options_end(words, c + 1, SRUN_VALUE if name == "srun" else MPI_VALUE, env)
+        return Launch(seg, "srun", name, end, words[c + 1:end]) if end < len(words) else None
+    rest = resolve(" ".join(unquote(w) for w in words[c:]), env)
+    m = LAUNCH_WORDS.search(rest) or (re.match(r"python[\d.]*$", name) and TRAINING_WORDS.search(rest))
+    if not m or re.match(r"python[\d.]*\s+(-\w+\s+)*-c\b", rest):
+        return None
+    launcher = next((w for w in ("torchrun", "deepspeed", "accelerate") if w in rest), "python")
+    if "torch.distributed" in rest:
+        launcher = "torchrun"
+    return Launch(seg, "direct", launcher, c, [])
+
+
+def _score(launch: Launch, text: str, env: dict[str, str]) -> tuple[int, int]:
+    rest = resolve(" ".join(unquote(w) for w in launch.segment.texts(text)[launch.program_at:]), env)
+    training = 2 if LAUNCH_WORDS.search(rest) else 1 if TRAINING_WORDS.search(rest) else 0
+    return (2 if launch.kind == "srun" and training else 0) + training, launch.segment.words[0][0]
+
+
+def find_launch(segs: list[Segment], text: str, env: dict[str, str]) -> Launch | None:
+    """The training launch: a top-level srun (or mpirun) that starts training before any launch run from the
+    batch script itself; a launcher (torchrun, deepspeed, accelerate) before plain python; the last one on a tie.
+    Data preparation (`python prepare.py` before the srun, `python -c ...`) and helper steps inside `$(...)`
+    are not the launch."""
+    found = [la for la in (_classify(s, text, env) for s in segs) if la is not None]
+    scored = [(_score(la, text, env), la) for la in found]
+    scored = [(s, la) for s, la in scored if s[0] > 0]
+    return max(scored, key=lambda x: x[0])[1] if scored else None
+
+
+def _deepspeed_per_node(words: list[str], c: int) -> tuple[list[str], list[str]]:
+    """deepspeed's own multi-node launch (pdsh/openmpi over a hostfile) -> one deepspeed per node."""
+    out, dropped, i = [], [], c + 1
+    while i < len(words) and words[i].startswith("-"):
+        flag, eq, _ = words[i].partition("=")
+        if flag in ("--hostfile", "--launcher", "--num_nodes", "--include", "--exclude", "-H", "-i", "-e",
+                    "--master_addr", "--node_rank", "--no_ssh"):
+            dropped.append(words[i] if eq or flag == "--no_ssh" else f"{words[i]} {words[i + 1]}")
+            i += 1 if eq or flag == "--no_ssh" else 2
+            continue
+        out.append(words[i])
+        i += 1
+    node = ["--no_ssh", "--node_rank=$SLURM_NODEID", "--num_nodes=$SLURM_JOB_NUM_NODES",
+            "--master_addr=$MASTER_ADDR"]
+    return [words[c], *node, *out, *words[i:]], dropped
+
+
+def rewrite(launch: Launch, text: str, multinode: bool) -> tuple[int, int, str, list[str]]:
+    """(start, end, replacement): the edit of `text` that makes the launch what the agent runs; and notes."""
+    seg = launch.segment
+    words = seg.texts(text)
+    c = _command_index(words)
+    notes: list[str] = []
+    if launch.kind == "srun":
+        notes.append(f"the training launch: the agent takes {launch.launcher}'s place (one agent per node, "
+                     f"resources.tasks_per_node copies of the command on each); {launch.launcher} and its "
+                     f"options are dropped: {launch.launcher} {' '.join(launch.dropped) or '(none)'}")
+        return seg.words[c][0], seg.words[launch.program_at][0], "", notes
+    if launch.launcher == "deepspeed" and multinode and unquote(words[c]).endswith("deepspeed"):
+        new, dropped = _deepspeed_per_node(words, c)
+        notes.append("deepspeed launched from the batch script starts every host itself (pdsh/openmpi); under the "
+                     "orchestrator the agent runs on every node, so deepspeed runs once per node with --no_ssh "
+                     f"--node_rank=$SLURM_NODEID (dropped: {', '.join(dropped) or 'nothing'})")
+        return seg.words[c][0], seg.words[-1][1], " ".join(new), notes
+    if multinode:
+        notes.append(f"the launch `{launch.launcher}` ran once, on the first node, from the batch script; the "
+                     "agent now runs it on every node: check that it is told its node rank ($SLURM_NODEID)")
+    return seg.words[c][0], seg.words[c][0], "", notes

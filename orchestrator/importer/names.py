@@ -1,0 +1,133 @@
+"""Variables of a batch script: what it assigns (for resolving `$CMD`-style launch lines), what it uses
+without defining (named in the notes), and the checkpoint paths its launch passes."""
+
+from __future__ import annotations
+
+import re
+
+from orchestrator.importer.scan import Segment, unquote
+
+ASSIGN = re.compile(r"([A-Za-z_]\w*)(\+?)=(.*)", re.S)
+DEFAULTED = re.compile(r"\$\{([A-Za-z_]\w*)(:?[-=])")
+USE = re.compile(r"\$\{?([A-Za-z_]\w*)")
+ENV_ALWAYS = re.compile(
+    r"SLURM\w*|SLURMD_NODENAME|ORCH_\w+|HOME|USER|LOGNAME|PATH|PWD|OLDPWD|HOSTNAME|SHELL|TERM|LANG|LC_\w+|TMPDIR|"
+    r"LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|MANPATH|PYTHONPATH|CUDA_VISIBLE_DEVICES|CUDA_HOME|CONDA_\w+|"
+    r"VIRTUAL_ENV|MODULEPATH|BASH\w*|RANDOM|LINENO|SECONDS|PPID|UID|EUID|IFS|PS\d|HOSTTYPE|OSTYPE|"
+    r"RANK|LOCAL_RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|NODE_RANK|OMPI_\w+|PMI\w*|SINGULARITY\w*|APPTAINER\w*")
+DECLARE = ("export", "declare", "typeset", "readonly", "local")
+
+
+def assignments(text: str, segs: list[Segment]) -> dict[str, str]:
+    """NAME -> value text (quotes removed; arrays as their element text) of every top-level assignment,
+    later ones winning, and `: "${NAME:=default}"` defaults."""
+    out: dict[str, str] = {}
+    for seg in segs:
+        words = seg.texts(text)
+        if words and words[0] == ":":
+            for d in re.finditer(r"\$\{([A-Za-z_]\w*):?=([^}]*)\}", " ".join(words[1:])):
+                out.setdefault(d.group(1), unquote(d.group(2)))
+            continue
+        start = 1 if words and words[0] in DECLARE else 0
+        for w in words[start:]:
+            m = ASSIGN.fullmatch(w)
+            if not m:
+                if w.startswith("-"):
+                    continue
+                break
+            val = m.group(3)
+            if val.startswith("(") and val.endswith(")"):
+                val = re.sub(r"(?m)\s+#.*$", "", val[1:-1])
+            val = unquote(val).replace("\\\n", " ")
+            out[m.group(1)] = (out.get(m.group(1), "") + val) if m.group(2) else val
+    return out
+
+
+REF = re.compile(r"\$\{(?P<a>[A-Za-z_]\w*)(?:\[[@*]\])?(?::?[-=](?P<d>[^}]*))?\}|\$(?P<b>[A-Za-z_]\w*)")
+
+
+def resolve(value: str, env: dict[str, str], depth: int = 0) -> str:
+    """Expand $NAME / ${NAME} / ${NAME[@]} / ${NAME:-default} from `env`; unknown names stay as written."""
+    if depth > 6:
+        return value
+
+    def sub(m: re.Match[str]) -> str:
+        name, default = m.group("a") or m.group("b"), m.group("d")
+        if name in env:
+            return resolve(env[name], env, depth + 1)
+        if default is not None:
+            return resolve(unquote(default), env, depth + 1)
+        return m.group(0)
+
+    return REF.sub(sub, value)
+
+
+def _strip_for_uses(text: str) -> list[str]:
+    """Lines without comments, without single-quoted awk/sed/perl programs (their `$1`, `$NF` are not shell)."""
+    lines = []
+    for line in text.splitlines():
+        s = line.lstrip()
+        if s.startswith("#"):
+            continue
+        lines.append(re.sub(r"\b(awk|gawk|sed|perl|jq)\b([^|;']*)'[^']*'", r"\1\2", line))
+    return lines
+
+
+def undefined(text: str) -> list[str]:
+    """Names the script uses that it does not define first (in line order) and that the environment of a
+    Slurm task does not provide; `${NAME:-default}` uses are not counted."""
+    first_def: dict[str, int] = {}
+    first_use: dict[str, int] = {}
+    for n, line in enumerate(_strip_for_uses(text)):
+        for m in re.finditer(r"(?:^|[\s;(])(?:(?:export|declare|typeset|readonly|local)\s+(?:-\w+\s+)*)?"
+                             r"([A-Za-z_]\w*)\+?=", line):
+            first_def.setdefault(m.group(1), n)
+        for m in re.finditer(r"\bfor\s+([A-Za-z_]\w*)\s+in\b|\bread\s+(?:-\w+\s+)*([A-Za-z_]\w*)", line):
+            first_def.setdefault(m.group(1) or m.group(2), n)
+        for m in DEFAULTED.finditer(line):
+            first_def.setdefault(m.group(1), n)
+        for m in USE.finditer(line):
+            if not line[m.end():].startswith((":-", ":=", "-", "=")) or not line[m.start() + 1:].startswith("{"):
+                first_use.setdefault(m.group(1), n)
+    out = []
+    for name, n in first_use.items():
+        if ENV_ALWAYS.fullmatch(name):
+            continue
+        if name not in first_def or first_def[name] > n:
+            out.append(name)
+    return out
+
+
+SAVE_FLAGS = {"--save": "megatron", "--save-dir": "megatron", "--save_dir": "megatron",
+              "--output_dir": "hf", "--output-dir": "hf", "--checkpoint_dir": "glob", "--checkpoint-dir": "glob",
+              "--ckpt_dir": "glob", "--ckpt-dir": "glob", "--default_root_dir": "lightning",
+              "--checkpoint.folder": "glob", "--save_folder": "glob"}
+RESUME_FLAGS = {"--load": "megatron", "--resume_from_checkpoint": "hf", "--resume-from-checkpoint": "hf",
+                "--ckpt_path": "lightning", "--ckpt-path": "lightning", "--load_dir": "deepspeed",
+                "--load-dir": "deepspeed", "--resume": "glob", "--load_path": "glob", "--load-path": "glob"}
+_FLAG_VALUE = r"(?<![\w-])({flags})(=|[ \t]+)(?!-)(\"[^\"]*\"|'[^']*'|[^\s\\;|&)'\"]+)"
+
+
+def flag_values(text: str, flags: dict[str, str]) -> list[tuple[str, str, int]]:
+    """(flag, value as written, line) for every `--flag VALUE` / `--flag=VALUE` outside comments."""
+    rx = re.compile(_FLAG_VALUE.format(flags="|".join(re.escape(f) for f in sorted(flags, key=len, reverse=True))))
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("#"):
+            continue
+        for m in rx.finditer(line):
+            out.append((m.group(1), m.group(3), n))
+    return out
+
+
+def rewrite_resume(text: str) -> tuple[str, list[tuple[str, str, int]]]:
+    """Make every resume flag take the orchestrator's newest complete checkpoint when there is one:
+    `--load X` -> `--load ${ORCH_RESUME_FROM:-X}` (X as before on the first segment)."""
+    rx = re.compile(_FLAG_VALUE.format(flags="|".join(re.escape(f) for f in sorted(RESUME_FLAGS, key=len,
+                                                                                   reverse=True))))
+    found = flag_values(text, RESUME_FLAGS)
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if not line.lstrip().startswith("#"):
+            lines[i] = rx.sub(lambda m: f"{m.group(1)}{m.group(2)}${{ORCH_RESUME_FROM:-{m.group(3)}}}", line)
+    return "\n".join(lines), found

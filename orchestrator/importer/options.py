@@ -1,0 +1,213 @@
+"""#SBATCH options -> the config's `resources` (and `policy`, `name`, `workdir`), and a note for every option
+that is not carried over as it was.
+
+The orchestrator runs one agent task per node (srun's place), so the per-task options of the script
+(--ntasks-per-node, --cpus-per-task, --gpus-per-task) are turned into per-node amounts."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+SHORT = {"-J": "job-name", "-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task", "-p": "partition", "-A": "account",
+         "-q": "qos", "-t": "time", "-C": "constraint", "-o": "output", "-e": "error", "-a": "array",
+         "-d": "dependency", "-x": "exclude", "-G": "gpus", "-w": "nodelist", "-D": "chdir", "-M": "clusters",
+         "-m": "distribution", "-s": "oversubscribe", "-O": "overcommit", "-k": "no-kill", "-H": "hold",
+         "-W": "wait", "-Q": "quiet", "-v": "verbose", "-B": "extra-node-info", "-L": "licenses", "-b": "begin"}
+FLAGS = {"exclusive", "requeue", "no-requeue", "hold", "overcommit", "contiguous", "spread-job", "test-only",
+         "use-min-nodes", "wait", "parsable", "quiet", "verbose", "oversubscribe", "ignore-pbs", "no-kill",
+         "reboot"}
+IGNORED = {"output": "per-node logs are written by the agent under run_dir/segments/NNNN/logs/",
+           "error": "per-node logs are written by the agent under run_dir/segments/NNNN/logs/",
+           "open-mode": "the agent appends to its own per-node logs",
+           "requeue": "segments are submitted with --no-requeue; the controller owns retries",
+           "no-requeue": "segments are always submitted with --no-requeue",
+           "signal": "submitit sends USR2 before the time limit; the agent passes it on as a warning",
+           "nodelist": "the controller places segments itself (it excludes bad nodes); pin nodes with "
+                       "resources.sbatch_extra.nodelist if you must",
+           "export": "the agent passes the controller's environment plus `env`; put what the job needs in `env`",
+           "parsable": "not a job property", "test-only": "not a job property", "wait": "the controller polls the job",
+           "chdir": "became `workdir`"}
+RESERVED = {"exclude", "nodes", "time", "output", "error", "job-name", "requeue", "no-requeue"}
+Opts = list[tuple[str, str | None]]
+
+
+def time_to_min(v: str) -> int:
+    """Slurm time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+    days = 0
+    if "-" in v:
+        d, v = v.split("-", 1)
+        days = int(d)
+        parts = [int(x) for x in v.split(":")]
+        h, m, s = (parts + [0, 0])[:3]
+    else:
+        parts = [int(x) for x in v.split(":")]
+        h, m, s = {1: (0, parts[0], 0), 2: (0, parts[0], parts[-1])}.get(len(parts), tuple(parts[:3]))
+    return max(1, days * 1440 + h * 60 + m + (1 if s else 0))
+
+
+def _one_line(toks: list[str], out: Opts) -> None:
+    i = 0
+    while i < len(toks):
+        tok = toks[i]
+        if tok.startswith("--"):
+            key, eq, val = tok[2:].partition("=")
+            if not eq and key not in FLAGS and i + 1 < len(toks) and not toks[i + 1].startswith("-"):
+                val, eq = toks[i + 1], "="  # "--time 20:00:00"
+                i += 1
+            out.append((key, val if eq else None))
+        elif tok in SHORT:
+            takes = SHORT[tok] not in FLAGS and i + 1 < len(toks) and not toks[i + 1].startswith("-")
+            out.append((SHORT[tok], toks[i + 1] if takes else None))
+            i += 1 if takes else 0
+        elif re.match(r"-[A-Za-z]\S", tok) and tok[:2] in SHORT:
+            out.append((SHORT[tok[:2]], tok[2:].lstrip("=")))
+        else:
+            out.append((tok, None))  # not an option: named in the notes
+        i += 1
+
+
+def sbatch_options(lines: list[str]) -> Opts:
+    """Every option of every `#SBATCH` line, in order (several options on one line included).
+    Lines such as `#SBATCHz` or `# SBATCH` are comments, as for sbatch."""
+    out: Opts = []
+    for line in lines:
+        m = re.match(r"#SBATCH\s+(.*)", line.strip())
+        if m:
+            try:
+                _one_line(shlex.split(m.group(1), comments=True), out)
+            except ValueError:
+                out.append((m.group(1), None))
+    return out
+
+
+def _gres_gpus(val: str) -> tuple[int | None, str | None]:
+    """(GPU count, GPU type) of a gres value such as gpu:8, gpu:v100:4, gpu:a100:4,tmpfs:10G."""
+    for item in val.split(","):
+        m = re.fullmatch(r"gpu(?::([A-Za-z][\w.-]*))?(?::(\d+))?", item.strip())
+        if m:
+            return int(m.group(2) or 1), m.group(1)
+    return None, None
+
+
+def _first_int(val: str | None) -> int | None:
+    m = re.search(r"\d+", val or "")
+    return int(m.group(0)) if m else None
+
+
+class _Resources:
+    """Collects the options, then works out the per-node amounts once all are known."""
+
+    def __init__(self, cfg: dict[str, Any], notes: list[str]):
+        self.cfg, self.notes = cfg, notes
+        self.r: dict[str, Any] = {}
+        self.extra: dict[str, str] = {}
+        self.per_task: dict[str, int] = {}
+        self.ntasks: int | None = None
+
+    def add(self, key: str, val: str | None) -> None:
+        if key in ("ntasks-per-node", "cpus-per-task", "gpus-per-task") and _first_int(val) is not None:
+            self.per_task[key] = _first_int(val) or 0
+        elif key == "ntasks" and _first_int(val):
+            self.ntasks = _first_int(val)
+        elif key in ("gpus-per-node", "gpus", "gres") and val:
+            self._gpus(key, val)
+        elif key in ("partition", "account", "qos") and val:
+            self.r[key] = val
+        elif not self._special(key, val):
+            self._other(key, val)
+
+    def _gpus(self, key: str, val: str) -> None:
+        count, kind = _gres_gpus(val) if key == "gres" else (_first_int(val.split(":")[-1]), None)
+        if key != "gres" and ":" in val:
+            kind = val.split(":")[0]
+        if count is None:
+            self.extra[key] = val
+            self.notes.append(f"--{key}={val}: carried over in resources.sbatch_extra")
+        elif kind:  # keep the type: gpus_per_node has no room for it
+            self.extra["gres" if key == "gres" else key] = val
+            self.notes.append(f"--{key}={val}: typed GPU request kept as is in resources.sbatch_extra "
+                              f"({count} {kind} GPU(s) per node)")
+        else:
+            self.r["gpus_per_node"] = count
+            if key == "gpus":
+                self.notes.append(f"--gpus={val}: taken as GPUs per node (check: --gpus counts the whole job)")
+
+    def _special(self, key: str, val: str | None) -> bool:
+        if key == "job-name" and val:
+            self.cfg["name"] = re.sub(r"[^A-Za-z0-9_.+-]", "-", val).lstrip("-.") or "run"
+        elif key == "nodes" and val:
+            self.r["nodes"] = int(val.split("-")[-1])
+            if "-" in val:
+                self.notes.append(f"--nodes={val}: a range; every segment asks for {self.r['nodes']} nodes")
+        elif key == "time" and val:
+            self.r["time_limit_min"] = time_to_min(val)
+        elif key == "array" and val:
+            self._array(val)
+        elif key == "dependency":
+            self.notes.append(f"--dependency={val}: the dependency chain is replaced by the controller's loop")
+        elif key == "exclude" and val:
+            self.notes.append(f"--exclude={val}: add these by hand if still broken: "
+                              f"orchestrator blacklist add RUN '{val}'")
+        elif key == "chdir" and val:
+            self.cfg["workdir"] = val
+            self.notes.append(f"--chdir={val}: {IGNORED['chdir']}")
+        elif key in IGNORED:
+            self.notes.append(f"--{key}{'=' + val if val else ''}: not carried over: {IGNORED[key]}")
+        else:
+            return False
+        return True
+
+    def _array(self, val: str) -> None:
+        m = re.match(r"(\d+)-(\d+)", val)
+        n = int(m.group(2)) - int(m.group(1)) + 1 if m else len(val.split("%")[0].split(","))
+        self.cfg.setdefault("policy", {})["max_segments"] = n
+        self.notes.append(f"--array={val}: the array's {n} tasks become up to {n} segments (policy.max_segments); "
+                          "the controller submits each one after diagnosing the last")
+
+    def _other(self, key: str, val: str | None) -> None:
+        if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
+            self.notes.append(f"#SBATCH {key}: not an option sbatch knows; ignored")
+        elif key == "exclusive":
+            # submitit writes `--KEY=VALUE`; `--exclusive=exclusive` is what sbatch accepts for plain --exclusive
+            self.extra["exclusive"] = val or "exclusive"
+        elif val is None:
+            self.notes.append(f"--{key}: a flag without a value cannot be passed through resources.sbatch_extra "
+                              "(the backend writes --KEY=VALUE); not carried over")
+        else:
+            self.extra[key] = val
+
+    def finish(self) -> dict[str, Any]:
+        nodes = self.r.get("nodes", 1)
+        tpn = self.per_task.get("ntasks-per-node")
+        if tpn is None and self.ntasks:
+            tpn = max(1, self.ntasks // nodes)
+            if self.ntasks % nodes:
+                self.notes.append(f"--ntasks={self.ntasks} does not divide by {nodes} nodes: {tpn} per node")
+        self.r["tasks_per_node"] = tpn or 1
+        gpt = self.per_task.get("gpus-per-task")
+        if gpt is not None:
+            self.r["gpus_per_node"] = gpt * self.r["tasks_per_node"]
+            self.notes.append(f"--gpus-per-task={gpt}: one agent task per node asks for "
+                              f"{self.r['gpus_per_node']} GPUs per node")
+        cpt = self.per_task.get("cpus-per-task")
+        if cpt is not None:
+            self.r["cpus_per_task"] = cpt * self.r["tasks_per_node"]
+            if self.r["tasks_per_node"] > 1:
+                self.notes.append(f"--cpus-per-task={cpt} x {self.r['tasks_per_node']} tasks per node: the one "
+                                  f"agent task per node asks for {self.r['cpus_per_task']} CPUs")
+        if "time_limit_min" not in self.r:
+            self.r["time_limit_min"] = 60
+            self.notes.append("no --time in the script: each segment gets resources.time_limit_min=60; "
+                              "set it to your partition's limit")
+        if self.extra:
+            self.r["sbatch_extra"] = self.extra
+        return self.r
+
+
+def resources(opts: Opts, cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    acc = _Resources(cfg, notes)
+    for key, val in opts:
+        acc.add(key, val)
+    return acc.finish()

@@ -1,0 +1,166 @@
+"""A small scanner for batch scripts: the top-level simple commands of a bash script, each with the
+character spans of its words, so a launch line can be rewritten in place without re-quoting anything.
+
+It knows quotes, `$(...)`, `${...}`, backticks, arrays `(...)`, comments, line continuations and here-documents;
+it is not a bash parser, and it does not need to be: it only has to find where commands start and end."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+SEPARATORS = (";", "|", "&")
+
+
+@dataclass
+class Segment:
+    """One simple command at the top level: words as (start, end) offsets into the text."""
+
+    words: list[tuple[int, int]] = field(default_factory=list)
+    line_start: int = 0
+
+    def texts(self, text: str) -> list[str]:
+        return [text[a:b] for a, b in self.words]
+
+
+def _skip_quoted(text: str, i: int) -> int:
+    """`i` is at a quote, `$(`, `${`, backtick or `(`: return the index just past its end."""
+    ch = text[i]
+    if ch == "'":
+        j = text.find("'", i + 1)
+        return len(text) if j < 0 else j + 1
+    if ch in '"`':
+        j = i + 1
+        while j < len(text) and text[j] != ch:
+            if text[j] == "\\":
+                j += 1
+            elif ch == '"' and text.startswith(("$(", "${"), j):
+                j = _skip_quoted(text, j + 1) - 1
+            j += 1
+        return j + 1
+    close = {"(": ")", "{": "}"}[ch]
+    depth, j = 1, i + 1
+    while j < len(text) and depth:
+        c = text[j]
+        if c in "'\"`":
+            j = _skip_quoted(text, j)
+            continue
+        if c == "\\":
+            j += 2
+            continue
+        if c == "#" and (j == 0 or text[j - 1] in " \t\n(") and close == ")":
+            nl = text.find("\n", j)
+            j = len(text) if nl < 0 else nl
+            continue
+        depth += 1 if c == ch else -1 if c == close else 0
+        j += 1
+    return j
+
+
+def _heredoc_end(text: str, i: int, pending: list[tuple[str, bool]]) -> int:
+    """`i` is at the newline ending a line with here-documents: skip their bodies."""
+    j = i + 1
+    for delim, strip in pending:
+        while j < len(text):
+            nl = text.find("\n", j)
+            line = text[j:] if nl < 0 else text[j:nl]
+            j = len(text) if nl < 0 else nl + 1
+            if (line.lstrip("\t") if strip else line) == delim:
+                break
+    return j - 1
+
+
+def _word_end(text: str, i: int, pending: list[tuple[str, bool]]) -> int:
+    j = i
+    while j < len(text) and text[j] not in " \t\n;|&<>" or (j < len(text) and text[j] in "<>" and j == i):
+        c = text[j]
+        if c == "\\":
+            j += 2
+        elif c in "'\"`" or text.startswith(("$(", "${"), j):
+            j = _skip_quoted(text, j + (1 if c == "$" else 0))
+        elif c == "(" and j > i and text[j - 1] == "=":
+            j = _skip_quoted(text, j)
+        elif c in "<>":
+            m = re.match(r"<<(-?)\s*(['\"]?)([\w.-]+)\2", text[j:])
+            if m:
+                pending.append((m.group(3), m.group(1) == "-"))
+                return j + m.end()
+            j += 1
+            while j < len(text) and text[j] in "<>&":
+                j += 1
+            return j
+        else:
+            j += 1
+    return j
+
+
+def segments(text: str) -> list[Segment]:
+    """The simple commands outside quotes, substitutions and here-documents, in order."""
+    out: list[Segment] = []
+    cur = Segment()
+    pending: list[tuple[str, bool]] = []
+    i, line_start = 0, 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and text.startswith("\\\n", i):
+            i += 2
+        elif c in " \t":
+            i += 1
+        elif c == "\n" or c in SEPARATORS:
+            if c == "\n" and pending:
+                i = _heredoc_end(text, i, pending)
+                pending.clear()
+            if cur.words:
+                out.append(cur)
+            if c == "\n":
+                line_start = i + 1
+            cur = Segment(line_start=line_start)
+            i += 1
+        elif c == "#" and (i == 0 or text[i - 1] in " \t\n;"):
+            nl = text.find("\n", i)
+            i = len(text) if nl < 0 else nl
+        else:
+            j = _word_end(text, i, pending)
+            if not cur.words:
+                cur.line_start = line_start
+            cur.words.append((i, max(j, i + 1)))
+            i = max(j, i + 1)
+    if cur.words:
+        out.append(cur)
+    return out
+
+
+def line_end(text: str, pos: int) -> int:
+    """The end of the logical line (backslash continuations followed) that holds `pos`."""
+    j = pos
+    while True:
+        nl = text.find("\n", j)
+        if nl < 0:
+            return len(text)
+        if nl > 0 and text[nl - 1] == "\\" and not text[text.rfind("\n", 0, nl) + 1:nl].lstrip().startswith("#"):
+            j = nl + 1
+            continue
+        return nl
+
+
+def unquote(word: str) -> str:
+    """The word's text with one level of quotes removed (no expansion)."""
+    out, i = [], 0
+    while i < len(word):
+        c = word[i]
+        if c == "'":
+            j = word.find("'", i + 1)
+            j = len(word) if j < 0 else j
+            out.append(word[i + 1:j])
+            i = j + 1
+        elif c == '"':
+            j = _skip_quoted(word, i)
+            out.append(re.sub(r'\\([$`"\\\n])', r"\1", word[i + 1:j - 1]))
+            i = j
+        elif c == "\\" and i + 1 < len(word):
+            out.append("" if word[i + 1] == "\n" else word[i + 1])
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)

@@ -1,0 +1,86 @@
+"""The per-node launch script: the batch script's own body (module loads, exports, variables, arrays,
+functions) and its training launch with srun taken out, run by the agent under bash on every node."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+from orchestrator.importer.scan import line_end
+
+HEADER = """\
+# The per-node launch, imported from {source} by `orchestrator import-sbatch`: the agent runs this under bash
+# on every node (resources.tasks_per_node copies), in the place of the training srun. Edit it like the original.
+# Other srun calls (helper steps) share the agent's allocation:
+srun() {{ command srun --overlap "$@"; }}
+"""
+LAUNCH_BEFORE = "set -o pipefail  # orchestrator: the launch's exit code is the job's, even through `| tee`\n"
+LAUNCH_AFTER = "\n__orch_rc=$?  # orchestrator: remembered for the end of the script\n"
+FOOTER = '\nexit "${__orch_rc:-0}"  # orchestrator: the training launch\'s exit code\n'
+
+
+def with_launch(text: str, start: int, end: int, replacement: str, line_start: int) -> str:
+    """Apply the launch edit and wrap its logical line so its exit code is the script's."""
+    text = text[:start] + replacement + text[end:]
+    stop = line_end(text, start + len(replacement))
+    return text[:line_start] + LAUNCH_BEFORE + text[line_start:stop] + LAUNCH_AFTER + text[stop:].rstrip("\n") + \
+        FOOTER
+
+
+def tidy(text: str, source: str) -> str:
+    """Drop the shebang and #SBATCH lines; no tabs or trailing blanks (the YAML block stays readable)."""
+    lines = []
+    for n, line in enumerate(text.replace("\r\n", "\n").split("\n")):
+        if (n == 0 and line.startswith("#!")) or re.match(r"\s*#SBATCH\b", line):
+            continue
+        lines.append(line.replace("\t", "    ").rstrip())
+    while lines and not lines[0]:
+        lines.pop(0)
+    return HEADER.format(source=source) + "\n".join(lines).rstrip("\n") + "\n"
+
+
+def syntax_error(script: str) -> tuple[int, str] | None:
+    """(line, message) of the first error `bash -n` finds, or None (also when bash is not installed)."""
+    bash = shutil.which("bash")
+    if bash is None:
+        return None
+    res = subprocess.run([bash, "-n"], input=script, capture_output=True, text=True, timeout=30, check=False)
+    if res.returncode == 0:
+        return None
+    m = re.search(r"line (\d+): (.*)", res.stderr)
+    return (int(m.group(1)), m.group(2).strip()) if m else (0, res.stderr.strip())
+
+
+def bare_names(script: str, notes: list[str]) -> str:
+    """A line that is only an upper-case name (`SAVE_INTERVAL`) runs as a command that does not exist: an
+    assignment missing its `=value`. Under `set -e` the original stops there; commented out, and named."""
+    delims = set(re.findall(r"<<-?\s*['\"]?([A-Za-z_]\w*)", script))
+    lines = script.split("\n")
+    for i, line in enumerate(lines):
+        m = re.fullmatch(r"\s*([A-Z][A-Z0-9_]*)\s*", line)
+        if m and m.group(1) not in delims:
+            lines[i] = "# orchestrator: commented out, not a command (a missing `=value`?): " + line
+            notes.append(f"`{m.group(1)}` alone on a line runs as a command that does not exist (an assignment "
+                         "without `=value`?); the original stops there under `set -e`: commented out")
+    return "\n".join(lines)
+
+
+def passing_bash_n(script: str, notes: list[str]) -> str:
+    """Comment out the lines `bash -n` rejects (the original script has the same error), naming each."""
+    script = bare_names(script, notes)
+    for _ in range(10):
+        err = syntax_error(script)
+        if err is None:
+            return script
+        line, msg = err
+        lines = script.split("\n")
+        if not 0 < line <= len(lines):
+            notes.append(f"the launch script fails `bash -n`: {msg}; fix it by hand")
+            return script
+        bad = lines[line - 1]
+        lines[line - 1] = "# orchestrator: commented out, `bash -n` rejects it: " + bad
+        notes.append(f"`{bad.strip()}` is a bash syntax error ({msg}; the original script stops there too): "
+                     "commented out in the launch script")
+        script = "\n".join(lines)
+    return script
