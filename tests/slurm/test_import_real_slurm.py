@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from tests.sbatch_launch import EXPECTED, REAL, fill_env, launches, starts_entry, write_stubs
-from tests.slurm.conftest import REPO, slurm_env
+from tests.conftest import REPO
+from tests.slurm.conftest import slurm_env
 
 pytestmark = pytest.mark.slurm
 NODES = 2
