@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.sbatch_launch import EXPECTED, REAL, fill_env, launches, starts_entry, write_stubs
 from tests.conftest import REPO
+from tests.sbatch_launch import EXPECTED, REAL, fill_env, launches, starts_entry, write_stubs
 from tests.slurm.conftest import slurm_env
 
 pytestmark = pytest.mark.slurm
