@@ -9,9 +9,11 @@ non-cascade error exists. Users add their own signatures in config; those are tr
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.model import Cause
+from orchestrator.settings import UserSignature
 
 
 @dataclass(frozen=True)
@@ -243,3 +245,8 @@ BUILTIN: tuple[Signature, ...] = (
 
 def build_table(user: list[Signature] | tuple[Signature, ...] = ()) -> tuple[Signature, ...]:
     return tuple(user) + BUILTIN
+
+
+def table_for(user: Sequence[UserSignature]) -> tuple[Signature, ...]:
+    """The table for a run: the config's own signatures first, then the built-in ones."""
+    return build_table([Signature(s.name, s.pattern, s.cause, s.blame, s.cascade, source="config") for s in user])

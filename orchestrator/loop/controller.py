@@ -18,7 +18,7 @@ from loguru import logger
 from orchestrator.backends.base import Backend, BackendError, SchedulerUnavailable
 from orchestrator.clock import Clock
 from orchestrator.contract import SegmentPaths
-from orchestrator.diagnose.signatures import Signature, build_table
+from orchestrator.diagnose.signatures import table_for
 from orchestrator.loop import operator, progress
 from orchestrator.loop.conclude import apply_outcome, conclude
 from orchestrator.loop.effects import Alert, Cancel, EffectRunner, Notify
@@ -28,11 +28,6 @@ from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
 from orchestrator.settings import Settings
 from orchestrator.state import RunState, SegmentRecord, StateStore
 from orchestrator.watch.segment import SegmentWatch
-
-
-def user_signatures(settings: Settings) -> tuple[Signature, ...]:
-    return build_table([Signature(s.name, s.pattern, s.cause, s.blame, s.cascade, source="config")
-                        for s in settings.signatures])
 
 
 class Controller:
@@ -47,7 +42,7 @@ class Controller:
         self.s, self.backend, self.clock, self.store = settings, backend, clock, store
         self.effects = EffectRunner(backend, notify or (lambda title, body: None), shared_path(settings))
         self.python = python
-        self.signatures = user_signatures(settings)
+        self.signatures = table_for(settings.signatures)
         self.progress = re.compile(settings.progress_regex)
         self.stop_requested = ""
         self.reload_requested = False
