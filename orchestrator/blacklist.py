@@ -25,8 +25,6 @@ def expand(expr: str) -> list[str]:
 
 
 class ExcludePlan(Frozen):
-
-
     """The --exclude list for one submission, and what was left out and why."""
     nodes: tuple[str, ...]
     dropped: tuple[str, ...] = ()
@@ -38,8 +36,6 @@ class ExcludePlan(Frozen):
 
 
 class Blacklist(Frozen):
-
-
     """Owns the node blacklist as an immutable value: strikes, expiry, hard and manual entries,
     and the exclude plan (capped, known nodes only)."""
     entries: tuple[BlacklistEntry, ...] = ()

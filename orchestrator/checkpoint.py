@@ -15,8 +15,6 @@ from orchestrator.settings import CheckpointCfg
 
 
 class Checkpoint(Frozen):
-
-
     """A checkpoint found on disk: its path, iteration, and whether it is complete."""
     path: str
     iteration: int | None = None

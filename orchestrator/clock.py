@@ -9,8 +9,6 @@ from typing import Protocol
 
 
 class Clock(Protocol):
-
-
     """Time for the loop: now, sleep (interruptible by wake) - injected so tests never sleep."""
     def now(self) -> datetime: ...
 
@@ -22,8 +20,6 @@ class Clock(Protocol):
 
 
 class RealClock:
-
-
     """The wall clock; sleep returns early when woken (a signal, a stop request)."""
     def __init__(self) -> None:
         self._event = threading.Event()

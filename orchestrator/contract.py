@@ -92,8 +92,6 @@ class Record(BaseModel):
 
 
 class CheckRecord(Record):
-
-
     """One pre-flight check's result."""
     name: str
     ok: bool
@@ -101,8 +99,6 @@ class CheckRecord(Record):
 
 
 class Heartbeat(Record):
-
-
     """The agent is alive: its last progress and the training PIDs (rewritten every few seconds)."""
     node: str
     job_id: str = ""
@@ -113,8 +109,6 @@ class Heartbeat(Record):
 
 
 class ExitRecord(Record):
-
-
     """How the node's training ended: exit codes, signals, last lines, pre-flight results."""
     node: str
     job_id: str = ""
@@ -129,8 +123,6 @@ class ExitRecord(Record):
 
 
 class ProcessDump(Record):
-
-
     """One training process at a dump request: /proc state, wchan and its py-spy stack."""
     pid: int
     state: str
@@ -143,8 +135,6 @@ class ProcessDump(Record):
 
 
 class DumpRecord(Record):
-
-
     """The agent's answer to one dump request (the request id tells fresh dumps from old ones)."""
     node: str
     time: str = ""

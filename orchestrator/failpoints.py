@@ -11,8 +11,6 @@ POINTS = ("after_intent", "after_submit", "after_record", "poll", "state_write",
 
 
 class Failpoints:
-
-
     """Crash-safety testing: kill the process at a named seam (ORCH_FAILPOINT)."""
     def __init__(self, spec: str | None = None):
         self.name, self.when = "", 0

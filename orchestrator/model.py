@@ -9,15 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Frozen(BaseModel):
-
-
     """Base of the immutable value types: frozen, unknown fields rejected."""
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Cause(StrEnum):
-
-
     """Why a segment ended (the vocabulary of docs/CAUSES.md)."""
     GPU_ECC = "gpu_ecc"
     GPU_LOST = "gpu_lost"
@@ -42,8 +38,6 @@ HARDWARE_CAUSES = frozenset({Cause.GPU_ECC, Cause.GPU_LOST, Cause.GPU_OOM_STARTU
 
 
 class Action(StrEnum):
-
-
     """What the policy does next."""
     RESUBMIT_EXCLUDE = "resubmit_exclude"
     RESUBMIT = "resubmit"
@@ -53,8 +47,6 @@ class Action(StrEnum):
 
 
 class JobState(StrEnum):
-
-
     """A scheduler job's state, as Slurm names it."""
     PENDING = "PENDING"
     RUNNING = "RUNNING"
@@ -74,8 +66,6 @@ class JobState(StrEnum):
 
 
 class RunStatus(StrEnum):
-
-
     """The whole run: running, done (goal reached) or stopped (needs a human)."""
     RUNNING = "running"
     DONE = "done"
@@ -112,8 +102,6 @@ class SegmentSpec(Frozen):
 
 
 class JobRef(Frozen):
-
-
     """A submitted job: its id and when it was submitted (ids are reused after a scheduler restart)."""
     job_id: str
     submitted_at: datetime
@@ -121,8 +109,6 @@ class JobRef(Frozen):
 
 
 class JobStatus(Frozen):
-
-
     """One poll's view of a job."""
     state: JobState
     exit_code: int | None = None
@@ -134,8 +120,6 @@ class JobStatus(Frozen):
 
 
 class Evidence(Frozen):
-
-
     """One line that supports a verdict, with where it was printed and its role (root, secondary)."""
     node: str
     file: str = ""
@@ -146,8 +130,6 @@ class Evidence(Frozen):
 
 
 class Verdict(Frozen):
-
-
     """The diagnosis of one segment: cause, culprits, whether to blame them, evidence. No action:
     the policy picks that."""
     cause: Cause
@@ -159,8 +141,6 @@ class Verdict(Frozen):
 
 
 class Decision(Frozen):
-
-
     """The policy's decision: the action, why, whom to blame, how long to wait."""
     action: Action
     reason: str
@@ -171,8 +151,6 @@ class Decision(Frozen):
 
 
 class BlacklistEntry(Frozen):
-
-
     """One blacklisted node: cause, evidence, strikes, expiry, hard or soft, auto or manual."""
     node: str
     cause: Cause

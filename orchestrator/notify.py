@@ -17,8 +17,6 @@ SEND_TIMEOUT_S = 20.0
 
 
 class Notifier:
-
-
     """Sends alerts through apprise, de-duplicated and rate-limited."""
     def __init__(self, urls: list[str], clock: Clock, max_per_hour: int = 20, dedup_window_s: float = 3600.0):
         self.clock = clock

@@ -32,6 +32,7 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
     run_dir = Path(settings.run_dir)
     values = {
         "checkpoint": ckpt.path if ckpt else "",
+        "checkpoint_root": str(settings.checkpoint.dir) if ckpt else "",
         "segment": str(index),
         "run_dir": str(run_dir),
         "python": python,
@@ -39,6 +40,8 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
     }
     env = dict(settings.env)
     env["ORCH_RESUME_FROM"] = ckpt.path if ckpt else ""
+    # Megatron's --load and DeepSpeed's load_dir take the checkpoint root and read its tracker file
+    env["ORCH_RESUME_ROOT"] = str(settings.checkpoint.dir) if ckpt else ""
     env["ORCH_SEGMENT"] = str(index)
     env["ORCH_RUN_DIR"] = str(run_dir)
     r = settings.resources

@@ -14,8 +14,6 @@ CHUNK = 4 * 1024 * 1024
 
 
 class LogTail:
-
-
     """Reads what a file gained since the last read, in bounded chunks of whole lines."""
     def __init__(self, path: Path, start_offset: int = 0):
         self.path = Path(path)

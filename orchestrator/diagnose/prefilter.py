@@ -40,8 +40,6 @@ def _plain(pattern: str) -> str:
 
 
 class Prefilter:
-
-
     """Finds the lines of a block worth matching (Hyperscan, or one combined Python regex)."""
     def __init__(self, patterns: Sequence[tuple[str, bool]]):
         self.patterns = list(patterns) + list(SPECIAL)

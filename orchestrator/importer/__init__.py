@@ -16,7 +16,15 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from orchestrator.importer import launch as launch_mod
-from orchestrator.importer.names import SAVE_FLAGS, assignments, flag_values, resolve, rewrite_resume, undefined
+from orchestrator.importer.names import (
+    SAVE_FLAGS,
+    assignments,
+    flag_values,
+    resolve,
+    resume_var,
+    rewrite_resume,
+    undefined,
+)
 from orchestrator.importer.options import resources, sbatch_options
 from orchestrator.importer.scan import segments, unquote
 from orchestrator.importer.script import passing_bash_n, tidy, with_launch
@@ -47,8 +55,11 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
     script = with_launch(text, start, end, repl, found.segment.line_start)
     script, resumes = rewrite_resume(script)
     for flag, value, _line in resumes:
-        notes.append(f"{flag} {value} now reads ${{ORCH_RESUME_FROM:-{value}}}: the newest complete checkpoint "
-                     "the orchestrator found, the original value on the first segment")
+        var = resume_var(flag)
+        what = ("the checkpoint directory when the orchestrator found a complete checkpoint in it (the framework "
+                "loads the iteration its tracker file names)" if var == "ORCH_RESUME_ROOT"
+                else "the newest complete checkpoint the orchestrator found")
+        notes.append(f"{flag} {value} now reads ${{{var}:-{value}}}: {what}, the original value on the first segment")
     _checkpoint(text, env, cfg, notes, [f for f, _, _ in resumes])
     return passing_bash_n(tidy(script, source), notes)
 

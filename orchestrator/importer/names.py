@@ -120,14 +120,20 @@ def flag_values(text: str, flags: dict[str, str]) -> list[tuple[str, str, int]]:
     return out
 
 
+def resume_var(flag: str) -> str:
+    return "ORCH_RESUME_ROOT" if RESUME_FLAGS.get(flag) in ("megatron", "deepspeed") else "ORCH_RESUME_FROM"
+
+
 def rewrite_resume(text: str) -> tuple[str, list[tuple[str, str, int]]]:
     """Make every resume flag take the orchestrator's newest complete checkpoint when there is one:
-    `--load X` -> `--load ${ORCH_RESUME_FROM:-X}` (X as before on the first segment)."""
+    `--resume_from_checkpoint X` -> `--resume_from_checkpoint ${ORCH_RESUME_FROM:-X}` (X as before on the first
+    segment). Megatron's `--load` and DeepSpeed's `--load_dir` take the checkpoint *root* (they read the
+    tracker file in it), so they get `${ORCH_RESUME_ROOT:-X}`."""
     rx = re.compile(_FLAG_VALUE.format(flags="|".join(re.escape(f) for f in sorted(RESUME_FLAGS, key=len,
                                                                                    reverse=True))))
     found = flag_values(text, RESUME_FLAGS)
     lines = text.split("\n")
     for i, line in enumerate(lines):
         if not line.lstrip().startswith("#"):
-            lines[i] = rx.sub(lambda m: f"{m.group(1)}{m.group(2)}${{ORCH_RESUME_FROM:-{m.group(3)}}}", line)
+            lines[i] = rx.sub(lambda m: f"{m.group(1)}{m.group(2)}${{{resume_var(m.group(1))}:-{m.group(3)}}}", line)
     return "\n".join(lines), found

@@ -14,15 +14,11 @@ from typing import Generic, Protocol, TypeVar
 
 
 class Tail(Protocol):
-
-
     """Anything that reads a file's new blocks."""
     def read_chunks(self, final: bool) -> list[tuple[int, bytes, int]]: ...
 
 
 class HasTail(Protocol):
-
-
     """Anything with a Tail (a node watch)."""
     @property
     def tail(self) -> Tail: ...

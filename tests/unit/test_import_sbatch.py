@@ -4,6 +4,7 @@ a valid config once CHANGE-ME values are filled in. The 19 real public scripts a
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,9 @@ def test_import(tmp_path: Path, script: str) -> None:
     assert r.get("nodes", 1) == exp.get("nodes", 1) and r.get("tasks_per_node", 1) == exp.get("tasks", 1)
     assert cfg["command"][:2] == ["bash", "-c"] and exp["launch"] in cfg["command"][2]
     if "preset" in exp:
-        assert cfg["checkpoint"]["preset"] == exp["preset"] and "${ORCH_RESUME_FROM:-" in cfg["command"][2]
+        # Megatron's --load and DeepSpeed's load_dir take the checkpoint root (they read its tracker file)
+        var = "ORCH_RESUME_ROOT" if exp["preset"] in ("megatron", "deepspeed") else "ORCH_RESUME_FROM"
+        assert cfg["checkpoint"]["preset"] == exp["preset"] and "${" + var + ":-" in cfg["command"][2]
     if "max_segments" in exp:
         assert cfg["policy"]["max_segments"] == exp["max_segments"]
     for n in exp["notes"]:
@@ -88,3 +91,31 @@ def test_comment_ending_in_backslash_and_if_bodies(tmp_path: Path) -> None:
     script = cfg["command"][2]
     assert 'export CMD="train.py --lr 1"' in script and "\npython $CMD 2>&1 | tee log.txt" in script
     assert "training launch found: python train.py --lr 1" in "\n".join(notes)
+
+
+def test_megatron_load_gets_the_checkpoint_root_not_an_iteration_dir(tmp_path: Path) -> None:
+    """Megatron's --load reads latest_checkpointed_iteration.txt in the directory it is given: handing it an
+    iter_NNNNNNN directory would silently start from scratch. The plan gives ORCH_RESUME_ROOT for that."""
+    from orchestrator.blacklist import ExcludePlan
+    from orchestrator.checkpoint import find_latest
+    from orchestrator.plan import plan
+    from orchestrator.settings import load_settings, parse_overrides
+    from orchestrator.state import RunState
+    from tests.conftest import base_config, write_config
+
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "iter_0000020" / "mp_rank_00").mkdir(parents=True)
+    (ckpt / "iter_0000020" / "mp_rank_00" / "model_optim_rng.pt").write_text("x")
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("20")
+    s = load_settings(write_config(tmp_path, base_config(tmp_path, checkpoint={"dir": str(ckpt),
+                                                                                "preset": "megatron"})),
+                      parse_overrides([]))
+    found = find_latest(s.checkpoint, frozenset())
+    assert found is not None
+    now = datetime.now(UTC)
+    env = dict(plan(s, RunState(run="r", created_at=now, updated_at=now), found, ExcludePlan(nodes=()), "python").env)
+    assert env["ORCH_RESUME_ROOT"] == str(ckpt) and env["ORCH_RESUME_FROM"].endswith("iter_0000020")
+    script = "#SBATCH -N 2\nsrun python pretrain_gpt.py --save /ckpt --load /ckpt\n"
+    cfg, notes = import_sbatch(script, "m")
+    assert "--load ${ORCH_RESUME_ROOT:-/ckpt}" in cfg["command"][2]
+    assert any("ORCH_RESUME_ROOT" in n for n in notes)
