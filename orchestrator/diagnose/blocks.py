@@ -24,6 +24,16 @@ def group_int(m: re.Match[bytes] | re.Match[str] | None) -> int | None:
     return None
 
 
+def last_int(rx: re.Pattern[bytes], line: bytes) -> int | None:
+    """The iteration of the last progress match in a line: a tqdm bar rewrites one line with carriage
+    returns, and its last state is the one that counts."""
+    found = None
+    for m in rx.finditer(line):
+        it = group_int(m)
+        found = it if it is not None else found
+    return found
+
+
 def iter_lines_backwards(data: bytes, stop: int, limit: int) -> Iterator[bytes]:
     end = len(data)
     for _ in range(limit):
@@ -46,7 +56,7 @@ def iter_lines_forward(data: bytes, start: int, limit: int) -> Iterator[bytes]:
 
 def _last(data: bytes, after: int, rx: re.Pattern[bytes]) -> tuple[bytes, int] | None:
     for line in iter_lines_backwards(data, after, SEARCH_LINES):
-        it = group_int(rx.search(line))
+        it = last_int(rx, line)
         if it is not None:
             return line, it
     if len(data) - after <= SEARCH_LINES * 200:
@@ -55,7 +65,7 @@ def _last(data: bytes, after: int, rx: re.Pattern[bytes]) -> tuple[bytes, int] |
         ls = data.rfind(b"\n", 0, h.start()) + 1
         le = data.find(b"\n", h.end())
         line = data[ls : len(data) if le < 0 else le]
-        it = group_int(rx.search(line))
+        it = last_int(rx, line)
         if it is not None:
             return line, it
     return None

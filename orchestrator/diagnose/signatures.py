@@ -182,6 +182,10 @@ BUILTIN: tuple[Signature, ...] = (
         blame=True,
         source="kernel hung_task detector; ps STAT D (Hugging Face 64-GPU hang, CONTEXT.md)",
     ),
+    Signature("cannot_start",
+              r"ORCH-AGENT cannot start the training command|: command not found$|can't open file .*No such file"
+              r"|exec format error|^bash: \S+: (?:No such file or directory|Permission denied)$",
+              C.USER_BUG, source="the agent; bash and python when the program or script does not exist"),
     Signature("no_space", r"No space left on device|Disk quota exceeded|ENOSPC\b|EDQUOT\b", C.USER_BUG,
               source="errno ENOSPC/EDQUOT: a full /dev/shm, disk or quota: the job's settings, not a node"),
     Signature("segfault", r"Segmentation fault|SIGSEGV|signal 11\b|Signals\.SIGSEGV", C.SEGFAULT, blame=True),

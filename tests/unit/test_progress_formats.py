@@ -46,3 +46,26 @@ def test_agent_reads_the_last_bar_of_a_carriage_return_line(tmp_path: Path) -> N
     agent._log = (tmp_path / "log").open("a")
     agent.emit(0, "  0%|  | 1/1000 [00:01<32:08,  1.93s/it]\r  0%|  | 2/1000 [00:02<20:30,  1.23s/it]")
     assert agent.iteration == 2
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_watcher_reads_the_same_last_step(name: str, tmp_path: Path) -> None:
+    """The controller's watcher (block scanner with the prefilter) agrees with the agent on every format,
+    including tqdm bars rewritten with carriage returns, whatever the file's chunking."""
+    from orchestrator.diagnose.prefilter import Prefilter
+    from orchestrator.diagnose.scan import NodeScan
+    from orchestrator.diagnose.signatures import build_table
+    from orchestrator.tail import LogTail
+
+    sigs = build_table()
+    prefilter = Prefilter([(s.pattern, s.ignore_case) for s in sigs])
+    data = (DATA / name).read_bytes()
+    path = tmp_path / "n.log"
+    path.write_bytes(b"")
+    scan, tail = NodeScan("n", str(path), sigs, RX), LogTail(path)
+    for cut in (len(data) // 3, 2 * len(data) // 3, len(data)):  # the log grows while it is watched
+        with path.open("ab") as fh:
+            fh.write(data[path.stat().st_size:cut])
+        for first, block, newlines in tail.read_chunks(final=cut == len(data)):
+            scan.feed_bytes(first, block, prefilter, newlines)
+    assert scan.last_iteration == EXPECTED[name]["last_step"]
