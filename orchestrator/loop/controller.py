@@ -22,6 +22,7 @@ from orchestrator.diagnose.signatures import table_for
 from orchestrator.loop import operator, progress
 from orchestrator.loop.conclude import apply_outcome, conclude
 from orchestrator.loop.effects import Alert, Cancel, EffectRunner, Notify
+from orchestrator.loop.outage import Outage
 from orchestrator.loop.submission import FilesystemStall, intent, prepare, shared_path, unloadable
 from orchestrator.loop.supervise import Seen, supervise
 from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
@@ -31,8 +32,6 @@ from orchestrator.watch.segment import SegmentWatch
 
 
 class Controller:
-
-
     """Owns the run loop and its I/O: observe (poll the backend, feed the watcher), call the pure
     functions, carry out what they return, save the state. Decides nothing itself."""
     def __init__(self, settings: Settings, backend: Backend, clock: Clock, store: StateStore,
@@ -49,8 +48,8 @@ class Controller:
         self.reloader: Callable[[], Settings] | None = None
         self._watch: SegmentWatch | None = None
         self._running_since: datetime | None = None
-        self._unreachable_since: datetime | None = None
         self._pending_note: datetime | None = None
+        self._stall, self._outage = Outage("filesystem stall"), Outage("scheduler unreachable")
 
     # ---- lifecycle -------------------------------------------------------------------------
     def request_stop(self, why: str = "signal") -> None:
@@ -73,8 +72,7 @@ class Controller:
     def load_or_init(self) -> RunState:
         state = self.store.load()
         if state is None:
-            now = self.clock.now()
-            state = RunState(run=self.s.name, created_at=now, updated_at=now)
+            state = RunState(run=self.s.name, created_at=self.clock.now(), updated_at=self.clock.now())
             self.save(state)
         return state
 
@@ -122,32 +120,29 @@ class Controller:
         try:
             prepared = prepare(self.s, state, self.backend, self.clock.now(), self.python)
         except FilesystemStall as exc:
-            log.warning("filesystem stall: {}; not submitting until it answers", exc)
-            self.clock.sleep(self.s.watch.poll_interval_s)
+            self._held(state, self._stall, self.s.policy.filesystem_stall_max_s, str(exc))
             return
-        spec = prepared.spec
-        state.blacklist = prepared.blacklist
-        why = unloadable(state, spec)
-        if why:
+        self._stall.clear(self.clock.now())
+        spec, state.blacklist = prepared.spec, prepared.blacklist
+        if why := unloadable(state, spec):
             self._stop(state, why)
             return
         if prepared.exclude.note:
             log.warning("exclude note={}", prepared.exclude.note)
-        seg = intent(spec, self.backend.name)
-        state.segments.append(seg)
+        state.segments.append(seg := intent(spec, self.backend.name))
         state.wait_until = None
         self.save(state)  # intent first: a crash before the id is recorded is detected on restart
         self.failpoint("after_intent")
         try:
             ref = self.backend.submit(spec)
         except SchedulerUnavailable as exc:
-            log.warning("submit deferred reason=scheduler-unreachable detail={}", exc)
-            self.clock.sleep(self.s.watch.poll_interval_s)
+            self._held(state, self._outage, self.s.policy.scheduler_outage_max_s, str(exc))
             return
         except BackendError as exc:
             state.segments.pop()
             self._stop(state, f"submission rejected: {exc}")
             return
+        self._outage.clear(self.clock.now())
         self.failpoint("after_submit")
         self._attach(state, seg, ref)
         self.failpoint("after_record")
@@ -188,13 +183,12 @@ class Controller:
         try:
             status = self.backend.poll([ref]).get(ref.job_id, JobStatus(state=JobState.UNKNOWN))
         except SchedulerUnavailable as exc:
-            self._unreachable_since = self._unreachable_since or now
+            since = self._outage.since = self._outage.since or now
             logger.warning("scheduler unreachable since {} ({}); waiting, not resubmitting",
-                           self._unreachable_since.isoformat(timespec="seconds"), exc)
+                           since.isoformat(timespec="seconds"), exc)
             return None
-        if self._unreachable_since:
-            logger.info("scheduler reachable again after {}", now - self._unreachable_since)
-        self._unreachable_since = None
+        if (lasted := self._outage.clear(now)) is not None:
+            logger.info("scheduler reachable again after {}", lasted)
         return status
 
     def watch_once(self, state: RunState, seg: SegmentRecord) -> None:
@@ -288,6 +282,16 @@ class Controller:
         self.failpoint("after_blacklist")
         self.save(state)
         self.failpoint("after_conclude")
+
+    def _held(self, state: RunState, outage: Outage, limit_s: float, detail: str) -> None:
+        """A condition blocks submitting: alert once, stop once it lasted beyond `limit_s`, else wait."""
+        held = outage.note(state.run, self.clock.now(), limit_s, detail[:500])
+        logger.bind(run=state.run).warning("{}: {}; not submitting until it answers", outage.what, detail[:500])
+        self.effects.run(held.alerts)
+        if held.stop:
+            self._stop(state, held.stop)
+        else:
+            self.clock.sleep(self.s.watch.poll_interval_s)
 
     def _stop(self, state: RunState, reason: str) -> None:
         state.status, state.stop_reason = RunStatus.STOPPED, reason

@@ -102,6 +102,14 @@ class Policy(Section):
     shared_blacklist: Path | None = Field(
         None, description="A blacklist file shared by several runs on one cluster (read and written with a lock)."
     )
+    scheduler_outage_max_s: float = Field(
+        21600.0, gt=0, le=31_536_000, description="Stop the run (after one alert) when sbatch cannot reach the "
+        "scheduler for longer than this."
+    )
+    filesystem_stall_max_s: float = Field(
+        21600.0, gt=0, le=31_536_000, description="Stop the run (after one alert) when the checkpoint file system "
+        "stalls or is missing for longer than this."
+    )
     drain_blacklisted: bool = Field(
         False, description="Run `scontrol update NodeName=X State=DRAIN Reason=...` for hardware culprits "
         "(needs the rights; otherwise the line is only printed by `status`)."
