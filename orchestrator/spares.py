@@ -1,0 +1,59 @@
+"""Pure: spare nodes for restarts inside the allocation.
+
+A segment that allocates `nodes + spares` (with `--no-kill`) can replace a failed node by a spare and
+relaunch the training step in the same job, without a new queue wait. `spares_needed` sizes the pool so
+that the chance of running out before the segment's time limit is below a target; `restart_in_allocation`
+says whether a verdict can be handled inside the allocation or needs a new segment.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from orchestrator.model import HARDWARE_CAUSES, Cause, Decision, Verdict
+
+IN_ALLOCATION = HARDWARE_CAUSES | {Cause.HANG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.NETWORK}
+MAX_SPARES = 64
+
+
+def poisson_tail(mean: float, k: int) -> float:
+    """P(N > k) for N ~ Poisson(mean)."""
+    term = math.exp(-mean)
+    cdf = term
+    for i in range(1, k + 1):
+        term *= mean / i
+        cdf += term
+    return max(0.0, 1.0 - cdf)
+
+
+def spares_needed(rate_per_node_hour: float, nodes: int, hours: float, target: float = 0.01) -> int:
+    """The smallest number of spares with P(more node failures than spares within `hours`) < target."""
+    mean = rate_per_node_hour * nodes * hours
+    for k in range(MAX_SPARES + 1):
+        if poisson_tail(mean, k) < target:
+            return k
+    return MAX_SPARES
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Relaunch inside the allocation: the nodes to drop and the spares to promote, or why not."""
+
+    ok: bool
+    drop: tuple[str, ...] = ()
+    promote: tuple[str, ...] = ()
+    why_not: str = ""
+
+
+def restart_in_allocation(verdict: Verdict, decision: Decision, running: list[str], spares: list[str],
+                          batch_host: str) -> Restart:
+    """A node's fault with spares left is handled inside the job; anything else needs a new segment."""
+    blamed = [n for n in decision.blame_nodes if n in running]
+    if verdict.cause not in IN_ALLOCATION or not blamed:
+        return Restart(False, why_not=f"{verdict.cause.value} is not one node's fault")
+    if batch_host in blamed:
+        return Restart(False, why_not=f"the batch host {batch_host} failed: a new segment")
+    if len(blamed) > len(spares):
+        return Restart(False, why_not=f"{len(blamed)} node(s) to replace, {len(spares)} spare(s) left")
+    return Restart(True, drop=tuple(blamed), promote=tuple(spares[: len(blamed)]))

@@ -1,0 +1,71 @@
+"""Checkpoint-interval advice (Young/Daly) and spare sizing (issue 14): closed forms checked by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.checkpoint_interval import (
+    Observed,
+    advise,
+    daly_interval_h,
+    expected_ettr,
+    failure_rate_per_node_hour,
+)
+from orchestrator.model import Action, Cause, Decision, Verdict
+from orchestrator.spares import poisson_tail, restart_in_allocation, spares_needed
+
+
+def test_daly_is_young_for_cheap_checkpoints_and_below_it_otherwise() -> None:
+    young = math.sqrt(2 * (1 / 60) * 3.0)  # w = 1 min, M = 3 h
+    assert daly_interval_h(3.0, 1 / 60) == pytest.approx(young, rel=0.05)
+    assert daly_interval_h(3.0, 0.5) < math.sqrt(2 * 0.5 * 3.0)
+    assert daly_interval_h(1.0, 5.0) == 1.0  # writes longer than 2M: checkpoint once per M
+    with pytest.raises(ValueError):
+        daly_interval_h(0, 0.1)
+
+
+@given(st.floats(0.2, 100), st.floats(0.001, 0.5))
+def test_daly_beats_neighbouring_intervals(mtbf_h: float, write_h: float) -> None:
+    lam, dt = 1 / mtbf_h, daly_interval_h(mtbf_h, write_h)
+    best = expected_ettr(lam, 0.0, dt, write_h)
+    assert best >= expected_ettr(lam, 0.0, dt * 2, write_h) - 1e-9
+    assert best >= expected_ettr(lam, 0.0, dt / 2, write_h) - 1e-9
+
+
+def test_rate_blends_the_run_with_the_prior() -> None:
+    prior = failure_rate_per_node_hour(Observed(0, 0.0))
+    assert prior == pytest.approx(3.79 / 1000 / 24)
+    lots = failure_rate_per_node_hour(Observed(100, 1000 * 24.0), prior_node_days=1.0)
+    assert lots == pytest.approx(100 / (1000 * 24), rel=0.01)  # a long run speaks for itself
+
+
+def test_advice_at_2048_nodes_shortens_the_hour_long_interval() -> None:
+    a = advise(Observed(0, 0.0), nodes=2048, write_s=120, restart_s=600, current_interval_s=3600)
+    assert 2.8 < a.mtbf_h < 3.3  # about 3 h between failures of the whole job
+    assert 900 < a.interval_s < 2400 and a.ettr_advised > a.ettr_now
+
+
+def test_spares_poisson_tail() -> None:
+    assert poisson_tail(1.0, 0) == pytest.approx(1 - math.exp(-1))
+    assert poisson_tail(2.0, 3) == pytest.approx(1 - math.exp(-2) * (1 + 2 + 2 + 4 / 3))
+    assert spares_needed(0.0, 512, 24) == 0
+    k = spares_needed(3.79 / 1000 / 24, 2048, 24)  # about 7.8 failures expected in a day
+    assert poisson_tail(7.76, k) < 0.01 <= poisson_tail(7.76, k - 1)
+
+
+def verdict(cause: Cause, nodes: tuple[str, ...]) -> tuple[Verdict, Decision]:
+    return (Verdict(cause=cause, culprit_nodes=nodes, blame=bool(nodes), confidence=0.9),
+            Decision(action=Action.RESUBMIT_EXCLUDE, reason="x", blame_nodes=nodes, hard=True))
+
+
+def test_restart_in_allocation_only_for_a_node_fault_with_spares_left() -> None:
+    running, spares = ["n1", "n2", "n3"], ["n4"]
+    r = restart_in_allocation(*verdict(Cause.GPU_ECC, ("n2",)), running, spares, batch_host="n1")
+    assert r.ok and r.drop == ("n2",) and r.promote == ("n4",)
+    assert not restart_in_allocation(*verdict(Cause.GPU_ECC, ("n2", "n3")), running, spares, "n1").ok
+    assert not restart_in_allocation(*verdict(Cause.NODE_FAIL, ("n1",)), running, spares, "n1").ok  # batch host
+    assert not restart_in_allocation(*verdict(Cause.USER_BUG, ()), running, spares, "n1").ok
