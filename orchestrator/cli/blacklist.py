@@ -147,7 +147,9 @@ def bl_list(target: Annotated[Path, typer.Argument(help="Config file or run dire
             as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Show blacklisted nodes with cause, evidence and expiry.
 
-    Example: orchestrator blacklist list configs/demo.yaml
+    \b
+    Example:
+      orchestrator blacklist list configs/demo.yaml
     """
     store, where = _state_for(target)
     state = _loaded(store, where)
@@ -170,7 +172,12 @@ def bl_add(target: Annotated[Path, typer.Argument(help="Config file or run direc
            reason: Annotated[str, typer.Option(help="Why (kept as evidence).")] = "added by hand",
            hours: Annotated[float, typer.Option(help="Expiry in hours.")] = 72.0,
            wait: WaitOpt = 30.0) -> None:
-    """Exclude nodes by hand. Example: orchestrator blacklist add runs/demo 'node[3-4]' --reason 'Xid 79'"""
+    """Exclude nodes by hand.
+
+    \b
+    Example:
+      orchestrator blacklist add runs/demo 'node[3-4]' --reason 'Xid 79'
+    """
     names = _names(nodes)
     try:
         req = BlacklistAdd(nodes=tuple(names), reason=reason, hours=hours)
@@ -184,7 +191,12 @@ def bl_add(target: Annotated[Path, typer.Argument(help="Config file or run direc
 def bl_remove(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
               nodes: Annotated[str, typer.Argument(help="Hostlist, e.g. node3.")],
               wait: WaitOpt = 30.0) -> None:
-    """Return nodes to the pool. Example: orchestrator blacklist remove configs/demo.yaml node3"""
+    """Return nodes to the pool.
+
+    \b
+    Example:
+      orchestrator blacklist remove configs/demo.yaml node3
+    """
     names = _names(nodes)
     how, before = _edit(target, BlacklistRemove(nodes=tuple(names)), wait)
     if before is None:
@@ -198,6 +210,11 @@ def bl_remove(target: Annotated[Path, typer.Argument(help="Config file or run di
 @bl_app.command("clear")
 def bl_clear(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
              wait: WaitOpt = 30.0) -> None:
-    """Empty the blacklist. Example: orchestrator blacklist clear runs/demo"""
+    """Empty the blacklist.
+
+    \b
+    Example:
+      orchestrator blacklist clear runs/demo
+    """
     how, before = _edit(target, BlacklistClear(), wait)
     _report(how, f"cleared {len(before.entries)} entries" if before is not None else "cleared")

@@ -22,11 +22,28 @@ out = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, soft_wrap=True)
 
 EXIT_CONFIG = 2
+README_REF, DOCS_REF = "the configuration reference in README.md", "docs/CONFIGURATION.md"
+
+
+def _version(value: bool) -> None:
+    if value:
+        from orchestrator import __version__
+
+        print(f"orchestrator {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """Keep long multi-node training on Slurm moving: diagnose, blacklist, resume."""
 
 
 def fail(lines: list[str], code: int = EXIT_CONFIG) -> typer.Exit:
+    from orchestrator.views.text import clean
+
     for line in lines:
-        err.print(f"error: {line}", markup=False, highlight=False)
+        err.print(f"error: {clean(line)}", markup=False, highlight=False)
     return typer.Exit(code)
 
 
@@ -46,7 +63,7 @@ def load(config: Path, overrides: list[str]) -> Settings:
     try:
         s = load_settings(config, parse_overrides(overrides))
     except ConfigError as exc:
-        raise fail(exc.problems) from None
+        raise fail([p.replace(README_REF, DOCS_REF) for p in exc.problems]) from None
     problems = check_paths(s)
     if problems:
         raise fail(problems)

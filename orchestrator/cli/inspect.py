@@ -13,6 +13,7 @@ from orchestrator.clock import RealClock
 from orchestrator.diagnose.offline import diagnose_dir
 from orchestrator.state import RunState, StateError
 from orchestrator.views.status import blacklist_table, drain_commands, status_json, summary_table, timeline_table
+from orchestrator.views.text import clean, cut
 
 
 @app.command()
@@ -24,10 +25,11 @@ def status(
 ) -> None:
     """Where the run is, what happened to it and why: segments, causes, culprits, blacklist, time lost.
 
+    \b
     Examples:
       orchestrator status configs/demo.yaml
       orchestrator status runs/demo --json
-      orchestrator status configs/example.yaml --watch
+      orchestrator status runs/demo --watch --every 2
     """
     store, where = _state_for(target)
 
@@ -44,29 +46,52 @@ def status(
         print(json.dumps(status_json(load_state(), RealClock().now()), indent=2))
         return
     if not watch:
-        out.print(status_view(load_state(), RealClock().now()))
+        out.print(status_view(load_state(), RealClock().now(), store.run_dir), soft_wrap=False)
         return
     from rich.live import Live
 
     clock = RealClock()
-    with Live(status_view(load_state(), clock.now()), console=out, refresh_per_second=1) as live:
+
+    def view() -> Any:
+        return status_view(load_state(), clock.now(), store.run_dir, out.size.height)
+
+    with Live(view(), console=out, refresh_per_second=1, vertical_overflow="crop") as live:
         try:
             while clock.sleep(every):
-                live.update(status_view(load_state(), clock.now()))
+                live.update(view())
         except KeyboardInterrupt:
             pass
 
 
-def status_view(state: Any, now: Any) -> Any:
+def status_view(state: Any, now: Any, run_dir: Path | None = None, height: int | None = None) -> Any:
+    """Summary first, then the segments (the last ones when `height` rows would overflow), the blacklist
+    and the drain lines; `run_dir`: say whether a controller is attached."""
     from rich.console import Group
+    from rich.text import Text
 
-    parts: list[Any] = [summary_table(state, now), timeline_table(state)]
-    if state.blacklist.entries:
-        parts.append(blacklist_table(state, now))
+    attached = None if run_dir is None else controller_note(state, run_dir)
+    head: list[Any] = [summary_table(state, now, attached)]
+    tail: list[Any] = [blacklist_table(state, now)] if state.blacklist.entries else []
     drains = drain_commands(state, now)
     if drains:
-        parts.append("To take the blacklisted nodes out of service (an admin runs these):\n" + "\n".join(drains))
-    return Group(*parts)
+        tail.append(Text("To take the blacklisted nodes out of service (an admin runs these):"))
+        tail.extend(Text(d, no_wrap=True, overflow="ignore") for d in drains)
+    if height is None:
+        return Group(*head, timeline_table(state), *tail)
+    # --watch: fit the terminal (summary first, then as many of the last segments as there are rows left)
+    used = sum(len(out.render_lines(p, out.options, pad=False)) for p in [*head, *tail])
+    return Group(*head, timeline_table(state, last=max(height - used - 7, 1)), *tail)
+
+
+def controller_note(state: Any, run_dir: Path) -> str:
+    from orchestrator.runlock import RunLock
+
+    lock = RunLock(run_dir)
+    if lock.holder_is_controller():
+        return f"attached ({lock.holder()})"
+    if state.status.value == "running":
+        return "none attached: nothing watches the job or submits the next segment; 'orchestrator run' resumes"
+    return "none attached"
 
 
 @app.command()
@@ -77,6 +102,7 @@ def report(
 ) -> None:
     """Write a self-contained HTML page and a PNG: segment timeline by cause, iterations over time, time lost.
 
+    \b
     Examples:
       orchestrator report configs/demo.yaml
       orchestrator report runs/demo --out /tmp/report
@@ -88,7 +114,7 @@ def report(
     if state is None:
         raise fail([f"{where}: no run state yet"], 1)
     html_path, png_path = write_report(state, RealClock().now(), out_dir or store.run_dir)
-    out.print(f"wrote {html_path} and {png_path}", markup=False, highlight=False)
+    out.print(clean(f"wrote {html_path} and {png_path}"), markup=False, highlight=False)
 
 
 @app.command("import-sbatch")
@@ -103,6 +129,7 @@ def import_sbatch_cmd(
     the per-node launch the agent runs under bash in srun's place. What is not carried over, the variables
     the script does not set and the checkpoint path found are listed on stderr and at the top of the file.
 
+    \b
     Examples:
       orchestrator import-sbatch tests/data/sbatch/real/csc-ddp-torchrun-gpu8.sbatch -o /tmp/ddp.yaml
       orchestrator import-sbatch tests/data/sbatch/chain.sh
@@ -119,11 +146,11 @@ def import_sbatch_cmd(
     body = dump_config(cfg, notes, str(script))
     if output:
         output.write_text(body)
-        out.print(f"wrote {output}", markup=False)
+        out.print(f"wrote {clean(output)}", markup=False, highlight=False)
     else:
         print(body, end="")
     for n in notes:
-        err.print(f"note: {n}", markup=False, highlight=False)
+        err.print(f"note: {clean(n)}", markup=False, highlight=False)
 
 
 @app.command()
@@ -131,14 +158,17 @@ def validate(config: Annotated[Path, typer.Argument(help="The YAML config file t
     """Check a config file and print every problem with its field path (exit 2 if any); warn about a
     checkpoint dir that does not exist or is not where the command saves.
 
-    Example: orchestrator validate configs/demo.yaml
+    \b
+    Examples:
+      orchestrator validate configs/demo.yaml
+      orchestrator validate configs/example.yaml
     """
     from orchestrator.settings import path_warnings
 
     s = load(config, [])
     for w in path_warnings(s):
-        err.print(f"warning: {w}", markup=False, highlight=False)
-    out.print(f"{config}: ok (run {s.name}, {s.resources.nodes} nodes, backend {s.backend.kind})",
+        err.print(f"warning: {clean(w)}", markup=False, highlight=False)
+    out.print(clean(f"{config}: ok (run {s.name}, {s.resources.nodes} nodes, backend {s.backend.kind})"),
               markup=False, highlight=False)
 
 
@@ -146,27 +176,37 @@ def validate(config: Annotated[Path, typer.Argument(help="The YAML config file t
 def diagnose(
     directory: Annotated[Path, typer.Argument(help="A directory with one log file per node (host.out).")],
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    config: Annotated[Path | None, typer.Option(
+        "--config", help="Also use this run config's signatures and progress_regex (test them on old logs).")] = None,
 ) -> None:
     """Name the cause and the culprit node from per-node logs of any Slurm job.
 
+    \b
     Examples:
       orchestrator diagnose runs/demo/segments/0001/logs
-      orchestrator diagnose /scratch/logs/job-12345 --json
+      orchestrator diagnose tests/data/blind/segfault-one-node-r7n3/logs --json
+      orchestrator diagnose tests/data/blind/segfault-one-node-r7n3/logs --config configs/example.yaml
     """
     if not directory.is_dir():
         raise fail([f"{directory}: not a directory"])
     if not any(p.is_file() for p in directory.iterdir()):
         raise fail([f"{directory}: no log files in it (expected one file per node, named after the host)"])
-    result = diagnose_dir(directory)
+    if config is None:
+        result = diagnose_dir(directory)
+    else:
+        from orchestrator.diagnose.signatures import table_for
+
+        s = load(config, [])
+        result = diagnose_dir(directory, s.progress_regex, table_for(s.signatures))
     if as_json:
         print(json.dumps(result, indent=2))
         return
     out.print(f"cause: {result['cause']}  culprits: {','.join(result['culprit_nodes']) or '-'}  "
               f"blame: {result['blame']}  action: {result['action']}  confidence: {result['confidence']:.2f}",
               markup=False, highlight=False)
-    out.print(f"summary: {result['summary']}", markup=False, highlight=False)
+    out.print(f"summary: {clean(result['summary'])}", markup=False, highlight=False)
     for e in result["evidence"][:15]:
-        out.print(f"  [{e['role']}] {e['node']} {Path(e['file']).name}:{e['line']}: {e['text'][:160]}",
+        out.print(clean(f"  [{e['role']}] {e['node']} {Path(e['file']).name}:{e['line']}: ") + cut(e["text"], 160),
                   markup=False, highlight=False)
 
 

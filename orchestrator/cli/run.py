@@ -28,6 +28,7 @@ from orchestrator.runlock import CONTROLLER, LockHeld, RunLock
 from orchestrator.settings import Settings, load_settings, parse_overrides
 from orchestrator.state import RunState, StateError, StateStore, atomic_write
 from orchestrator.views.status import timeline_table
+from orchestrator.views.text import clean
 
 if TYPE_CHECKING:
     from orchestrator.backends.base import Backend
@@ -47,6 +48,7 @@ def run(
 ) -> None:
     """Run (or resume) the training until its goal, resubmitting segments as they end.
 
+    \b
     Examples:
       orchestrator run configs/demo.yaml
       orchestrator run configs/example.yaml --dry-run
@@ -66,17 +68,25 @@ def run(
         raise fail([str(exc)], 1) from None
     ctl, backend = _controller(s, config, set_, clock, start_over)
     _handle_signals(ctl)
+    _say_where(s)
     try:
         _apply_queued(ctl.store, clock)
         state = ctl.run()
+        if cancel_on_exit:
+            _cancel_current(state, backend, ctl.store)
     except StateError as exc:
         raise fail([str(exc)], 1) from None
     finally:
         lock.release()
-    if cancel_on_exit:
-        _cancel_current(state, backend)
     out.print(timeline_table(state))
     raise typer.Exit(0 if state.status.value in ("done", "running") else 1)
+
+
+def _say_where(s: Settings) -> None:
+    """Where to look while it runs: the run directory, the controller's log and each segment's node logs."""
+    rd = clean(s.run_dir)
+    logger.info("logs: run directory {rd}, controller log {rd}/controller.log, node logs "
+                "{rd}/segments/NNNN/logs/<host>.log, state {rd}/state.json", rd=rd)
 
 
 def _controller(s: Settings, config: Path, set_: list[str], clock: Clock,
@@ -125,14 +135,20 @@ def _handle_signals(ctl: Controller) -> None:
     signal.signal(signal.SIGHUP, lambda _s, _f: ctl.request_reload())
 
 
-def _cancel_current(state: RunState, backend: Backend) -> None:
-    """--cancel-on-exit: cancel the job of a run that is still running when the controller stops."""
+def _cancel_current(state: RunState, backend: Backend, store: StateStore) -> None:
+    """--cancel-on-exit: cancel the job of a run that is still running when the controller stops, and record
+    it, so `status` says the job was cancelled (not that it runs)."""
     if state.status.value == "running" and state.current and state.current.job_id:
-        from orchestrator.model import JobRef
+        from orchestrator.model import JobRef, RunStatus
 
         cur = state.current
         assert cur.submitted_at is not None and cur.job_id is not None
         backend.cancel(JobRef(job_id=cur.job_id, submitted_at=cur.submitted_at, backend=backend.name))
+        logger.warning("--cancel-on-exit: job {} (segment {}) cancelled; it does not keep running. "
+                       "'orchestrator run' starts a new segment from the last checkpoint", cur.job_id, cur.index)
+        state.status = RunStatus.STOPPED
+        state.stop_reason = f"controller stopped with --cancel-on-exit: job {cur.job_id} cancelled"
+        store.save(state)
 
 
 def dry(s: Settings, clock: Clock) -> None:
@@ -162,14 +178,16 @@ def stop(target: Annotated[Path, typer.Argument(help="Config file or run directo
          wait: Annotated[float, typer.Option(help="Seconds to wait for the controller to exit.")] = 60.0) -> None:
     """Ask the run's controller to stop; the job keeps running and a new controller re-attaches to it.
 
-    Example: orchestrator stop configs/demo.yaml
+    \b
+    Example:
+      orchestrator stop configs/demo.yaml
     """
     import time
 
     store, where = _state_for(target)
     lock = RunLock(store.run_dir)
     if not lock.holder_is_controller():  # creates nothing: `stop /tmp` leaves /tmp as it is
-        out.print(f"{where}: no controller is running", markup=False)
+        out.print(clean(f"{where}: no controller is running"), markup=False, highlight=False)
         return
     atomic_write(store.run_dir / STOP_REQUEST, "stop\n")
     pid = lock.holder_pid()
@@ -178,7 +196,7 @@ def stop(target: Annotated[Path, typer.Argument(help="Config file or run directo
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if not lock.is_held():
-            out.print(f"controller of {where} stopped", markup=False)
+            out.print(clean(f"controller of {where} stopped"), markup=False, highlight=False)
             return
         time.sleep(0.2)
     raise fail([f"{where}: the controller ({lock.holder()}) has not exited after {wait:.0f}s; "

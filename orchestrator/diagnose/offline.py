@@ -12,7 +12,7 @@ from typing import Any
 from orchestrator.diagnose.classify import Context, classify, infer_job_state
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import node_evidence, scan_file
-from orchestrator.diagnose.signatures import build_table
+from orchestrator.diagnose.signatures import Signature, build_table
 from orchestrator.model import Verdict
 from orchestrator.policy import decide
 from orchestrator.settings import Goal, Policy
@@ -49,9 +49,11 @@ def log_files(directory: Path) -> list[Path]:
     return out
 
 
-def diagnose_dir(directory: Path, progress_regex: str = DEFAULT_PROGRESS) -> dict[str, Any]:
+def diagnose_dir(directory: Path, progress_regex: str = DEFAULT_PROGRESS,
+                 signatures: tuple[Signature, ...] | None = None) -> dict[str, Any]:
+    """`signatures`: the table to use (a config's, from `signatures.table_for`); default the built-in one."""
     files = log_files(directory)
-    sigs = build_table()
+    sigs = build_table() if signatures is None else signatures
     rx = re.compile(progress_regex)
     prefilter = Prefilter([(s.pattern, s.ignore_case) for s in sigs])
     nodes = [node_evidence(scan_file(f, f.name.split(".")[0] if "." in f.name else f.name, sigs, rx, prefilter))

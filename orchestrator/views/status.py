@@ -6,10 +6,14 @@ from datetime import datetime
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.model import BlacklistEntry
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import human, run_metrics
+from orchestrator.views.text import cut, plain, shell_dq
+
+NOT_LOST = ("success", "in progress")  # start-up and load time of healthy segments: overhead, not a failure's cost
 
 
 def _ts(d: datetime | None) -> str | None:
@@ -76,47 +80,83 @@ def _blacklist_entry_json(e: BlacklistEntry, now: datetime) -> dict[str, Any]:
     }
 
 
+def _evidence_line(evidence: str) -> str:
+    """The log line of '/path/to/host.log:44: text', without the path."""
+    return evidence.split(": ", 1)[1] if evidence.startswith("/") and ": " in evidence else evidence
+
+
+def _short_evidence(evidence: str) -> str:
+    """'/path/to/host.log:44: text' as 'host.log:44: text'."""
+    if evidence.startswith("/") and ": " in evidence:
+        where, text = evidence.split(": ", 1)
+        return where.rsplit("/", 1)[-1] + ": " + text
+    return evidence
+
+
 def drain_commands(state: RunState, now: datetime) -> list[str]:
     """What an admin could run for each blacklisted node (printed; never run unless configured)."""
     out = []
     for e in state.blacklist.entries:
         if e.expires > now and e.source == "auto":
-            text = e.evidence.split(": ", 1)[1] if e.evidence.startswith("/") and ": " in e.evidence else e.evidence
-            reason = f"orchestrator {state.run}: {e.cause.value} job {e.job_id}: {text}"[:200]
-            reason = reason.replace('"', "'").replace("\n", " ")
+            text = _evidence_line(e.evidence)
+            reason = cut(f"orchestrator {state.run}: {e.cause.value} job {e.job_id}: {text}".replace("\n", " "), 200)
+            reason = shell_dq(reason)
             out.append(f'scontrol update NodeName={e.node} State=DRAIN Reason="{reason}"')
     return out
 
 
-def summary_table(state: RunState, now: datetime) -> Table:
+def lost_text(m: dict[str, Any]) -> tuple[str, str]:
+    """('gpu_ecc 4m10s, hang 20m00s' or '-', start-up overhead of healthy segments or ''): success is not lost."""
+    by = m["lost_s_by_cause"]
+    lost = ", ".join(f"{k} {human(v)}" for k, v in by.items() if k not in NOT_LOST) or "-"
+    overhead = sum(v for k, v in by.items() if k in NOT_LOST)
+    return lost, human(overhead) if overhead else ""
+
+
+def summary_table(state: RunState, now: datetime, controller: str | None = None) -> Table:
+    """`controller`: whether a controller is attached (the CLI knows; the ledger does not)."""
     m = run_metrics(state, now)
-    t = Table(title=f"run {state.run}", show_header=False)
+    t = Table(title=plain(f"run {state.run}"), show_header=False)
     t.add_column("what")
     t.add_column("value")
+
+    def row(key: str, value: object) -> None:
+        t.add_row(key, plain(value))  # values come from logs and state: never markup
+
     cur = state.current
-    t.add_row("state", state.status.value + (f" ({state.stop_reason})" if state.stop_reason else ""))
+    row("state", state.status.value + (f" ({state.stop_reason})" if state.stop_reason else ""))
+    if controller is not None:
+        row("controller", controller)
     if cur:
-        t.add_row("current segment", f"{cur.index} job {cur.job_id or '-'} "
+        row("current segment", f"{cur.index} job {cur.job_id or '-'} "
                   f"{cur.job_state.value if cur.job_state else 'running'} on {','.join(cur.nodes) or '-'}"
                   + (f" ({cur.queue_note})" if cur.queue_note else ""))
     goal = f" / {state.target_iteration}" if state.target_iteration else ""
-    t.add_row("iteration", f"{state.best_iteration()}{goal}")
-    t.add_row("rate", f"{m['rate_per_h']} iterations/h" if m["rate_per_h"] else "-")
-    t.add_row("ETA to goal", human(m["eta_s"]))
-    t.add_row("effective training time", f"{m['ettr']:.1%} of {human(m['wall_s'])}" if m["ettr"] is not None else "-")
-    t.add_row("time lost", ", ".join(f"{k} {human(v)}" for k, v in m["lost_s_by_cause"].items()) or "-")
+    row("iteration", f"{state.best_iteration()}{goal}")
+    row("rate", f"{m['rate_per_h']} iterations/h" if m["rate_per_h"] else "-")
+    row("ETA to goal", human(m["eta_s"]))
+    row("effective training time", f"{m['ettr']:.1%} of {human(m['wall_s'])}" if m["ettr"] is not None else "-")
+    lost, overhead = lost_text(m)
+    row("time lost", lost)
+    if overhead:
+        row("start-up overhead", overhead)
     last = next((s for s in reversed(state.segments) if s.action), None)
     if last:
-        t.add_row("last decision", f"segment {last.index}: {last.action.value if last.action else '-'}: {last.reason}")
+        row("last decision", f"segment {last.index}: {last.action.value if last.action else '-'}: {last.reason}")
     return t
 
 
-def timeline_table(state: RunState) -> Table:
-    t = Table(title=f"run {state.run}: {state.status.value}" + (f" ({state.stop_reason})" if state.stop_reason else ""))
+def timeline_table(state: RunState, last: int | None = None) -> Table:
+    """Every segment, or the `last` ones (a caption says how many are hidden)."""
+    shown = state.segments if last is None or len(state.segments) <= last else state.segments[-last:]
+    hidden = len(state.segments) - len(shown)
+    t = Table(title=plain(f"run {state.run}: {state.status.value}"
+                          + (f" ({state.stop_reason})" if state.stop_reason else "")),
+              caption=plain(f"{hidden} earlier segments not shown") if hidden else None)
     for col in ("seg", "job", "nodes", "excluded", "resumed from", "iters", "end", "cause", "culprit", "action"):
         t.add_column(col)
-    for s in state.segments:
-        t.add_row(
+    for s in shown:
+        t.add_row(*(plain(c) for c in (
             str(s.index),
             s.job_id or "-",
             ",".join(s.nodes) or "-",
@@ -127,7 +167,7 @@ def timeline_table(state: RunState) -> Table:
             s.cause.value if s.cause else "-",
             ",".join(s.culprit_nodes) or "-",
             s.action.value if s.action else "-",
-        )
+        )))
     return t
 
 
@@ -136,6 +176,7 @@ def blacklist_table(state: RunState, now: datetime) -> Table:
     for col in ("node", "cause", "strikes", "since", "expires", "evidence"):
         t.add_column(col)
     for e in state.blacklist.entries:
-        t.add_row(e.node, e.cause.value, str(e.strikes), _ts(e.since) or "",
-                  (_ts(e.expires) or "") + ("" if e.expires > now else " (expired)"), e.evidence[:100])
+        expires = (_ts(e.expires) or "") + ("" if e.expires > now else " (expired)")
+        t.add_row(*(plain(c) for c in (e.node, e.cause.value, str(e.strikes), _ts(e.since) or "", expires)),
+                  Text(cut(_short_evidence(e.evidence), 100)))
     return t
