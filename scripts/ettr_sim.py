@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from orchestrator.evidence import Match, NodeEvidence
-from orchestrator.loop.conclude import apply_outcome, conclude
+from orchestrator.loop.conclude import Outcome, apply_outcome, conclude
 from orchestrator.loop.submission import exclude_plan
 from orchestrator.model import JobState, JobStatus, RunStatus
 from orchestrator.settings import Goal, Policy
@@ -167,7 +167,7 @@ class Run:
         if self.policy == "orchestrator":
             self._orchestrate(nodes, failed, kind, startup=run_start is None)
 
-    def _orchestrate(self, nodes: list[int], failed: int, kind: str, startup: bool) -> None:
+    def _orchestrate(self, nodes: list[int], failed: int, kind: str, startup: bool) -> Outcome:
         """The product's own conclude (classify -> decide -> ledger edits) on the evidence of this fault."""
         status, ev = _evidence(nodes, failed, "hang" if kind == "hang" else "crash", startup)
         seg = SegmentRecord(index=len(self.state.segments) + 1, job_name="s", job_id=f"sim{self.segments}",
@@ -178,6 +178,7 @@ class Run:
         apply_outcome(self.state, seg, status, out, self.now())
         self.state.status = RunStatus.RUNNING  # the simulation runs to its horizon whatever the policy says
         self.state.segments = self.state.segments[-3:]
+        return out
 
     def run(self) -> Result:
         while self.t < self.p.horizon_h:

@@ -19,3 +19,16 @@ def test_policies_order_on_a_cluster_with_sticky_faults() -> None:
     assert e["blind"].ettr < e["orchestrator"].ettr <= e["oracle"].ettr + 1e-9
     assert e["blind"].sticky_hits > 10 * max(1, e["orchestrator"].sticky_hits)  # the same broken node, again
     assert e["oracle"].ettr - e["orchestrator"].ettr < 0.02
+
+
+def test_spares_and_the_adaptive_interval_pay_off_when_the_queue_is_long() -> None:
+    """Restart inside the allocation saves the queue wait; the product's interval advice saves lost work;
+    an oracle with the same spares bounds both (scripts/ettr_spares.py drives the product's functions)."""
+    from scripts.ettr_spares import simulate_spares
+
+    p = Params(nodes=512, rate_per_1000_node_days=6.5, horizon_h=24 * 15, queue_h=1.0, seed=2)
+    orch = simulate(p, "orchestrator")
+    spares, adaptive = simulate_spares(p, "spares"), simulate_spares(p, "spares+interval")
+    bound = simulate_spares(p, "oracle+spares")
+    assert spares.segments < orch.segments / 2  # most faults handled inside the allocation
+    assert orch.ettr < spares.ettr < adaptive.ettr <= bound.ettr + 0.005
