@@ -13,8 +13,14 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
+from orchestrator.model import HARDWARE_CAUSES, Cause
+from orchestrator.state import RunState
+
+NODE_CAUSES = HARDWARE_CAUSES | {Cause.HANG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.NETWORK,
+                                 Cause.NCCL_TIMEOUT}
 FIELD_RATE_PER_NODE_DAY = 3.79 / 1000  # Meta research clusters (CONTEXT.md)
 
 
@@ -24,6 +30,25 @@ class Observed:
 
     failures: int
     node_hours: float
+
+
+def observed(state: RunState) -> Observed:
+    """Node-caused failures and node-hours run, from the run's finished segments."""
+    failures, node_hours = 0, 0.0
+    for seg in state.segments:
+        if seg.ended_at is None or seg.submitted_at is None:
+            continue
+        began = seg.first_progress_at or seg.submitted_at
+        node_hours += max(0.0, (seg.ended_at - began).total_seconds()) / 3600 * max(1, len(seg.nodes))
+        failures += seg.cause in NODE_CAUSES
+    return Observed(failures, node_hours)
+
+
+def restart_cost_s(state: RunState, default_s: float = 600.0) -> float:
+    """Median time from submission to the first progress line of a segment that resumed (queue included)."""
+    costs = [(s.first_progress_at - s.submitted_at).total_seconds() for s in state.segments
+             if s.resumed_from and s.first_progress_at and s.submitted_at]
+    return statistics.median(costs) if costs else default_s
 
 
 def failure_rate_per_node_hour(obs: Observed, prior_per_node_day: float = FIELD_RATE_PER_NODE_DAY,

@@ -69,3 +69,25 @@ def test_restart_in_allocation_only_for_a_node_fault_with_spares_left() -> None:
     assert not restart_in_allocation(*verdict(Cause.GPU_ECC, ("n2", "n3")), running, spares, "n1").ok
     assert not restart_in_allocation(*verdict(Cause.NODE_FAIL, ("n1",)), running, spares, "n1").ok  # batch host
     assert not restart_in_allocation(*verdict(Cause.USER_BUG, ()), running, spares, "n1").ok
+
+
+def test_observed_failures_and_restart_cost_from_the_run_ledger() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from orchestrator.checkpoint_interval import observed, restart_cost_s
+    from orchestrator.state import RunState, SegmentRecord
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def seg(i: int, cause: Cause, hours: float, resumed: str | None) -> SegmentRecord:
+        sub = t0 + timedelta(hours=10 * i)
+        return SegmentRecord(index=i, job_name=f"s{i}", submitted_at=sub, first_progress_at=sub + timedelta(minutes=12),
+                             ended_at=sub + timedelta(minutes=12, hours=hours), nodes=["a", "b"], cause=cause,
+                             resumed_from=resumed)
+
+    state = RunState(run="r", created_at=t0, updated_at=t0, segments=[
+        seg(1, Cause.GPU_ECC, 2.0, None), seg(2, Cause.TIMELIMIT, 3.0, "iter_1"), seg(3, Cause.HANG, 1.0, "iter_2")])
+    obs = observed(state)
+    assert obs.failures == 2 and obs.node_hours == pytest.approx(2 * (2.0 + 3.0 + 1.0))
+    assert restart_cost_s(state) == pytest.approx(12 * 60)
+    assert restart_cost_s(RunState(run="r", created_at=t0, updated_at=t0)) == 600.0
