@@ -46,7 +46,7 @@ def status(
         print(json.dumps(status_json(load_state(), RealClock().now()), indent=2))
         return
     if not watch:
-        out.print(status_view(load_state(), RealClock().now(), store.run_dir), soft_wrap=False)
+        out.print(status_view(load_state(), RealClock().now(), store.run_dir), crop=False)  # drain lines whole
         return
     from rich.live import Live
 
@@ -79,8 +79,14 @@ def status_view(state: Any, now: Any, run_dir: Path | None = None, height: int |
     if height is None:
         return Group(*head, timeline_table(state), *tail)
     # --watch: fit the terminal (summary first, then as many of the last segments as there are rows left)
-    used = sum(len(out.render_lines(p, out.options, pad=False)) for p in [*head, *tail])
-    return Group(*head, timeline_table(state, last=max(height - used - 7, 1)), *tail)
+    def rows(part: Any) -> int:
+        return len(out.render_lines(part, out.options, pad=False))
+
+    room = height - sum(rows(p) for p in [*head, *tail])
+    last = max(room - rows(timeline_table(state, last=1)) + 1, 1)
+    while last > 1 and rows(timeline_table(state, last=last)) > room:
+        last -= 1
+    return Group(*head, timeline_table(state, last=last), *tail)
 
 
 def controller_note(state: Any, run_dir: Path) -> str:

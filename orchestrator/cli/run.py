@@ -73,7 +73,7 @@ def run(
         _apply_queued(ctl.store, clock)
         state = ctl.run()
         if cancel_on_exit:
-            _cancel_current(state, backend, ctl.store)
+            _cancel_current(state, backend, ctl.store, clock)
     except StateError as exc:
         raise fail([str(exc)], 1) from None
     finally:
@@ -135,7 +135,7 @@ def _handle_signals(ctl: Controller) -> None:
     signal.signal(signal.SIGHUP, lambda _s, _f: ctl.request_reload())
 
 
-def _cancel_current(state: RunState, backend: Backend, store: StateStore) -> None:
+def _cancel_current(state: RunState, backend: Backend, store: StateStore, clock: Clock) -> None:
     """--cancel-on-exit: cancel the job of a run that is still running when the controller stops, and record
     it, so `status` says the job was cancelled (not that it runs)."""
     if state.status.value == "running" and state.current and state.current.job_id:
@@ -146,6 +146,7 @@ def _cancel_current(state: RunState, backend: Backend, store: StateStore) -> Non
         backend.cancel(JobRef(job_id=cur.job_id, submitted_at=cur.submitted_at, backend=backend.name))
         logger.warning("--cancel-on-exit: job {} (segment {}) cancelled; it does not keep running. "
                        "'orchestrator run' starts a new segment from the last checkpoint", cur.job_id, cur.index)
+        cur.cancelled_by_controller, cur.cancelled_at = "--cancel-on-exit", clock.now()
         state.status = RunStatus.STOPPED
         state.stop_reason = f"controller stopped with --cancel-on-exit: job {cur.job_id} cancelled"
         store.save(state)

@@ -146,6 +146,12 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
     return t
 
 
+def _end_text(s: SegmentRecord) -> str:
+    if s.cancelled_by_controller and s.ended_at is None:
+        return f"cancelled ({s.cancelled_by_controller})"
+    return s.job_state.value if s.job_state else "running"
+
+
 def timeline_table(state: RunState, last: int | None = None) -> Table:
     """Every segment, or the `last` ones (a caption says how many are hidden)."""
     shown = state.segments if last is None or len(state.segments) <= last else state.segments[-last:]
@@ -163,7 +169,7 @@ def timeline_table(state: RunState, last: int | None = None) -> Table:
             ",".join(s.excluded) or "-",
             (s.resumed_from or "-").rsplit("/", 1)[-1],
             f"{s.start_iteration}->{s.end_iteration if s.end_iteration is not None else '?'}",
-            s.job_state.value if s.job_state else "running",
+            _end_text(s),
             s.cause.value if s.cause else "-",
             ",".join(s.culprit_nodes) or "-",
             s.action.value if s.action else "-",
