@@ -20,7 +20,7 @@ from orchestrator.diagnose.offline import diagnose_dir
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 CORPUS = DATA / "corpus"
-SPLITS = {"corpus": CORPUS, "blind": DATA / "blind", "blind2": DATA / "blind2"}
+SPLITS = {"corpus": CORPUS, "blind": DATA / "blind", "blind2": DATA / "blind2", "blind3": DATA / "blind3"}
 
 
 def evaluate(corpus: Path = CORPUS) -> dict[str, Any]:

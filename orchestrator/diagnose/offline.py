@@ -4,6 +4,7 @@ action the controller's own policy would take for a run with no history."""
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,10 +16,10 @@ from orchestrator.diagnose.scan import node_evidence, scan_file
 from orchestrator.diagnose.signatures import Signature, build_table
 from orchestrator.model import Verdict
 from orchestrator.policy import decide
-from orchestrator.settings import Goal, Policy
+from orchestrator.settings import PROGRESS_REGEX, Goal, Policy
 from orchestrator.state import RunState, SegmentRecord
 
-DEFAULT_PROGRESS = r"iteration\s+(\d+)\s*/\s*\d+"
+DEFAULT_PROGRESS = PROGRESS_REGEX  # the run's default: progress lines of a dozen frameworks
 T0 = datetime(2000, 1, 1, tzinfo=UTC)
 
 
@@ -28,6 +29,12 @@ def action_without_history(verdict: Verdict) -> tuple[str, str]:
                      segments=[SegmentRecord(index=1, job_name="offline")])
     d = decide(state, verdict, Policy(), Goal(), T0)
     return d.action.value, d.reason
+
+
+@functools.lru_cache(maxsize=8)
+def _prefilter(sigs: tuple[Signature, ...]) -> Prefilter:
+    """Compiling the prefilter costs more than scanning a small job's logs: once per signature table."""
+    return Prefilter([(s.pattern, s.ignore_case) for s in sigs])
 
 
 def log_files(directory: Path) -> list[Path]:
@@ -55,7 +62,7 @@ def diagnose_dir(directory: Path, progress_regex: str = DEFAULT_PROGRESS,
     files = log_files(directory)
     sigs = build_table() if signatures is None else signatures
     rx = re.compile(progress_regex)
-    prefilter = Prefilter([(s.pattern, s.ignore_case) for s in sigs])
+    prefilter = _prefilter(sigs)
     nodes = [node_evidence(scan_file(f, f.name.split(".")[0] if "." in f.name else f.name, sigs, rx, prefilter))
              for f in files]
     stalled = any(n.top_frames or n.stuck_detail for n in nodes)

@@ -161,14 +161,12 @@ class NodeScan:
         if self._stack_line(body):
             return
         pm = self.progress.search(body)
-        if pm:
-            it = group_int(pm)
-            if it is not None:
-                if self.first_iteration is None:
-                    self.first_iteration = it
-                self.last_iteration = it
-                self.last_progress_ts = ts or self.last_progress_ts
-            return
+        it = group_int(pm)
+        if it is not None:  # an error line may say "at iteration N" too: it is still matched below
+            if self.first_iteration is None:
+                self.first_iteration = it
+            self.last_iteration = it
+            self.last_progress_ts = ts or self.last_progress_ts
         self._match(line_no, p)
 
     def _match(self, line_no: int, p: Prefixes) -> None:
