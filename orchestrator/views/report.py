@@ -17,7 +17,8 @@ from typing import Any
 
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import human, run_metrics
-from orchestrator.views.status import drain_commands
+from orchestrator.views.status import drain_commands, lost_text
+from orchestrator.views.text import clean, cut
 
 COLOURS = {
     "success": "#2e7d32", "timelimit": "#78909c", "preempted": "#90a4ae", "gpu_ecc": "#c62828",
@@ -43,33 +44,70 @@ def render_png(state: RunState, now: datetime) -> bytes:
     import matplotlib.pyplot as plt
 
     segs = [s for s in state.segments if s.submitted_at]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 6), sharex=True, gridspec_kw={"height_ratios": [1, 2]})
+    with plt.rc_context({"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12}):
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(12, 7), sharex=True, gridspec_kw={"height_ratios": [1, 2]})
+        _segment_bars(ax1, segs, now)
+        ax1.set_title(_totals(state, now), loc="left")
+        _iterations(ax2, segs, now)
+        fig.autofmt_xdate()
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110)
+        plt.close(fig)
+    return buf.getvalue()
+
+
+def _totals(state: RunState, now: datetime) -> str:
+    m = run_metrics(state, now)
+    ettr = f"{m['ettr']:.0%}" if m["ettr"] is not None else "-"
+    goal = f" of {state.target_iteration}" if state.target_iteration else ""
+    lost, _ = lost_text(m)
+    return _no_math(f"run {clean(state.run)}: {state.status.value}, iteration {state.best_iteration()}{goal}, "
+            f"{len(state.segments)} segments\neffective training time {ettr} of {human(m['wall_s'])}; "
+            f"time lost: {lost}")
+
+
+def _no_math(s: str) -> str:
+    """matplotlib reads $...$ as mathtext (a stray `$` from a tampered state would raise)."""
+    return s.replace("$", r"\$")
+
+
+def _segment_bars(ax: Any, segs: list[SegmentRecord], now: datetime) -> None:
+    """One bar per segment coloured by how it ended, labelled with its index and culprits; a legend."""
+    from matplotlib.patches import Patch
+
     for s in segs:
         assert s.submitted_at is not None
         start, end = _num(s.submitted_at), _num(_end(s, now))
-        ax1.barh(0, end - start, left=start, color=COLOURS.get(_cause(s), "#9e9e9e"), edgecolor="white")
-        ax1.text((start + end) / 2, 0, f"{s.index}\n{_cause(s)}", ha="center", va="center", fontsize=7,
-                 color="white")
-    ax1.set_yticks([])
-    ax1.set_title(f"run {state.run}: segments (colour = how each ended)")
+        ax.barh(0, end - start, left=start, color=COLOURS.get(_cause(s), "#9e9e9e"), edgecolor="white")
+        culprit = _no_math(f"\n{cut(','.join(s.culprit_nodes), 24)}") if s.culprit_nodes else ""
+        ax.text((start + end) / 2, 0, f"{s.index}{culprit}", ha="center", va="center", fontsize=11,
+                color="white", fontweight="bold")
+    ax.set_yticks([])
+    causes = list(dict.fromkeys(_cause(s) for s in segs))
+    ax.legend(handles=[Patch(color=COLOURS.get(c, "#9e9e9e"), label=c) for c in causes], loc="upper left",
+              bbox_to_anchor=(1.0, 1.0), title="how it ended", fontsize=10)
+
+
+def _iterations(ax: Any, segs: list[SegmentRecord], now: datetime) -> None:
+    from matplotlib.patches import Patch
+
     for i, s in enumerate(segs):
         if s.first_progress_at and s.last_progress_at and s.end_iteration is not None:
-            ax2.plot([s.first_progress_at, s.last_progress_at], [s.start_iteration, s.end_iteration],
-                     color=COLOURS.get(_cause(s), "#1e88e5"), linewidth=2)
+            ax.plot([s.first_progress_at, s.last_progress_at], [s.start_iteration, s.end_iteration],
+                    color=COLOURS.get(_cause(s), "#1e88e5"), linewidth=2.5)
         nxt = segs[i + 1] if i + 1 < len(segs) else None
         lost_from = s.last_progress_at or s.submitted_at
         lost_to = (nxt.first_progress_at or _end(nxt, now)) if nxt else None
         if lost_from and lost_to and lost_to > lost_from:
-            ax2.axvspan(lost_from, lost_to, color="#ef9a9a", alpha=0.35, linewidth=0)
-    ax2.set_ylabel("iteration")
-    ax2.set_title("iteration reached over wall time (red: time lost)")
-    ax2.xaxis.set_major_formatter(_fmt("%m-%d %H:%M:%S"))
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+            ax.axvspan(lost_from, lost_to, color="#ef9a9a", alpha=0.35, linewidth=0)
+    ax.set_ylabel("iteration")
+    ax.set_xlabel("wall time (UTC)")
+    ax.set_title("iteration reached over wall time", loc="left")
+    ax.legend(handles=[Patch(color="#ef9a9a", alpha=0.35, label="time lost (no progress)")], loc="upper left",
+              bbox_to_anchor=(1.0, 1.0), fontsize=10)
+    ax.xaxis.set_major_formatter(_fmt("%m-%d %H:%M:%S"))
+    ax.grid(alpha=0.3)
 
 
 STYLE = """
@@ -89,7 +127,7 @@ def render_html(state: RunState, now: datetime, png: bytes) -> str:
     e = html.escape
     segs = [s for s in state.segments if s.submitted_at]
     m = run_metrics(state, now)
-    lost = ", ".join(f"{k} {human(v)}" for k, v in m["lost_s_by_cause"].items()) or "-"
+    lost, _ = lost_text(m)
     drains = "\n".join(drain_commands(state, now))
     ettr = f"{m['ettr']:.1%}" if m["ettr"] is not None else "-"
     return f"""<!doctype html>

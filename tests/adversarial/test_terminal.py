@@ -171,3 +171,15 @@ def test_cancel_on_exit_is_recorded_and_status_says_so(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["status", str(tmp_path / "run")], catch_exceptions=False)
     assert "stopped (controller stopped with --cancel-on-exit: job 1001 cancelled)" in res.output, res.output
     assert "cancelled (--cancel-on-exit)" in res.output and "running" not in res.output.split("segment")[0]
+
+
+def test_report_png_has_totals_and_survives_hostile_names(tmp_path: Path) -> None:
+    from orchestrator.views.report import _totals, write_report
+
+    st = hostile_state(2, RunStatus.STOPPED)
+    st.run = "r$x^{$"
+    st.segments[0].culprit_nodes = ["n$1"]
+    html_path, png_path = write_report(st, NOW, tmp_path)
+    assert png_path.read_bytes().startswith(b"\x89PNG") and html_path.is_file()
+    totals = _totals(st, NOW)
+    assert "effective training time" in totals and "time lost: user_bug" in totals and "\\$" in totals
