@@ -87,3 +87,21 @@ def test_diagnose_a_run_directory_reads_its_latest_segment(tmp_path: Path) -> No
     assert r.exit_code == 0, r.output
     got = json.loads(r.output)
     assert got["cause"] == "node_fail" and got["culprit_nodes"] == ["node2"], got
+
+
+def test_diagnose_with_a_config_uses_its_signatures(tmp_path: Path) -> None:
+    """A site's own message, taught in the config, changes what `diagnose --config` says."""
+    from tests.conftest import base_config, write_config
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "node1.log").write_text(" iteration 5/ 10\nSITE-HEALTH: node1 failed PCIe link check\n")
+    (logs / "node2.log").write_text(" iteration 5/ 10\n")
+    plain = json.loads(runner.invoke(app, ["diagnose", str(logs), "--json"]).output)
+    assert plain["cause"] == "unknown"
+    sig = {"name": "site_pcie", "pattern": r"SITE-HEALTH: \S+ failed PCIe", "cause": "gpu_lost", "blame": True}
+    cfg = write_config(tmp_path, base_config(tmp_path, signatures=[sig]))
+    r = runner.invoke(app, ["diagnose", str(logs), "--config", str(cfg), "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    assert (got["cause"], got["culprit_nodes"], got["action"]) == ("gpu_lost", ["node1"], "resubmit_exclude")
