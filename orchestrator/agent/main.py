@@ -117,10 +117,12 @@ class NodeAgent:
         })
         env.update(srun_task_env(self.node_rank, local_rank, s.tasks_per_node, self.nnodes, os.environ))
         nodelist = os.environ.get("SLURM_JOB_NODELIST")
-        if nodelist and "MASTER_ADDR" not in env:
+        if nodelist:
             import hostlist
 
-            env["MASTER_ADDR"] = hostlist.expand_hostlist(nodelist)[0]
+            first = hostlist.expand_hostlist(nodelist)[0]
+            env.setdefault("MASTER_ADDR", first)
+            env["ORCH_BATCH_HOST"] = first  # where sbatch would have run the batch script's body
         return env
 
     def _launch(self) -> list[threading.Thread]:

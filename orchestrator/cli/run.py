@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -33,6 +34,7 @@ from orchestrator.views.text import clean
 if TYPE_CHECKING:
     from orchestrator.backends.base import Backend
     from orchestrator.loop.controller import Controller
+    from orchestrator.model import SegmentSpec
 
 
 @app.command()
@@ -171,7 +173,25 @@ def dry(s: Settings, clock: Clock) -> None:
     print(f"# exclude: {spec.exclude_hostlist or '(none)'}" + (f"  [{excl.note}]" if excl.note else ""))
     print(f"# resume from: {spec.resume_from or '(no checkpoint: start from scratch)'} "
           f"(iteration {spec.start_iteration})")
+    print("\n".join(launch_lines(spec)))
     print(backend.render(spec))
+
+
+def launch_lines(spec: SegmentSpec) -> list[str]:
+    """What each node's agent will start, where and with which environment (secret values masked)."""
+    from orchestrator.backends.local import masked
+
+    out = [f"# per-node launch: one agent on each of {spec.nodes} node(s), {spec.tasks_per_node} rank(s) each",
+           f"#   working directory: {spec.workdir}"]
+    argv = list(spec.command)
+    if len(argv) >= 3 and argv[0] in ("bash", "/bin/bash", "sh") and argv[1] == "-c":
+        out.append(f"#   command: {argv[0]} -c SCRIPT {shlex.join(argv[3:])}".rstrip() + "   (SCRIPT below)")
+        out += [f"#     | {line}" for line in argv[2].splitlines()]
+    else:
+        out.append(f"#   command: {shlex.join(argv)}")
+    env = masked(dict(spec.env))
+    out += ["#   environment (secret values masked):"] + [f"#     {k}={v}" for k, v in sorted(env.items())]
+    return [clean(line) for line in out]
 
 
 @app.command()

@@ -119,3 +119,24 @@ def test_megatron_load_gets_the_checkpoint_root_not_an_iteration_dir(tmp_path: P
     cfg, notes = import_sbatch(script, "m")
     assert "--load ${ORCH_RESUME_ROOT:-/ckpt}" in cfg["command"][2]
     assert any("ORCH_RESUME_ROOT" in n for n in notes)
+
+
+def test_hostname_in_the_body_names_the_batch_host_on_every_node(tmp_path: Path) -> None:
+    """Under sbatch the body runs once, on the batch host, so `RDZV_HOST=$(hostname)` names it; the imported
+    script runs on every node and must give every node the same endpoint (the agent exports ORCH_BATCH_HOST)."""
+    import os
+    import subprocess
+
+    script = ("#SBATCH -N 2\nexport RDZV_HOST=$(hostname)\nIP=$(hostname --ip-address)\n"
+              "srun torchrun --rdzv_endpoint=\"$RDZV_HOST:29400\" train.py --ip=$IP --host=$HOSTNAME\n")
+    cfg, _ = import_sbatch(script, "rdzv")
+    body = cfg["command"][2].replace("torchrun ", "echo ", 1)
+    outs = []
+    for node in ("node1", "node2"):
+        env = {**os.environ, "ORCH_BATCH_HOST": "localhost", "SLURMD_NODENAME": node}
+        res = subprocess.run(["bash", "-c", body, "rdzv"], capture_output=True, text=True, env=env, timeout=30,
+                             check=False)
+        outs.append(res.stdout)
+    assert outs[0] == outs[1] and "--rdzv_endpoint=localhost:29400" in outs[0], outs
+    assert "--ip=127." in outs[0] or "--ip=::1" in outs[0], outs
+    assert "--host=localhost" in outs[0]
