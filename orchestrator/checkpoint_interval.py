@@ -76,6 +76,8 @@ def expected_ettr(job_failures_per_h: float, restart_h: float, interval_h: float
 
 @dataclass(frozen=True)
 class Advice:
+    """The advised checkpoint interval, the job's mean time between failures and the expected
+    effective training time now and with the advice."""
     interval_s: float
     mtbf_h: float  # of the whole job (all its nodes)
     ettr_now: float  # with the current interval

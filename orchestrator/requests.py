@@ -32,10 +32,12 @@ def check_node_names(nodes: tuple[str, ...]) -> tuple[str, ...]:
 
 
 class _Request(BaseModel):
+    """Base of the operator requests: frozen, unknown fields rejected."""
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class BlacklistAdd(_Request):
+    """Blacklist nodes by hand for `hours`."""
     op: Literal["add"] = "add"
     nodes: tuple[str, ...]
     reason: str = Field("added by hand", max_length=1000)
@@ -52,6 +54,7 @@ class BlacklistAdd(_Request):
 
 
 class BlacklistRemove(_Request):
+    """Return nodes to the pool."""
     op: Literal["remove"] = "remove"
     nodes: tuple[str, ...]
 
@@ -59,6 +62,7 @@ class BlacklistRemove(_Request):
 
 
 class BlacklistClear(_Request):
+    """Empty the blacklist."""
     op: Literal["clear"] = "clear"
 
 

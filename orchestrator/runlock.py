@@ -18,6 +18,7 @@ CONTROLLER = "controller"
 
 
 class LockHeld(Exception):
+    """Another controller (or command) holds the run."""
     pass
 
 

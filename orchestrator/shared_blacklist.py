@@ -14,6 +14,7 @@ from orchestrator.state import atomic_write
 
 
 class SharedBlacklist:
+    """Owns the blacklist file several runs share: locked, re-read and merged on every write."""
     def __init__(self, path: Path):
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")

@@ -20,10 +20,12 @@ BACKUP_FILE = "state.json.bak"
 
 
 class StateError(Exception):
+    """The state file is unreadable or of another schema: nothing is overwritten."""
     pass
 
 
 class SegmentRecord(BaseModel):
+    """One segment in the run ledger: its job, nodes, progress, how it ended and what was decided."""
     model_config = ConfigDict(extra="forbid")
 
     index: int
@@ -52,6 +54,7 @@ class SegmentRecord(BaseModel):
 
 
 class HardwareEvent(BaseModel):
+    """A node blamed for a hardware cause, kept a week: CUDA OOM there later is a poisoned GPU."""
     model_config = ConfigDict(extra="forbid")
 
     node: str
@@ -61,6 +64,7 @@ class HardwareEvent(BaseModel):
 
 
 class RunState(BaseModel):
+    """The run ledger: every segment, the blacklist, hardware history, failed checkpoints, status."""
     model_config = ConfigDict(extra="forbid")
 
     schema_version: int = SCHEMA_VERSION
@@ -149,6 +153,7 @@ def run_traces(run_dir: Path) -> list[str]:
 
 
 class StateStore:
+    """Owns the state file: atomic replace with fsync, a .bak of the previous version, 0600."""
     def __init__(self, run_dir: Path, failpoint: Callable[[str], None] | None = None, start_over: bool = False):
         """`start_over`: a missing state.json in a directory with traces of a run starts a new ledger (an
         explicit operator choice, `orchestrator run --start-over`); otherwise it is an error."""

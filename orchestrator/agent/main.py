@@ -53,6 +53,8 @@ def node_identity(node_name: str | None, node_rank: int | None) -> tuple[str, in
 
 
 class NodeAgent:
+    """Owns one node's part of a segment: pre-flight, the training ranks and their output (teed to
+    the node's log), heartbeats, dumps on request, and the exit record."""
     def __init__(self, spec: SegmentSpec, node: str, node_rank: int, nnodes: int, job_id: str):
         self.spec, self.node, self.node_rank, self.nnodes, self.job_id = spec, node, node_rank, nnodes, job_id
         self.paths = SegmentPaths(Path(spec.segment_dir))

@@ -16,6 +16,8 @@ class SchedulerUnavailable(Exception):
 
 
 class Backend(Protocol):
+    """What the loop needs from a scheduler: submit a spec, poll, cancel, list nodes, find jobs by
+    name, and render what would be submitted."""
     name: str
 
     def submit(self, spec: SegmentSpec) -> JobRef:

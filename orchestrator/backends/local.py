@@ -40,6 +40,7 @@ def natural_key(name: str) -> list[Any]:
 
 @dataclass
 class LocalJobRecord:
+    """One local job: its spec, the virtual nodes it runs on and the agent processes."""
     job_id: str
     job_name: str
     submitted_at: str
@@ -60,6 +61,8 @@ def _alive(pid: int) -> bool:
 
 
 class LocalBackend:
+    """Owns virtual nodes on this machine: one submitit LocalExecutor per node, lowest free nodes
+    first, --exclude honoured; its job table is a file so a restarted controller re-attaches."""
     name = "local"
 
     def __init__(self, node_names: list[str], state_dir: Path, clock: Clock):

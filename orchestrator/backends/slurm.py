@@ -70,6 +70,8 @@ def _path_first(bindir: Path) -> Iterator[None]:
 
 
 class SlurmBackend:
+    """Owns talking to Slurm: submission through submitit (--no-requeue), one sacct per poll with
+    a squeue fallback, bounded retries, drain; a command that fails is 'unknown', never a job failure."""
     name = "slurm"
 
     def __init__(self, cfg: SlurmBackendCfg, clock: Clock, run_dir: Path, runner: Runner = run_command,

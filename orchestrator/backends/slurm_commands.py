@@ -13,6 +13,7 @@ from orchestrator.model import JobRef, JobState, JobStatus
 Runner = Callable[[list[str], float], str]
 SACCT_FIELDS = "JobIDRaw,JobName,State,ExitCode,NodeList,Submit,Start,End"
 class CommandFailed(Exception):
+    """A Slurm command exited non-zero or timed out (its argv and what it printed)."""
     def __init__(self, argv: list[str], detail: str):
         super().__init__(f"{argv[0]}: {detail.strip()[:300]}")
         self.detail = detail

@@ -27,6 +27,7 @@ MPI_VALUE = {"-n", "-np", "-N", "-H", "--host", "--hostfile", "-hostfile", "--ma
 
 @dataclass
 class Launch:
+    """The training launch found in a batch script: where it is, its launcher and program."""
     segment: Segment
     kind: str  # "srun" (a rank launcher: srun/mpirun) or "direct" (torchrun, deepspeed, python from the batch script)
     launcher: str  # srun, mpirun, torchrun, deepspeed, accelerate, python

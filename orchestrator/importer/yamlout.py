@@ -8,6 +8,7 @@ import yaml
 
 
 class _Dumper(yaml.SafeDumper):
+    """YAML dumper that writes multi-line strings (the launch script) as literal blocks."""
     pass
 
 
