@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from orchestrator.blacklist import ExcludePlan
@@ -16,14 +17,18 @@ def job_name(run_name: str, index: int) -> str:
     return f"{run_name}.seg{index:04d}"
 
 
+PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}|\{([a-z_]+)\}")
+
+
 def render(argv: list[str], values: dict[str, str]) -> tuple[str, ...]:
-    """Substitute {placeholders} in each argv element; never joins or splits arguments."""
-    out = []
-    for arg in argv:
-        for key, val in values.items():
-            arg = arg.replace("{" + key + "}", val)
-        out.append(arg)
-    return tuple(out)
+    """Substitute {placeholders} in each argv element in one pass (a value is never substituted again);
+    `{{name}}` is the escape for a literal `{name}`. Never joins or splits arguments."""
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) is not None:
+            return "{" + m.group(1) + "}"
+        return values.get(m.group(2), m.group(0))
+
+    return tuple(PLACEHOLDER.sub(sub, arg) for arg in argv)
 
 
 def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: ExcludePlan,

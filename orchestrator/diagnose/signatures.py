@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.model import Cause
 from orchestrator.settings import UserSignature
+from orchestrator.settings.patterns import catastrophic
 
 
 @dataclass(frozen=True)
@@ -252,5 +253,7 @@ def build_table(user: list[Signature] | tuple[Signature, ...] = ()) -> tuple[Sig
 
 
 def table_for(user: Sequence[UserSignature]) -> tuple[Signature, ...]:
-    """The table for a run: the config's own signatures first, then the built-in ones."""
-    return build_table([Signature(s.name, s.pattern, s.cause, s.blame, s.cascade, source="config") for s in user])
+    """The table for a run: the config's own signatures first, then the built-in ones. A user pattern that can
+    backtrack catastrophically (settings refuse it; a config built without validation may hold one) is left out."""
+    safe = [s for s in user if not catastrophic(s.pattern)]
+    return build_table([Signature(s.name, s.pattern, s.cause, s.blame, s.cascade, source="config") for s in safe])

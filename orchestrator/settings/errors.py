@@ -7,6 +7,12 @@ from pathlib import Path
 from pydantic import ValidationError
 
 
+def cut(value: object, limit: int = 80) -> str:
+    """repr of a value, cut to `limit` characters (a 10 MB value is never echoed)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 class ConfigError(Exception):
     """A configuration cannot be used. `problems` holds one line per problem."""
 
@@ -15,9 +21,12 @@ class ConfigError(Exception):
         self.problems = problems
 
 
-def format_errors(path: Path, exc: ValidationError) -> list[str]:
+def format_errors(path: Path, exc: ValidationError, sources: dict[str, str] | None = None) -> list[str]:
+    """One line per error, naming where the value came from: the file, `--set` or an ORCH_* variable."""
     lines = []
     for err in exc.errors():
+        where = (sources or {}).get(str(err["loc"][0]) if err["loc"] else "", str(path))
+        where = where if where in (str(path), "--set") else f"environment {where}"
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
@@ -25,6 +34,6 @@ def format_errors(path: Path, exc: ValidationError) -> list[str]:
         elif err["type"] == "missing":
             msg = "required field is missing"
         got = err.get("input")
-        shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(got, dict) else f" (got {got!r})"
-        lines.append(f"{path}: {loc}: {msg}{shown}")
+        shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(got, dict) else f" (got {cut(got)})"
+        lines.append(f"{where}: {loc}: {msg[:300]}{shown}")
     return lines

@@ -8,52 +8,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
-from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsError
 
 from orchestrator.settings.errors import ConfigError, format_errors
 from orchestrator.settings.run import Settings
+from orchestrator.settings.source import env_sources, env_warnings, parse_overrides, read_yaml
 
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: file not found"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"{path}: cannot read: {exc}"]) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError([f"{path}: {where}YAML syntax error: {problem}"]) from None
-    if data is None:
-        raise ConfigError([f"{path}: the file is empty"])
-    if not isinstance(data, dict):
-        raise ConfigError([f"{path}: the top level must be a mapping of settings, not {type(data).__name__}"])
-    return data
-
-
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """Turn ['policy.max_segments=5', ...] into a nested dict; values are parsed as YAML scalars."""
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise ConfigError([f"--set {item!r}: expected KEY=VALUE, e.g. watch.poll_interval_s=5"])
-        key, raw = item.split("=", 1)
-        try:
-            value = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
-            value = raw
-        node = out
-        parts = key.strip().split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return out
+__all__ = ["check_paths", "load_settings", "parse_overrides", "path_warnings"]
 
 
 def _resolve(base: Path, p: Path | None) -> Path | None:
@@ -109,7 +71,7 @@ def path_warnings(s: Settings) -> list[str]:
     """Things that are legal but probably wrong: a checkpoint dir that does not exist yet (a typo means starting
     from scratch) or that is not where the command saves."""
     where = s.config_path or "config"
-    out = []
+    out = env_warnings(list(Settings.model_fields))
     ck = Path(s.checkpoint.dir)
     if not ck.exists():
         out.append(f"{where}: checkpoint.dir: {ck} does not exist (yet): a typo here means every segment starts "
@@ -126,12 +88,20 @@ def path_warnings(s: Settings) -> list[str]:
 def load_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settings:
     """Load and validate a run config; raise ConfigError listing every problem."""
     path = Path(path)
-    data = _read_yaml(path)
+    data = read_yaml(path)
     loaded = _with_yaml(data)
+    fields = list(Settings.model_fields)
+    sources = {**env_sources(fields), **{k: "--set" for k in overrides or {}}}
     try:
         settings = loaded(**(overrides or {}))
     except ValidationError as exc:
-        raise ConfigError(format_errors(path, exc)) from None
+        raise ConfigError(format_errors(path, exc, sources)) from None
+    except SettingsError as exc:  # an ORCH_* section that is not JSON
+        m = re.search(r'field "([a-z_]+)"', str(exc))
+        var = sources.get(m.group(1), "ORCH_*") if m else "ORCH_*"
+        raise ConfigError([f"environment: {var}: not valid JSON (a section in one variable is a JSON object, "
+                           f"e.g. ORCH_RESOURCES='{{\"nodes\": 2}}'; or set one field: ORCH_RESOURCES__NODES=2)"]
+                          ) from None
     base = path.resolve().parent
     ckpt = settings.checkpoint.model_copy(update={"dir": _resolve(base, settings.checkpoint.dir)})
     return Settings.model_construct(

@@ -62,7 +62,8 @@ class Settings(BaseSettings):
     name: str = Field(description="Run name; also the Slurm job name prefix.")
     run_dir: Path = Field(description="Directory holding the run's state, logs and segment files.")
     command: list[str] = Field(
-        min_length=1, description="Training argv. Placeholders: {checkpoint} {segment} {run_dir} {python}."
+        min_length=1, description="Training argv. Placeholders: {checkpoint} {segment} {run_dir} {python} "
+        "{config_dir}; `{{x}}` is a literal `{x}`."
     )
     workdir: Path | None = Field(None, description="Working directory of the training command.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the training.")
@@ -105,7 +106,8 @@ class Settings(BaseSettings):
         for arg in v:
             if "\x00" in arg:
                 raise ValueError("an argument contains a NUL byte")
-            for m in re.finditer(r"(?<!\$)\{([a-z_]+)\}", arg):  # ${name} is a shell variable
+            # ${name} is a shell variable, {{name}} a literal {name}
+            for m in re.finditer(r"(?<![${])\{([a-z_]+)\}(?!\})", arg):
                 if m.group(1) not in PLACEHOLDERS:
                     raise ValueError(f"unknown placeholder {{{m.group(1)}}}; known: {', '.join(PLACEHOLDERS)}")
         return v

@@ -10,13 +10,30 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.model import Cause
+from orchestrator.settings.patterns import catastrophic
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
 SAFE_VALUE = re.compile(r"^[^\x00-\x1f;`$&|<>\\'\"]*$")
 
 
+YEAR_S = 31_536_000.0  # no duration in seconds may exceed a year
+MAX_NODES = 100_000
+MAX_LOCAL_NODES = 1024
+# Options the orchestrator (or submitit) sets itself; a key that is a prefix of one of them is refused too.
+RESERVED_SBATCH = ("exclude", "nodes", "time", "output", "error", "job-name", "requeue", "no-requeue", "array",
+                   "signal", "comment", "open-mode", "ntasks-per-node", "ntasks", "parsable", "wrap", "wait",
+                   "test-only")
+
+
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def plain_path(v: Path | None) -> Path | None:
+    """A path without NUL, newlines or other control characters."""
+    if v is not None and any(ord(c) < 32 for c in str(v)):
+        raise ValueError("a path must not contain NUL, newlines or control characters")
+    return v
 
 
 def _safe_token(value: str, what: str) -> str:
@@ -28,14 +45,14 @@ def _safe_token(value: str, what: str) -> str:
 
 
 class Resources(Section):
-    nodes: int = Field(1, ge=1, description="Nodes per segment.")
-    tasks_per_node: int = Field(1, ge=1, description="Training processes the agent starts on each node.")
-    gpus_per_node: int = Field(0, ge=0, description="GPUs requested per node (--gpus-per-node).")
-    cpus_per_task: int | None = Field(None, ge=1, description="CPUs per agent task (--cpus-per-task).")
+    nodes: int = Field(1, ge=1, le=MAX_NODES, description="Nodes per segment.")
+    tasks_per_node: int = Field(1, ge=1, le=4096, description="Training processes the agent starts on each node.")
+    gpus_per_node: int = Field(0, ge=0, le=4096, description="GPUs requested per node (--gpus-per-node).")
+    cpus_per_task: int | None = Field(None, ge=1, le=1_000_000, description="CPUs per agent task (--cpus-per-task).")
     partition: str | None = Field(None, description="Slurm partition.")
     account: str | None = Field(None, description="Slurm account.")
     qos: str | None = Field(None, description="Slurm QOS.")
-    time_limit_min: int = Field(60, ge=1, description="Wall-clock limit of one segment (--time), minutes.")
+    time_limit_min: int = Field(60, ge=1, le=525_600, description="Wall-clock limit of one segment (--time), minutes.")
     sbatch_extra: dict[str, str] = Field(
         default_factory=dict, description="Extra sbatch options, e.g. {constraint: h100}. Values are quoted."
     )
@@ -48,12 +65,12 @@ class Resources(Section):
     @field_validator("sbatch_extra")
     @classmethod
     def _extra(cls, v: dict[str, str]) -> dict[str, str]:
-        reserved = {"exclude", "nodes", "time", "output", "error", "job-name", "requeue", "no-requeue"}
         for key, val in v.items():
             if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
-                raise ValueError(f"sbatch option name {key!r} must look like 'mail-type' (no leading dashes)")
-            if key in reserved:
-                raise ValueError(f"sbatch option {key!r} is managed by the orchestrator; remove it")
+                raise ValueError(f"sbatch option name {key[:80]!r} must look like 'mail-type' (no leading dashes)")
+            # sbatch takes any unambiguous prefix of a long option: `outp` is --output
+            if clash := [r for r in RESERVED_SBATCH if r.startswith(key)]:
+                raise ValueError(f"sbatch option {key!r} (--{clash[0]}) is managed by the orchestrator; remove it")
             if "\n" in str(val) or "\x00" in str(val):
                 raise ValueError(f"sbatch option {key!r} has a newline or NUL in its value")
         return v
@@ -67,11 +84,13 @@ class CheckpointCfg(Section):
     glob: str | None = Field(None, description="For preset glob: pattern of checkpoint entries, e.g. 'step_*'.")
     marker: str | None = Field(None, description="For preset glob: file that marks an entry complete.")
 
-    @field_validator("dir")
+    _path = field_validator("dir")(plain_path)
+
+    @field_validator("glob", "marker")
     @classmethod
-    def _path(cls, v: Path) -> Path:
-        if any(ord(c) < 32 for c in str(v)):
-            raise ValueError("a path must not contain newlines or control characters")
+    def _relative(cls, v: str | None) -> str | None:
+        if v is not None and (v.startswith(("/", "~")) or ".." in v.split("/") or "\x00" in v):
+            raise ValueError(f"must be a pattern relative to checkpoint.dir (e.g. 'step_*'), not {v[:80]!r}")
         return v
 
     @model_validator(mode="after")
@@ -88,28 +107,29 @@ class Goal(Section):
 
 
 class Policy(Section):
-    max_segments: int = Field(50, ge=1, description="Hard cap on segments submitted for this run.")
+    max_segments: int = Field(50, ge=1, le=1_000_000, description="Hard cap on segments submitted for this run.")
     max_no_progress_segments: int = Field(
-        3, ge=1, description="Stop and alert after this many consecutive segments without progress."
+        3, ge=1, le=1_000_000, description="Stop and alert after this many consecutive segments without progress."
     )
-    blacklist_expiry_h: float = Field(72.0, gt=0, description="Hours a blacklist entry stays active.")
-    strike_threshold: int = Field(2, ge=1, description="Soft strikes before a node is excluded.")
-    max_excluded_nodes: int = Field(16, ge=0, description="Never pass more nodes than this to --exclude.")
+    blacklist_expiry_h: float = Field(72.0, gt=0, le=87_600, description="Hours a blacklist entry stays active.")
+    strike_threshold: int = Field(2, ge=1, le=1_000_000, description="Soft strikes before a node is excluded.")
+    max_excluded_nodes: int = Field(16, ge=0, le=MAX_NODES, description="Never pass more nodes than this to --exclude.")
     wait_before_resubmit_s: float = Field(
-        300.0, ge=0, description="For wait_and_resubmit (e.g. filesystem outage): pause before resubmitting."
+        300.0, ge=0, le=YEAR_S, description="For wait_and_resubmit (e.g. filesystem outage): pause before resubmitting."
     )
     stop_on_user_bug: bool = Field(True, description="Stop and alert on user_bug instead of resubmitting.")
     shared_blacklist: Path | None = Field(
         None, description="A blacklist file shared by several runs on one cluster (read and written with a lock)."
     )
     scheduler_outage_max_s: float = Field(
-        21600.0, gt=0, le=31_536_000, description="Stop the run (after one alert) when sbatch cannot reach the "
+        21600.0, gt=0, le=YEAR_S, description="Stop the run (after one alert) when sbatch cannot reach the "
         "scheduler for longer than this."
     )
     filesystem_stall_max_s: float = Field(
-        21600.0, gt=0, le=31_536_000, description="Stop the run (after one alert) when the checkpoint file system "
+        21600.0, gt=0, le=YEAR_S, description="Stop the run (after one alert) when the checkpoint file system "
         "stalls or is missing for longer than this."
     )
+    _shared = field_validator("shared_blacklist")(plain_path)
     drain_blacklisted: bool = Field(
         False, description="Run `scontrol update NodeName=X State=DRAIN Reason=...` for hardware culprits "
         "(needs the rights; otherwise the line is only printed by `status`)."
@@ -117,13 +137,16 @@ class Policy(Section):
 
 
 class Watch(Section):
-    poll_interval_s: float = Field(30.0, gt=0, description="Seconds between polls of job state and logs.")
-    stall_timeout_s: float = Field(1200.0, gt=0, description="No progress for this long: the segment is stalled.")
-    startup_timeout_s: float = Field(3600.0, gt=0, description="Longer stall timeout before the first progress.")
+    poll_interval_s: float = Field(30.0, gt=0, le=86_400, description="Seconds between polls of job state and logs.")
+    stall_timeout_s: float = Field(1200.0, gt=0, le=YEAR_S,
+                                   description="No progress for this long: the segment is stalled.")
+    startup_timeout_s: float = Field(3600.0, gt=0, le=YEAR_S,
+                                     description="Longer stall timeout before the first progress.")
     cascade_grace_s: float = Field(
-        30.0, ge=0, description="After one node's training failed, wait this long for peers' errors, then cancel."
+        30.0, ge=0, le=86_400,
+        description="After one node's training failed, wait this long for peers' errors, then cancel."
     )
-    read_timeout_s: float = Field(10.0, gt=0, description="Timeout for one read of the shared filesystem.")
+    read_timeout_s: float = Field(10.0, gt=0, le=3600, description="Timeout for one read of the shared filesystem.")
 
 
 class LocalBackendCfg(Section):
@@ -138,9 +161,11 @@ class LocalBackendCfg(Section):
     @classmethod
     def _names(cls, v: list[str] | int) -> list[str] | int:
         if isinstance(v, int):
-            if v < 1:
-                raise ValueError("needs at least one virtual node")
+            if not 1 <= v <= MAX_LOCAL_NODES:
+                raise ValueError(f"needs 1 to {MAX_LOCAL_NODES} virtual nodes")
             return v
+        if not 1 <= len(v) <= MAX_LOCAL_NODES:
+            raise ValueError(f"needs 1 to {MAX_LOCAL_NODES} virtual nodes")
         for n in v:
             if not SAFE_NAME.match(n):
                 raise ValueError(f"invalid node name {n!r}")
@@ -150,8 +175,8 @@ class LocalBackendCfg(Section):
 
 
 class SlurmBackendCfg(Section):
-    command_timeout_s: float = Field(30.0, gt=0, description="Timeout of one squeue/sacct/sbatch call.")
-    retry_max_s: float = Field(600.0, gt=0, description="Give up retrying one Slurm call after this long.")
+    command_timeout_s: float = Field(30.0, gt=0, le=86_400, description="Timeout of one squeue/sacct/sbatch call.")
+    retry_max_s: float = Field(600.0, gt=0, le=YEAR_S, description="Give up retrying one Slurm call after this long.")
     validate_exclude: bool = Field(True, description="Drop --exclude names that sinfo does not know.")
     srun_args: list[str] = Field(default_factory=list, description="Extra arguments for srun.")
     setup: list[str] = Field(default_factory=list, description="Shell lines run in the batch script first.")
@@ -178,15 +203,30 @@ class UserSignature(Section):
             re.compile(v)
         except re.error as exc:
             raise ValueError(f"not a valid regular expression: {exc}") from exc
+        if re.search(r"\(\?[aiLmsux]+\)", v):  # patterns are joined into one prefilter: flags must be scoped
+            raise ValueError("a global inline flag such as (?i) breaks the joined table; use (?i:...) instead")
+        if why := catastrophic(v):
+            raise ValueError(f"{why}; rewrite it without nesting (e.g. a+ instead of (a+)+)")
         return v
 
 
 class NotifyCfg(Section):
     urls: list[str] = Field(default_factory=list, description="apprise URLs (slack://..., mailto://..., json://...).")
-    max_per_hour: int = Field(20, ge=1, description="At most this many notifications per hour.")
-    dedup_window_s: float = Field(3600.0, ge=0, description="An identical message within this window is not resent.")
+    max_per_hour: int = Field(20, ge=1, le=1_000_000, description="At most this many notifications per hour.")
+    dedup_window_s: float = Field(3600.0, ge=0, le=YEAR_S,
+                                  description="An identical message within this window is not resent.")
 
 
 class PreflightCfg(Section):
     commands: list[list[str]] = Field(default_factory=list, description="Extra checks, each an argv list.")
-    timeout_s: float = Field(20.0, gt=0, description="Timeout of each preflight check.")
+    timeout_s: float = Field(20.0, gt=0, le=86_400, description="Timeout of each preflight check.")
+
+    @field_validator("commands")
+    @classmethod
+    def _argv(cls, v: list[list[str]]) -> list[list[str]]:
+        for i, argv in enumerate(v):
+            if not argv or not argv[0].strip():
+                raise ValueError(f"check {i} is empty: each check is an argv list such as [nvidia-smi, -L]")
+            if any("\x00" in a for a in argv):
+                raise ValueError(f"check {i} contains a NUL byte")
+        return v

@@ -1,0 +1,56 @@
+"""Issue 15, "Hangs and runaway resources": a catastrophic user signature is refused (and never compiled into a
+run's table), so one crafted 64 KB line cannot hang the controller."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.diagnose.prefilter import Prefilter
+from orchestrator.diagnose.signatures import table_for
+from orchestrator.model import Cause
+from orchestrator.settings import ConfigError, UserSignature, load_settings
+from tests.conftest import base_config, write_config
+
+CATASTROPHIC = [r"(a+)+$", r"(a*)*b", r"(\w+\s?)*$", r"(a|aa)+$", r"^(([a-z])+.)+[A-Z]([a-z])+$"]
+ACCEPTED = [r"a+b", r"CUDA error.*out of memory", r"(?i:NCCL (error|timeout))", r"(ab){2,5}", r"x\s*=\s*\d+"]
+
+
+def sig(pattern: str) -> dict[str, object]:
+    return {"name": "mine", "pattern": pattern, "cause": "user_bug"}
+
+
+@pytest.mark.parametrize("pattern", CATASTROPHIC)
+def test_a_catastrophic_user_signature_is_refused(tmp_path: Path, pattern: str) -> None:
+    with pytest.raises(ConfigError, match="signatures.0.pattern: .*exponential time") as err:
+        load_settings(write_config(tmp_path, base_config(tmp_path, signatures=[sig(pattern)])))
+    assert len(err.value.problems) == 1
+
+
+@pytest.mark.parametrize("pattern", CATASTROPHIC)
+def test_a_catastrophic_pattern_that_skipped_validation_is_left_out_of_the_table(pattern: str) -> None:
+    unchecked = UserSignature.model_construct(name="mine", pattern=pattern, cause=Cause.USER_BUG,
+                                              blame=False, cascade=False)
+    assert "mine" not in {s.name for s in table_for([unchecked])}
+
+
+def test_accepted_user_signatures_are_bounded_on_crafted_64k_lines(tmp_path: Path) -> None:
+    s = load_settings(write_config(tmp_path, base_config(tmp_path, signatures=[sig(p) for p in ACCEPTED])))
+    user = [t for t in table_for(s.signatures) if t.source == "config"]
+    assert len(user) == len(ACCEPTED)
+    prefilter = Prefilter([(t.pattern, t.ignore_case) for t in user])
+    lines = [b"a" * 65536 + b"!", b"a" * 65535 + b"b", b"x" + b" " * 65534 + b"=", b"ab" * 32768]
+    started = time.monotonic()
+    for line in lines:
+        for start, end in prefilter.lines(line + b"\n"):
+            text = line[start:end].decode()
+            for t in user:
+                t.regex.search(text)
+    assert time.monotonic() - started < 2.0
+
+
+def test_a_global_inline_flag_is_refused_as_it_would_break_the_joined_prefilter(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"signatures.0.pattern: .*\(\?i:\.\.\.\)"):
+        load_settings(write_config(tmp_path, base_config(tmp_path, signatures=[sig("(?i)nccl error")])))

@@ -1,0 +1,96 @@
+"""Issue 15, "Tracebacks and accepted nonsense": values that used to pass `validate` and then crash or hang the
+run are refused with one line naming the field (and where the value came from); hostile YAML is one error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.plan import render
+from orchestrator.settings import ConfigError, load_settings, parse_overrides, path_warnings
+from tests.conftest import base_config, write_config
+
+REFUSED: list[tuple[str, dict[str, Any], str]] = [
+    ("poll inf", {"watch": {"poll_interval_s": float("inf")}}, "watch.poll_interval_s"),
+    ("read timeout nan", {"watch": {"read_timeout_s": float("nan")}}, "watch.read_timeout_s"),
+    ("expiry inf", {"policy": {"blacklist_expiry_h": float("inf")}}, "policy.blacklist_expiry_h"),
+    ("expiry 1e9", {"policy": {"blacklist_expiry_h": 1e9}}, "policy.blacklist_expiry_h"),
+    ("time limit 1e17", {"resources": {"time_limit_min": 10**17}}, "resources.time_limit_min"),
+    ("nodes 1e26", {"resources": {"nodes": 10**26}}, "resources.nodes"),
+    ("local nodes 1e9", {"backend": {"kind": "local", "local": {"nodes": 10**9}}}, "backend.local.nodes"),
+    ("NUL in shared blacklist", {"policy": {"shared_blacklist": "/tmp/a\x00b"}}, "policy.shared_blacklist"),
+    ("NUL in run_dir", {"run_dir": "/tmp/r\x00"}, "run_dir"),
+    ("empty preflight", {"preflight": {"commands": [[]]}}, "preflight.commands"),
+    ("blank preflight", {"preflight": {"commands": [[" "]]}}, "preflight.commands"),
+    ("absolute glob", {"checkpoint": {"dir": "/c", "preset": "glob", "glob": "/etc/*"}}, "checkpoint.glob"),
+    ("regex no group", {"progress_regex": r"step \d+"}, "progress_regex"),
+    ("regex broken", {"progress_regex": r"step (\d+"}, "progress_regex"),
+]
+
+
+@pytest.mark.parametrize("over,field", [(o, f) for _, o, f in REFUSED], ids=[i for i, _, _ in REFUSED])
+def test_nonsense_is_one_clear_error(tmp_path: Path, over: dict[str, Any], field: str) -> None:
+    path = write_config(tmp_path, base_config(tmp_path, **over))
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    assert len(err.value.problems) == 1 and f": {field}: " in err.value.problems[0]
+
+
+@pytest.mark.parametrize("text,says", [
+    ("name: a\nname: b\n", "duplicate key 'name'"),
+    ("n: " + "9" * 5000 + "\n", "cannot be read"),
+    ("n: " + "[" * 5000 + "]" * 5000 + "\n", "nested"),
+    ("a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(f"{c}: &{c} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n"
+                                           for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+     + "name: *i\n", "more than 100000 values"),
+], ids=["duplicate-key", "5000-digits", "5000-deep", "yaml-bomb"])
+def test_hostile_yaml_is_one_clear_error(tmp_path: Path, text: str, says: str) -> None:
+    (tmp_path / "c.yaml").write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_settings(tmp_path / "c.yaml")
+    assert len(err.value.problems) == 1 and says in err.value.problems[0]
+
+
+@pytest.mark.parametrize("var", ["ORCH_RESOURCES", "ORCH_COMMAND"])
+def test_an_env_section_that_is_not_json_is_one_error_naming_the_variable(
+        tmp_path: Path, var: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(var, "{not json")
+    with pytest.raises(ConfigError) as err:
+        load_settings(write_config(tmp_path, base_config(tmp_path)))
+    assert err.value.problems[0].startswith(f"environment: {var}: not valid JSON")
+
+
+def test_env_errors_are_blamed_on_the_variable_not_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_WATCH__POLL_INTERVAL_S", "-1")
+    with pytest.raises(ConfigError) as err:
+        load_settings(write_config(tmp_path, base_config(tmp_path)))
+    assert err.value.problems[0].startswith("environment ORCH_WATCH__POLL_INTERVAL_S: watch.poll_interval_s")
+
+
+def test_a_misspelled_orch_variable_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_POLICIY__MAX_SEGMENTS", "2")
+    s = load_settings(write_config(tmp_path, base_config(tmp_path)))
+    assert any("ORCH_POLICIY__MAX_SEGMENTS is not a setting (did you mean ORCH_POLICY?)" in w
+               for w in path_warnings(s))
+
+
+def test_a_huge_value_is_not_echoed(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(write_config(tmp_path, base_config(tmp_path, watch={"poll_interval_s": "x" * 10_000_000})))
+    assert len(err.value.problems[0]) < 500 and "10000002 characters" in err.value.problems[0]
+
+
+def test_set_a_value_then_a_key_below_it_is_one_error() -> None:
+    with pytest.raises(ConfigError, match="policy was given a value by an earlier --set"):
+        parse_overrides(["policy=5", "policy.x=3"])
+    with pytest.raises(ConfigError, match="policy is a section"):
+        parse_overrides(["policy.x=3", "policy=5"])
+
+
+def test_double_braces_are_a_literal_placeholder(tmp_path: Path) -> None:
+    cmd = ["python", "t.py", "--fmt={{segment}}-{segment}", "${segment}", "{\"a\": {\"b\": 1}}"]
+    s = load_settings(write_config(tmp_path, base_config(tmp_path, command=cmd)))
+    assert render(s.command, {"segment": "7"}) == ("python", "t.py", "--fmt={segment}-7", "$7", "{\"a\": {\"b\": 1}}")
+    assert render(["{checkpoint}"], {"checkpoint": "{segment}", "segment": "7"}) == ("{segment}",)
