@@ -7,10 +7,13 @@ read on the next poll, so a frozen file never blocks the others.
 from __future__ import annotations
 
 import os
+import queue
 import stat
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 
 class Tail(Protocol):
@@ -72,3 +75,55 @@ class Batch(Generic[T]):
                 self.current = None
         finally:
             self.done.set()
+
+
+class DaemonPool:
+    """`submit(fn, *args) -> Future` on at most `max_workers` daemon threads. Unlike ThreadPoolExecutor, whose
+    threads interpreter exit joins, a read blocked for ever (a FIFO, a hung mount) never keeps the controller
+    from exiting."""
+
+    def __init__(self, max_workers: int = 8):
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = \
+            queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._max = max_workers
+        self._busy = 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        fut: Future[Any] = Future()
+        with self._lock:
+            if self._busy >= len(self._threads) and len(self._threads) < self._max:
+                t = threading.Thread(target=self._work, name="orchestrator-read", daemon=True)
+                self._threads.append(t)
+                t.start()
+            self._busy += 1
+        self._queue.put((fut, fn, args))
+        return fut
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            fut, fn, args = item
+            try:
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(fn(*args))
+                    except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
+                        fut.set_exception(exc)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+
+    def shutdown(self, wait: bool = False, cancel_futures: bool = True) -> None:
+        """Cancel what has not started and let idle workers end; a blocked worker is abandoned (daemon)."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].cancel()
+                with self._lock:
+                    self._busy -= 1
+        for _ in self._threads:
+            self._queue.put(None)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,7 +20,7 @@ from orchestrator.diagnose.scan import NodeScan, node_evidence
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.tail import LogTail
-from orchestrator.watch.reader import BATCH, Batch, scan_dir
+from orchestrator.watch.reader import BATCH, Batch, DaemonPool, scan_dir
 
 
 @dataclass
@@ -55,7 +54,7 @@ class SegmentWatch:
     dump_request_id: str = ""
     last_output_at: datetime | None = None  # when any node's log last grew (liveness without progress lines)
     scheduler_logs: dict[str, NodeWatch] = field(default_factory=dict)
-    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
+    _pool: DaemonPool = field(default_factory=lambda: DaemonPool(max_workers=8))
     prefilter: Prefilter = field(init=False)
 
     def __post_init__(self) -> None:

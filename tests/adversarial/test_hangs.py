@@ -3,6 +3,8 @@ run's table), so one crafted 64 KB line cannot hang the controller."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.signatures import table_for
 from orchestrator.model import Cause
 from orchestrator.settings import ConfigError, UserSignature, load_settings
-from tests.conftest import base_config, write_config
+from tests.conftest import REPO, base_config, write_config
 
 CATASTROPHIC = [r"(a+)+$", r"(a*)*b", r"(\w+\s?)*$", r"(a|aa)+$", r"^(([a-z])+.)+[A-Z]([a-z])+$"]
 ACCEPTED = [r"a+b", r"CUDA error.*out of memory", r"(?i:NCCL (error|timeout))", r"(ab){2,5}", r"x\s*=\s*\d+"]
@@ -54,3 +56,26 @@ def test_accepted_user_signatures_are_bounded_on_crafted_64k_lines(tmp_path: Pat
 def test_a_global_inline_flag_is_refused_as_it_would_break_the_joined_prefilter(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"signatures.0.pattern: .*\(\?i:\.\.\.\)"):
         load_settings(write_config(tmp_path, base_config(tmp_path, signatures=[sig("(?i)nccl error")])))
+
+
+FIFO_PROGRAM = """
+import os, re, sys
+from datetime import UTC, datetime
+from pathlib import Path
+from orchestrator.diagnose.signatures import table_for
+from orchestrator.watch.segment import SegmentWatch
+root = Path(sys.argv[1])
+(root / "logs").mkdir(parents=True)
+(root / "logs" / "node1.log").write_text("step 1\\n")
+os.mkfifo(root / "logs" / "node2.log")
+watch = SegmentWatch(root, table_for([]), re.compile(r"step (\\d+)"), 0.5)
+watch.poll(datetime.now(UTC), final=True)
+watch.close()
+print("done", flush=True)
+"""
+
+
+def test_a_fifo_in_the_logs_directory_does_not_keep_the_controller_from_exiting(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", FIFO_PROGRAM, str(tmp_path / "seg")], capture_output=True,
+                          text=True, timeout=30, cwd=REPO)
+    assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr[-2000:]

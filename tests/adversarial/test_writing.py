@@ -6,12 +6,14 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import pytest
 from loguru import logger
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.cli.common import setup_logging
 from orchestrator.clock import FakeClock
+from orchestrator.settings import ConfigError, load_settings
 from orchestrator.state import RunState, StateStore
 from tests.conftest import base_config, write_config
 
@@ -86,3 +88,17 @@ def test_a_tampered_run_name_cannot_make_report_write_outside_out(tmp_path: Path
     assert res.exit_code == 0, res.output
     written = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*report*")}
     assert written and all(w.startswith("a/b/out/") for w in written), written
+
+
+@pytest.mark.parametrize("key", ["outp", "err", "job-nam", "exclud", "array", "signal", "comment", "open-mode",
+                                 "no-req", "wrap"])
+def test_reserved_sbatch_options_and_their_prefixes_are_refused(tmp_path: Path, key: str) -> None:
+    cfg = base_config(tmp_path, resources={"nodes": 1, "sbatch_extra": {key: "x"}})
+    with pytest.raises(ConfigError, match="resources.sbatch_extra: .*managed by the orchestrator"):
+        load_settings(write_config(tmp_path, cfg))
+
+
+def test_sbatch_options_that_are_not_reserved_still_pass(tmp_path: Path) -> None:
+    extra = {"constraint": "h100", "mail-type": "FAIL", "exclusive": "", "gres": "gpu:4"}
+    s = load_settings(write_config(tmp_path, base_config(tmp_path, resources={"nodes": 1, "sbatch_extra": extra})))
+    assert s.resources.sbatch_extra == extra
