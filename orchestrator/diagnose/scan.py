@@ -33,6 +33,7 @@ ALLOC_START = re.compile(ALLOC_START_RE)
 MAX_MATCHES = 400
 MAX_LINE_DECODE = 64 * 1024
 MAX_TEXT = 500
+MATCH_CHARS = 8 * 1024  # signatures look at a line's first 8 KB: crafted monster lines stay cheap
 
 
 def _decode(raw: bytes) -> str:
@@ -146,7 +147,10 @@ class NodeScan:
         if self._frame_next and self._stack_line(body):  # the line right after a py-spy thread header
             return
         if "ORCH" in body or "submitit" in body:
-            if ALLOC_MARK.search(body):
+            am = ALLOC_MARK.search(body)
+            # the agent's and a prologue's markers count only when no rank printed them (training output
+            # that quotes a marker must not throw away the evidence gathered so far); submitit's always do
+            if am and (am.group("sjob") or (p.task is None and p.rank is None)):
                 self._new_allocation()
         if self._ended and ALLOC_START.search(body):
             self._new_allocation()
@@ -172,12 +176,14 @@ class NodeScan:
     def _match(self, line_no: int, p: Prefixes) -> None:
         """The first signature that matches names the line's cause; informational lines are dropped."""
         body = p.body
+        probe = body[:MATCH_CHARS]
+        by_rank = p.task is not None or p.rank is not None
         for sig in self.signatures:
-            m = sig.regex.search(body)
+            m = sig.regex.search(probe)
             if not m:
                 continue
-            if sig.kind == "info":
-                return
+            if sig.kind == "info" or (sig.node_group and by_rank):
+                return  # a rank quoting `srun: error: Node failure on X` is not Slurm saying it
             if self._ended and not sig.cascade and not sig.kind:
                 self._new_allocation()  # a fresh error after Slurm ended the job: the next allocation
             groups = m.groupdict()
