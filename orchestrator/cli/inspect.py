@@ -21,7 +21,7 @@ def status(
     target: Annotated[Path, typer.Argument(help="A run's config file or its run directory.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     watch: Annotated[bool, typer.Option("--watch", help="Refresh in place every few seconds (Ctrl-C ends).")] = False,
-    every: Annotated[float, typer.Option(help="Seconds between refreshes with --watch.")] = 5.0,
+    every: Annotated[float, typer.Option(min=0.5, help="Seconds between refreshes with --watch.")] = 5.0,
 ) -> None:
     """Where the run is, what happened to it and why: segments, causes, culprits, blacklist, time lost.
 
@@ -116,10 +116,18 @@ def report(
     from orchestrator.views.report import write_report
 
     store, where = _state_for(target)
-    state = store.load()
+    try:
+        state = store.load()
+    except StateError as exc:
+        raise fail([str(exc)], 1) from None
     if state is None:
         raise fail([f"{where}: no run state yet"], 1)
-    html_path, png_path = write_report(state, RealClock().now(), out_dir or store.run_dir)
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise fail([f"--out {out_dir}: is a file; give a directory"])
+    try:
+        html_path, png_path = write_report(state, RealClock().now(), out_dir or store.run_dir)
+    except OSError as exc:
+        raise fail([f"{out_dir or store.run_dir}: cannot write the report: {exc}"], 1) from None
     out.print(clean(f"wrote {html_path} and {png_path}"), markup=False, highlight=False)
 
 
@@ -148,10 +156,18 @@ def import_sbatch_cmd(
         raise fail([f"{script}: cannot read: {exc}"]) from None
     if "#SBATCH" not in text and "srun" not in text:
         raise fail([f"{script}: no #SBATCH line and no srun line: is this a Slurm batch script?"])
-    cfg, notes = import_sbatch(text, script.stem, str(Path.cwd()))
+    if output is not None and output.is_dir():
+        raise fail([f"-o {output}: is a directory; give the config file's path"])
+    try:
+        cfg, notes = import_sbatch(text, script.stem, str(Path.cwd()))
+    except Exception as exc:  # noqa: BLE001 - a script we cannot read is the user's input, not our crash
+        raise fail([f"{script}: cannot translate this script: {type(exc).__name__}: {str(exc)[:200]}"]) from None
     body = dump_config(cfg, notes, str(script))
     if output:
-        output.write_text(body)
+        try:
+            output.write_text(body)
+        except OSError as exc:
+            raise fail([f"-o {output}: cannot write: {exc}"], 1) from None
         out.print(f"wrote {clean(output)}", markup=False, highlight=False)
     else:
         print(body, end="")
@@ -178,6 +194,15 @@ def validate(config: Annotated[Path, typer.Argument(help="The YAML config file t
               markup=False, highlight=False)
 
 
+def _diagnosed(directory: Path, config: Path | None) -> dict[str, Any]:
+    if config is None:
+        return diagnose_dir(directory)
+    from orchestrator.diagnose.signatures import table_for
+
+    s = load(config, [])
+    return diagnose_dir(directory, s.progress_regex, table_for(s.signatures))
+
+
 @app.command()
 def diagnose(
     directory: Annotated[Path, typer.Argument(help="A directory with one log file per node (host.out).")],
@@ -197,13 +222,11 @@ def diagnose(
         raise fail([f"{directory}: not a directory"])
     if not any(p.is_file() for p in directory.iterdir()):
         raise fail([f"{directory}: no log files in it (expected one file per node, named after the host)"])
-    if config is None:
-        result = diagnose_dir(directory)
-    else:
-        from orchestrator.diagnose.signatures import table_for
-
-        s = load(config, [])
-        result = diagnose_dir(directory, s.progress_regex, table_for(s.signatures))
+    try:
+        result = _diagnosed(directory, config)
+    except OSError as exc:
+        raise fail([f"{clean(getattr(exc, 'filename', None) or directory)}: cannot read: {exc.strerror or exc}"],
+                   1) from None
     if as_json:
         print(json.dumps(result, indent=2))
         return
