@@ -6,8 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from orchestrator.cli import app
 
