@@ -22,7 +22,6 @@ out = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, soft_wrap=True)
 
 EXIT_CONFIG = 2
-README_REF, DOCS_REF = "the configuration reference in README.md", "docs/CONFIGURATION.md"
 
 
 def _version(value: bool) -> None:
@@ -63,7 +62,7 @@ def load(config: Path, overrides: list[str]) -> Settings:
     try:
         s = load_settings(config, parse_overrides(overrides))
     except ConfigError as exc:
-        raise fail([p.replace(README_REF, DOCS_REF) for p in exc.problems]) from None
+        raise fail(exc.problems) from None
     problems = check_paths(s)
     if problems:
         raise fail(problems)

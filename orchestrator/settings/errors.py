@@ -30,7 +30,7 @@ def format_errors(path: Path, exc: ValidationError, sources: dict[str, str] | No
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see the configuration reference in README.md)"
+            msg = "unknown field (check the spelling; see the configuration reference in docs/CONFIGURATION.md)"
         elif err["type"] == "missing":
             msg = "required field is missing"
         got = err.get("input")

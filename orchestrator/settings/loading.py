@@ -29,6 +29,8 @@ def _with_yaml(data: dict[str, Any]) -> type[Settings]:
     """A Settings class whose lowest-priority source is the YAML mapping (CLI > ORCH_* env > YAML)."""
 
     class LoadedSettings(Settings):
+        """Settings with this file's values under the environment and --set (the source order)."""
+
         @classmethod
         def settings_customise_sources(
             cls,

@@ -26,6 +26,7 @@ RESERVED_SBATCH = ("exclude", "nodes", "time", "output", "error", "job-name", "r
 
 
 class Section(BaseModel):
+    """Base of the config sections: unknown keys are errors."""
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
@@ -45,6 +46,7 @@ def _safe_token(value: str, what: str) -> str:
 
 
 class Resources(Section):
+    """What each segment asks Slurm for."""
     nodes: int = Field(1, ge=1, le=MAX_NODES, description="Nodes per segment.")
     tasks_per_node: int = Field(1, ge=1, le=4096, description="Training processes the agent starts on each node.")
     gpus_per_node: int = Field(0, ge=0, le=4096, description="GPUs requested per node (--gpus-per-node).")
@@ -77,6 +79,7 @@ class Resources(Section):
 
 
 class CheckpointCfg(Section):
+    """Where the training writes checkpoints and how to tell a complete one."""
     dir: Path = Field(description="Directory the training writes checkpoints into.")
     preset: Literal["megatron", "deepspeed", "hf", "lightning", "glob"] = Field(
         "megatron", description="Layout of the checkpoint directory."
@@ -101,12 +104,14 @@ class CheckpointCfg(Section):
 
 
 class Goal(Section):
+    """When the run is done."""
     target_iteration: int | None = Field(
         None, ge=1, description="Done when this iteration is reached; null: done when the command exits 0."
     )
 
 
 class Policy(Section):
+    """Budgets, strikes, exclusions and waits: what the controller may do on its own."""
     max_segments: int = Field(50, ge=1, le=1_000_000, description="Hard cap on segments submitted for this run.")
     max_no_progress_segments: int = Field(
         3, ge=1, le=1_000_000, description="Stop and alert after this many consecutive segments without progress."
@@ -137,6 +142,7 @@ class Policy(Section):
 
 
 class Watch(Section):
+    """How often to look and how long silence may last."""
     poll_interval_s: float = Field(30.0, gt=0, le=86_400, description="Seconds between polls of job state and logs.")
     stall_timeout_s: float = Field(1200.0, gt=0, le=YEAR_S,
                                    description="No progress for this long: the segment is stalled.")
@@ -150,6 +156,7 @@ class Watch(Section):
 
 
 class LocalBackendCfg(Section):
+    """The embedded backend: virtual nodes on this machine."""
     nodes: list[str] | int = Field(4, description="Virtual node names, or a count (node1..nodeN).")
 
     def node_names(self) -> list[str]:
@@ -175,6 +182,7 @@ class LocalBackendCfg(Section):
 
 
 class SlurmBackendCfg(Section):
+    """Slurm commands and how long to wait for them."""
     command_timeout_s: float = Field(30.0, gt=0, le=86_400, description="Timeout of one squeue/sacct/sbatch call.")
     retry_max_s: float = Field(600.0, gt=0, le=YEAR_S, description="Give up retrying one Slurm call after this long.")
     validate_exclude: bool = Field(True, description="Drop --exclude names that sinfo does not know.")
@@ -183,6 +191,7 @@ class SlurmBackendCfg(Section):
 
 
 class BackendCfg(Section):
+    """Which backend runs the segments (no silent default)."""
     kind: Literal["local", "slurm"] = Field(
         description="slurm: a Slurm cluster; local: virtual nodes on this machine (demos, tests). Required.")
     local: LocalBackendCfg = Field(default_factory=LocalBackendCfg)
@@ -190,6 +199,7 @@ class BackendCfg(Section):
 
 
 class UserSignature(Section):
+    """A site's own failure message: a pattern, its cause, and whether it blames the node."""
     name: str
     pattern: str
     cause: Cause
@@ -211,6 +221,7 @@ class UserSignature(Section):
 
 
 class NotifyCfg(Section):
+    """Where alerts go (apprise URLs), de-duplicated and rate-limited."""
     urls: list[str] = Field(default_factory=list, description="apprise URLs (slack://..., mailto://..., json://...).")
     max_per_hour: int = Field(20, ge=1, le=1_000_000, description="At most this many notifications per hour.")
     dedup_window_s: float = Field(3600.0, ge=0, le=YEAR_S,
@@ -218,6 +229,7 @@ class NotifyCfg(Section):
 
 
 class PreflightCfg(Section):
+    """Checks every node runs before the training starts."""
     commands: list[list[str]] = Field(default_factory=list, description="Extra checks, each an argv list.")
     timeout_s: float = Field(20.0, gt=0, le=86_400, description="Timeout of each preflight check.")
 
