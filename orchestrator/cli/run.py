@@ -69,6 +69,7 @@ def run(
     except LockHeld as exc:
         raise fail([str(exc)], 1) from None
     ctl, backend = _controller(s, config, set_, clock, start_over)
+    ctl.keep_job = not cancel_on_exit
     _handle_signals(ctl)
     _say_where(s)
     try:

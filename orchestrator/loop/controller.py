@@ -22,6 +22,7 @@ from orchestrator.diagnose.signatures import table_for
 from orchestrator.loop import operator, progress
 from orchestrator.loop.conclude import apply_outcome, conclude
 from orchestrator.loop.effects import Alert, Cancel, EffectRunner, Notify
+from orchestrator.loop.notes import Notes
 from orchestrator.loop.outage import Outage
 from orchestrator.loop.submission import FilesystemStall, intent, prepare, shared_path, unloadable
 from orchestrator.loop.supervise import Seen, supervise
@@ -47,8 +48,8 @@ class Controller:
         self.reload_requested = False
         self.reloader: Callable[[], Settings] | None = None
         self._watch: SegmentWatch | None = None
-        self._running_since: datetime | None = None
-        self._pending_note: datetime | None = None
+        self.notes = Notes(getattr(backend, "queue_position", lambda r: ""))
+        self.keep_job = True  # False with --cancel-on-exit: the caller cancels the job after run()
         self._stall, self._outage = Outage("filesystem stall"), Outage("scheduler unreachable")
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -96,7 +97,8 @@ class Controller:
                 break
             self.step(state)
         if self.stop_requested and state.status == RunStatus.RUNNING:
-            log.info("controller exit reason={} (the job, if any, keeps running)", self.stop_requested)
+            log.info("controller exit reason={} ({})", self.stop_requested,
+                     "the job, if any, keeps running" if self.keep_job else "the job is cancelled next")
         if self._watch:
             self._watch.close()
         return state
@@ -159,7 +161,7 @@ class Controller:
             self._watch.close()
         root = SegmentPaths.of(self.s.run_dir, seg.index).root
         self._watch = SegmentWatch(root, self.signatures, self.progress, self.s.watch.read_timeout_s)
-        self._running_since = None
+        self.notes.reset()
 
     def recover_intent(self, state: RunState, seg: SegmentRecord) -> None:
         """The controller died between submitting and recording the job id: find the job by name."""
@@ -213,28 +215,13 @@ class Controller:
         if status.state.terminal:
             self.conclude(state, seg, status)
             return
-        changed = self._note_queue(state, seg, status, ref, now) or changed
+        flows = watch.last_output_at is not None
+        changed = self.notes.update(state, seg, status, ref, now, flows) or changed
         if self._supervise(state, seg, ref, now):
             return
         if changed:
             self.save(state)
         self.clock.sleep(self.s.watch.poll_interval_s)
-
-    def _note_queue(self, state: RunState, seg: SegmentRecord, status: JobStatus, ref: JobRef,
-                    now: datetime) -> bool:
-        log = logger.bind(run=state.run, segment=seg.index)
-        if status.state == JobState.RUNNING and self._running_since is None:
-            self._running_since = now
-            seg.queue_note = ""
-            log.info("job={} running on {} after {:.0f}s in the queue", seg.job_id, ",".join(status.nodes) or "?",
-                     (now - seg.submitted_at).total_seconds() if seg.submitted_at else 0.0)
-        if status.state == JobState.PENDING and progress.pending_note_due(self._pending_note, now):
-            self._pending_note = now
-            where = getattr(self.backend, "queue_position", lambda r: "")(ref)
-            seg.queue_note = progress.pending_note(seg, status, where, now)
-            log.info("job={} {}", seg.job_id, seg.queue_note)
-            return True
-        return False
 
     def _supervise(self, state: RunState, seg: SegmentRecord, ref: JobRef, now: datetime) -> bool:
         """Carry out the watchdog's decision; True if the job was cancelled."""
@@ -242,7 +229,7 @@ class Controller:
         assert watch is not None
         codes = {n: c for n in watch.nodes if (c := watch.exit_code(n)) is not None}
         seen = Seen(failed=watch.failed_nodes(), exit_codes=codes, last_progress=watch.last_progress(),
-                    running_since=self._running_since, dumps_requested_at=watch.dumps_requested_at,
+                    running_since=self.notes.running_since, dumps_requested_at=watch.dumps_requested_at,
                     last_output=watch.last_output_at,
                     nodes=frozenset(watch.nodes), dumps_in=watch.dumps_in())
         sv = supervise(seen, now, self.s.watch)

@@ -73,3 +73,16 @@ def test_output_without_recognised_progress_is_liveness() -> None:
     assert supervise(seen, at(1100), W) == supervise(Seen(running_since=at(0), nodes=NODES), at(10), W)
     quiet = Seen(running_since=at(0), last_output=at(1000), nodes=NODES, dumps_requested_at=at(1280))
     assert supervise(quiet, at(1300), W).cancel.startswith("stall: no progress for 300s")  # the output stopped
+
+
+def test_the_progress_summary_line() -> None:
+    from orchestrator.loop.notes import summary
+    from orchestrator.state import SegmentRecord
+
+    seg = SegmentRecord(index=2, job_name="s", start_iteration=100, end_iteration=400, first_progress_at=at(0),
+                        last_progress_at=at(3600))
+    assert summary(seg, 1000, at(3600), True) == "iteration 400/1000, 300 it/h, ETA 2.0 h"
+    assert summary(seg, 1000, at(3720), True).endswith("last progress 120s ago")
+    fresh = SegmentRecord(index=1, job_name="s")
+    assert "no line was recognised as progress" in summary(fresh, 1000, at(10), True)
+    assert summary(fresh, None, at(10), False) == "no progress yet"

@@ -1,0 +1,66 @@
+"""The lines a run prints while a segment runs, so that hours between "running" and "segment ended" are
+not silent: when the job starts, where it waits in the queue (every 10 min), and a one-line progress summary
+(iteration, rate, ETA; every 5 min), or that output flows with no recognised progress line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from loguru import logger
+
+from orchestrator.loop import progress
+from orchestrator.model import JobRef, JobState, JobStatus
+from orchestrator.state import RunState, SegmentRecord
+
+SUMMARY_EVERY_S = 300.0
+
+
+def summary(seg: SegmentRecord, target: int | None, now: datetime, output_flows: bool) -> str:
+    """One line: where the segment is, how fast it goes and when it reaches the goal."""
+    if seg.end_iteration is None or seg.first_progress_at is None:
+        return ("output flows, but no line was recognised as progress (set progress_regex); output counts as "
+                "liveness" if output_flows else "no progress yet")
+    done = seg.end_iteration - seg.start_iteration
+    span = ((seg.last_progress_at or now) - seg.first_progress_at).total_seconds()
+    rate = done / span if span > 0 and done > 0 else 0.0
+    line = f"iteration {seg.end_iteration}" + (f"/{target}" if target else "")
+    line += f", {rate * 3600:.0f} it/h" if rate else ""
+    if target and rate and seg.end_iteration < target:
+        line += f", ETA {(target - seg.end_iteration) / rate / 3600:.1f} h"
+    quiet = (now - (seg.last_progress_at or now)).total_seconds()
+    return line + (f", last progress {quiet:.0f}s ago" if quiet >= 60 else "")
+
+
+class Notes:
+    """Owns the periodic lines of one controller: the job's start, its queue wait, the progress summary."""
+
+    def __init__(self, queue_position: Callable[[JobRef], str]):
+        self.queue_position = queue_position
+        self.running_since: datetime | None = None
+        self._pending: datetime | None = None
+        self._summary: datetime | None = None
+
+    def reset(self) -> None:
+        self.running_since = self._pending = self._summary = None
+
+    def update(self, state: RunState, seg: SegmentRecord, status: JobStatus, ref: JobRef, now: datetime,
+               output_flows: bool) -> bool:
+        """Log what is due; True if the segment record changed (its queue note)."""
+        log = logger.bind(run=state.run, segment=seg.index)
+        if status.state == JobState.RUNNING and self.running_since is None:
+            self.running_since = self._summary = now
+            seg.queue_note = ""
+            log.info("job={} running on {} after {:.0f}s in the queue", seg.job_id, ",".join(status.nodes) or "?",
+                     (now - seg.submitted_at).total_seconds() if seg.submitted_at else 0.0)
+        if status.state == JobState.RUNNING and self._summary is not None and \
+                (now - self._summary).total_seconds() >= SUMMARY_EVERY_S:
+            self._summary = now
+            log.info("segment {} job={}: {}", seg.index, seg.job_id,
+                     summary(seg, state.target_iteration, now, output_flows))
+        if status.state == JobState.PENDING and progress.pending_note_due(self._pending, now):
+            self._pending = now
+            seg.queue_note = progress.pending_note(seg, status, self.queue_position(ref), now)
+            log.info("job={} {}", seg.job_id, seg.queue_note)
+            return True
+        return False
