@@ -99,6 +99,7 @@ class SegmentSpec(Frozen):
     progress_regex: str
     preflight_commands: tuple[tuple[str, ...], ...] = ()
     preflight_timeout_s: float = 20.0
+    interval_advice: str = ""  # the advised checkpoint interval and the expected effective training time
 
 
 class JobRef(Frozen):

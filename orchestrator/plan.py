@@ -7,6 +7,7 @@ from pathlib import Path
 
 from orchestrator.blacklist import ExcludePlan
 from orchestrator.checkpoint import Checkpoint
+from orchestrator.checkpoint_interval import advise, observed, restart_cost_s
 from orchestrator.contract import SegmentPaths
 from orchestrator.model import SegmentSpec
 from orchestrator.settings import Settings
@@ -31,11 +32,24 @@ def render(argv: list[str], values: dict[str, str]) -> tuple[str, ...]:
     return tuple(PLACEHOLDER.sub(sub, arg) for arg in argv)
 
 
+def interval(settings: Settings, state: RunState) -> tuple[int, str]:
+    """The checkpoint interval to hand to the next segment (seconds), and a line saying why."""
+    c = settings.checkpoint
+    a = advise(observed(state), settings.resources.nodes, c.write_time_s, restart_cost_s(state),
+               c.interval_s or 3600.0)
+    note = (f"checkpoint every {a.interval_s / 60:.0f} min (job MTBF {a.mtbf_h:.1f} h, write {c.write_time_s:.0f} s): "
+            f"expected effective training time {a.ettr_advised:.1%}, {a.ettr_now:.1%} at the current "
+            f"{(c.interval_s or 3600.0) / 60:.0f} min")
+    return round(a.interval_s), note
+
+
 def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: ExcludePlan,
          python: str) -> SegmentSpec:
     index = len(state.segments) + 1
     run_dir = Path(settings.run_dir)
+    every_s, advice = interval(settings, state)
     values = {
+        "checkpoint_interval": str(every_s),
         "checkpoint": ckpt.path if ckpt else "",
         "checkpoint_root": str(settings.checkpoint.dir) if ckpt else "",
         "segment": str(index),
@@ -45,6 +59,7 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
     }
     env = dict(settings.env)
     env["ORCH_RESUME_FROM"] = ckpt.path if ckpt else ""
+    env["ORCH_CHECKPOINT_INTERVAL_S"] = str(every_s)
     # Megatron's --load and DeepSpeed's load_dir take the checkpoint root and read its tracker file
     env["ORCH_RESUME_ROOT"] = str(settings.checkpoint.dir) if ckpt else ""
     env["ORCH_SEGMENT"] = str(index)
@@ -75,4 +90,5 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
         progress_regex=settings.progress_regex,
         preflight_commands=tuple(tuple(c) for c in settings.preflight.commands),
         preflight_timeout_s=settings.preflight.timeout_s,
+        interval_advice=advice,
     )

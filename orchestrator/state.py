@@ -51,6 +51,7 @@ class SegmentRecord(BaseModel):
     cancelled_by_controller: str = ""
     cancelled_at: datetime | None = None
     queue_note: str = ""  # while pending: time waited, reason, position in the queue
+    interval_advice: str = ""  # the checkpoint interval handed to this segment, and why
 
 
 class HardwareEvent(BaseModel):

@@ -125,4 +125,5 @@ def unloadable(state: RunState, spec: SegmentSpec) -> str:
 def intent(spec: SegmentSpec, backend_name: str) -> SegmentRecord:
     """The segment record written before submission, so a crash before the id is recorded is detected."""
     return SegmentRecord(index=spec.index, job_name=spec.job_name, excluded=list(spec.exclude),
-                         resumed_from=spec.resume_from, start_iteration=spec.start_iteration, backend=backend_name)
+                         resumed_from=spec.resume_from, start_iteration=spec.start_iteration, backend=backend_name,
+                         interval_advice=spec.interval_advice)

@@ -21,7 +21,7 @@ from orchestrator.settings.sections import (
     Watch,
 )
 
-PLACEHOLDERS = ("checkpoint", "segment", "run_dir", "python", "config_dir")
+PLACEHOLDERS = ("checkpoint", "checkpoint_root", "checkpoint_interval", "segment", "run_dir", "python", "config_dir")
 # Values that mean "fill me in" (import-sbatch writes CHANGE-ME); a config holding one is rejected.
 UNFILLED = re.compile(r"CHANGE[-_ ]?ME|<[A-Za-z_ -]*>|\bTODO\b|/path/to/", re.I)
 # The default progress line: group 1 is the iteration. Megatron, GPT-NeoX, NeMo and nanotron `iteration N/M`;
@@ -62,7 +62,8 @@ class Settings(BaseSettings):
     name: str = Field(description="Run name; also the Slurm job name prefix.")
     run_dir: Path = Field(description="Directory holding the run's state, logs and segment files.")
     command: list[str] = Field(
-        min_length=1, description="Training argv. Placeholders: {checkpoint} {segment} {run_dir} {python} "
+        min_length=1, description="Training argv. Placeholders: {checkpoint} (newest complete checkpoint), "
+        "{checkpoint_root} (its directory), {checkpoint_interval} (advised seconds), {segment} {run_dir} {python} "
         "{config_dir}; `{{x}}` is a literal `{x}`."
     )
     workdir: Path | None = Field(None, description="Working directory of the training command.")

@@ -86,6 +86,11 @@ class CheckpointCfg(Section):
     )
     glob: str | None = Field(None, description="For preset glob: pattern of checkpoint entries, e.g. 'step_*'.")
     marker: str | None = Field(None, description="For preset glob: file that marks an entry complete.")
+    write_time_s: float = Field(120.0, gt=0, le=86400, allow_inf_nan=False, description=(
+        "How long one checkpoint takes to write; with the observed failure rate it gives the advised interval "
+        "({checkpoint_interval}, ORCH_CHECKPOINT_INTERVAL_S)."))
+    interval_s: float | None = Field(None, gt=0, le=31536000, allow_inf_nan=False, description=(
+        "The interval the training uses now, to compare with the advice in `status` (default: 1 hour)."))
 
     _path = field_validator("dir")(plain_path)
 

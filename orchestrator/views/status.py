@@ -140,6 +140,9 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
     row("time lost", lost)
     if overhead:
         row("start-up overhead", overhead)
+    advice = next((s.interval_advice for s in reversed(state.segments) if s.interval_advice), "")
+    if advice:
+        row("checkpoint interval", advice)
     last = next((s for s in reversed(state.segments) if s.action), None)
     if last:
         row("last decision", f"segment {last.index}: {last.action.value if last.action else '-'}: {last.reason}")

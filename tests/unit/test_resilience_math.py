@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -91,3 +92,35 @@ def test_observed_failures_and_restart_cost_from_the_run_ledger() -> None:
     assert obs.failures == 2 and obs.node_hours == pytest.approx(2 * (2.0 + 3.0 + 1.0))
     assert restart_cost_s(state) == pytest.approx(12 * 60)
     assert restart_cost_s(RunState(run="r", created_at=t0, updated_at=t0)) == 600.0
+
+
+def test_the_next_segment_gets_the_advised_interval(tmp_path: Path) -> None:
+    """{checkpoint_interval} and ORCH_CHECKPOINT_INTERVAL_S carry the advice; status shows it."""
+    from datetime import UTC, datetime
+
+    from orchestrator.blacklist import ExcludePlan
+    from orchestrator.plan import plan
+    from orchestrator.settings import load_settings, parse_overrides
+    from orchestrator.state import RunState
+    from orchestrator.views.status import summary_table
+    from tests.conftest import base_config, write_config
+
+    cfg = base_config(tmp_path, command=["python", "train.py", "--save-interval-s={checkpoint_interval}"],
+                      resources={"nodes": 2048}, checkpoint={"dir": str(tmp_path / "c"), "write_time_s": 120},
+                      backend={"kind": "slurm"})
+    s = load_settings(write_config(tmp_path, cfg), parse_overrides([]))
+    now = datetime.now(UTC)
+    state = RunState(run="r", created_at=now, updated_at=now)
+    spec = plan(s, state, None, ExcludePlan(nodes=()), "python")
+    every = int(dict(spec.env)["ORCH_CHECKPOINT_INTERVAL_S"])
+    assert 900 < every < 2400 and spec.command[-1] == f"--save-interval-s={every}"
+    assert "checkpoint every" in spec.interval_advice and "at the current 60 min" in spec.interval_advice
+    from orchestrator.loop.submission import intent
+
+    state.segments.append(intent(spec, "local"))
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(summary_table(state, now))
+    text = console.export_text()
+    assert "checkpoint interval" in text and "expected effective training time" in text
