@@ -15,7 +15,7 @@ from tests.conftest import base_config, write_config
 
 runner = CliRunner()
 finite = st.floats(min_value=0.001, max_value=1e7, allow_nan=False, allow_infinity=False)
-text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
+text = st.text(st.characters(exclude_categories=["Cs"]), max_size=30)
 
 
 @st.composite
