@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import submitit
+from loguru import logger
 
 from orchestrator.agent.main import run_node
 from orchestrator.backends.base import BackendError
@@ -47,17 +48,31 @@ class LocalJobRecord:
     spec: dict[str, Any]
     nodes: list[str] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)
+    pid_starts: list[int] = field(default_factory=list)  # /proc start times: a reused PID is not ours
     started_at: str | None = None
     end_state: str | None = None
     ended_at: str | None = None
 
 
-def _alive(pid: int) -> bool:
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks) of a process, or None when there is none."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] != "Z"
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return (fields[0], int(fields[19])) if len(fields) > 19 else None
+
+
+def _ours(pid: int, start: int | None) -> bool:
+    """The process is alive and is the one we started (not another that reuses the PID after a reboot or a
+    controller crash); without a recorded start time only liveness can be checked."""
+    st = _stat(pid)
+    return st is not None and st[0] != "Z" and (start is None or st[1] == start)
+
+
+def _alive(pid: int, start: int | None = None) -> bool:
+    return _ours(pid, start)
 
 
 class LocalBackend:
@@ -75,11 +90,18 @@ class LocalBackend:
 
     # ---- registry ---------------------------------------------------------------------------
     def _load(self) -> dict[str, LocalJobRecord]:
+        """The job table; a garbled one is kept aside (jobs.json.garbled), never silently dropped."""
         try:
             raw = json.loads(self.registry.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+            return {str(k): LocalJobRecord(**v) for k, v in raw.get("jobs", {}).items()}
+        except FileNotFoundError:
             return {}
-        return {k: LocalJobRecord(**v) for k, v in raw.get("jobs", {}).items()}
+        except (ValueError, TypeError, AttributeError) as exc:
+            aside = self.registry.with_name(self.registry.name + ".garbled")
+            self.registry.replace(aside)
+            logger.error("{} is not a valid job table ({}); kept as {}: its jobs are reported lost",
+                         self.registry, exc, aside)
+            return {}
 
     def _save(self) -> None:
         private_dir(self.state_dir)
@@ -144,13 +166,14 @@ class LocalBackend:
         self._jobs[rec.job_id] = jobs
         rec.nodes = nodes
         rec.pids = [int(j.job_id) for j in jobs.values()]
+        rec.pid_starts = [st[1] if (st := _stat(p)) else -1 for p in rec.pids]
         rec.started_at = self.clock.now().isoformat()
         self._save()
 
     def _node_result(self, rec: LocalJobRecord, node: str, pid: int) -> int | None:
         """None while running; 0 when the agent returned; 1 when it failed or vanished."""
         job = self._jobs.get(rec.job_id, {}).get(node)
-        running = job.state == "RUNNING" if job is not None else _alive(pid)
+        running = job.state == "RUNNING" if job is not None else _alive(pid, self._start_of(rec, pid))
         if running:
             return None
         folder = Path(rec.spec["segment_dir"]) / "submitit" / node
@@ -185,8 +208,15 @@ class LocalBackend:
         rec.end_state, rec.ended_at = state, self.clock.now().isoformat()
         self._save()
 
+    @staticmethod
+    def _start_of(rec: LocalJobRecord, pid: int) -> int | None:
+        starts = dict(zip(rec.pids, rec.pid_starts, strict=False))
+        return starts.get(pid)
+
     def _kill(self, rec: LocalJobRecord, state: str) -> None:
         for pid in rec.pids:
+            if not _ours(pid, self._start_of(rec, pid)):
+                continue  # gone, or the PID now belongs to an unrelated process: never signal it
             try:
                 os.kill(pid, signal.SIGTERM)  # submitit's local controller forwards it to the agent
             except ProcessLookupError:
@@ -197,7 +227,8 @@ class LocalBackend:
         out = {}
         for ref in refs:
             rec = self._records.get(ref.job_id)
-            out[ref.job_id] = self._status(rec) if rec else JobStatus(state=JobState.UNKNOWN)
+            out[ref.job_id] = self._status(rec) if rec else JobStatus(
+                state=JobState.FAILED, reason="not in the local job table (lost or garbled jobs.json)")
         return out
 
     def cancel(self, ref: JobRef) -> None:

@@ -1,0 +1,49 @@
+"""Issue 15, "hangs and runaway resources" on the local backend: its job table garbled or gone, and PIDs
+reused by unrelated processes after a crash."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+from orchestrator.backends.local import LocalBackend, LocalJobRecord, _stat
+from orchestrator.clock import FakeClock
+from orchestrator.model import JobRef, JobState
+
+
+def ref(job_id: str) -> JobRef:
+    return JobRef(job_id=job_id, submitted_at=datetime(2026, 1, 1, tzinfo=UTC), backend="local")
+
+
+def test_a_garbled_job_table_is_kept_aside_and_its_jobs_end(tmp_path: Path) -> None:
+    (tmp_path / "jobs.json").write_text('{"jobs": {"1001": {"nonsense": true}}')
+    backend = LocalBackend(["node1", "node2"], tmp_path, FakeClock())
+    assert (tmp_path / "jobs.json.garbled").exists() and not (tmp_path / "jobs.json").exists()
+    status = backend.poll([ref("1001")])["1001"]
+    assert status.state == JobState.FAILED and "job table" in status.reason  # terminal: no endless wait
+    backend.cancel(ref("1001"))  # nothing to cancel, nothing raised
+
+
+def test_a_missing_job_table_ends_the_job_instead_of_waiting_forever(tmp_path: Path) -> None:
+    backend = LocalBackend(["node1"], tmp_path, FakeClock())
+    assert backend.poll([ref("1002")])["1002"].state.terminal
+
+
+def test_a_reused_pid_is_never_signalled(tmp_path: Path) -> None:
+    """After a crash the PID in the table may belong to an unrelated process: its start time differs."""
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        st = _stat(other.pid)
+        assert st is not None
+        rec = LocalJobRecord(job_id="1003", job_name="j", submitted_at=datetime.now(UTC).isoformat(),
+                             spec={"segment_dir": str(tmp_path), "time_limit_min": 60}, nodes=["node1"],
+                             pids=[other.pid], pid_starts=[st[1] + 1], started_at=datetime.now(UTC).isoformat())
+        (tmp_path / "jobs.json").write_text(json.dumps({"jobs": {"1003": rec.__dict__}}))
+        backend = LocalBackend(["node1"], tmp_path, FakeClock())
+        backend.cancel(ref("1003"))
+        assert other.poll() is None  # still running: not ours, not signalled
+    finally:
+        other.kill()
+        other.wait()
