@@ -14,6 +14,7 @@ from orchestrator.model import JobRef, JobState, JobStatus
 from orchestrator.state import RunState, SegmentRecord
 
 SUMMARY_EVERY_S = 300.0
+NO_PROGRESS = "output flows, no line recognised as progress (set progress_regex)"
 
 
 def summary(seg: SegmentRecord, target: int | None, now: datetime, output_flows: bool) -> str:
@@ -56,8 +57,11 @@ class Notes:
         if status.state == JobState.RUNNING and self._summary is not None and \
                 (now - self._summary).total_seconds() >= SUMMARY_EVERY_S:
             self._summary = now
-            log.info("segment {} job={}: {}", seg.index, seg.job_id,
-                     summary(seg, state.target_iteration, now, output_flows))
+            line = summary(seg, state.target_iteration, now, output_flows)
+            log.info("segment {} job={}: {}", seg.index, seg.job_id, line)
+            if seg.end_iteration is None and output_flows and seg.queue_note != NO_PROGRESS:
+                seg.queue_note = NO_PROGRESS  # `status` shows it on the current segment
+                return True
         if status.state == JobState.PENDING and progress.pending_note_due(self._pending, now):
             self._pending = now
             seg.queue_note = progress.pending_note(seg, status, self.queue_position(ref), now)

@@ -86,3 +86,16 @@ def test_the_progress_summary_line() -> None:
     fresh = SegmentRecord(index=1, job_name="s")
     assert "no line was recognised as progress" in summary(fresh, 1000, at(10), True)
     assert summary(fresh, None, at(10), False) == "no progress yet"
+
+
+def test_status_says_when_output_flows_without_a_progress_line() -> None:
+    from orchestrator.loop.notes import NO_PROGRESS, Notes
+    from orchestrator.model import JobRef, JobState, JobStatus
+    from orchestrator.state import RunState, SegmentRecord
+
+    seg = SegmentRecord(index=1, job_name="s", job_id="7", submitted_at=at(0))
+    state = RunState(run="r", created_at=at(0), updated_at=at(0), segments=[seg])
+    notes, ref = Notes(lambda r: ""), JobRef(job_id="7", submitted_at=at(0), backend="fake")
+    running = JobStatus(state=JobState.RUNNING, nodes=("node1",))
+    assert not notes.update(state, seg, running, ref, at(1), True)
+    assert notes.update(state, seg, running, ref, at(400), True) and seg.queue_note == NO_PROGRESS
