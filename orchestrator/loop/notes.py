@@ -62,6 +62,9 @@ class Notes:
             if seg.end_iteration is None and output_flows and seg.queue_note != NO_PROGRESS:
                 seg.queue_note = NO_PROGRESS  # `status` shows it on the current segment
                 return True
+        if seg.end_iteration is not None and seg.queue_note == NO_PROGRESS:
+            seg.queue_note = ""  # progress lines are recognised now
+            return True
         if status.state == JobState.PENDING and progress.pending_note_due(self._pending, now):
             self._pending = now
             seg.queue_note = progress.pending_note(seg, status, self.queue_position(ref), now)

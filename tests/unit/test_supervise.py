@@ -99,3 +99,5 @@ def test_status_says_when_output_flows_without_a_progress_line() -> None:
     running = JobStatus(state=JobState.RUNNING, nodes=("node1",))
     assert not notes.update(state, seg, running, ref, at(1), True)
     assert notes.update(state, seg, running, ref, at(400), True) and seg.queue_note == NO_PROGRESS
+    seg.end_iteration, seg.first_progress_at = 5, at(401)
+    assert notes.update(state, seg, running, ref, at(402), True) and seg.queue_note == ""
