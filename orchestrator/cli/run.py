@@ -163,6 +163,8 @@ def dry(s: Settings, clock: Clock) -> None:
     except StateError as exc:
         raise fail([str(exc)], 1) from None
     now = clock.now()
+    if state is not None and state.run != s.name:
+        raise fail([f"{s.run_dir} holds run {state.run!r}, not {s.name!r}: give this config its own run_dir"], 1)
     state = state or RunState(run=s.name, created_at=now, updated_at=now)
     backend = build_backend(s, clock)
     try:

@@ -28,7 +28,7 @@ from orchestrator.loop.submission import FilesystemStall, intent, prepare, share
 from orchestrator.loop.supervise import Seen, supervise
 from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
 from orchestrator.settings import Settings
-from orchestrator.state import RunState, SegmentRecord, StateStore
+from orchestrator.state import RunState, SegmentRecord, StateError, StateStore
 from orchestrator.watch.segment import SegmentWatch
 
 
@@ -75,6 +75,9 @@ class Controller:
         if state is None:
             state = RunState(run=self.s.name, created_at=self.clock.now(), updated_at=self.clock.now())
             self.save(state)
+        elif state.run != self.s.name:
+            raise StateError(f"{self.s.run_dir} holds run {state.run!r}, not {self.s.name!r}: give this config its "
+                             "own run_dir (or rename it back)")
         return state
 
     def save(self, state: RunState) -> None:
@@ -84,10 +87,12 @@ class Controller:
     def run(self) -> RunState:
         operator.forget_stale_stop(self.s)
         state = self.load_or_init()
-        state.target_iteration = self.s.goal.target_iteration
+        before, state.target_iteration = state.target_iteration, self.s.goal.target_iteration
         log = logger.bind(run=state.run)
-        if state.status == RunStatus.STOPPED:
-            log.warning("resuming a stopped run (it stopped because: {})", state.stop_reason)
+        raised = state.status == RunStatus.DONE and before is not None and (state.target_iteration or 0) > before
+        if state.status == RunStatus.STOPPED or raised:
+            log.warning("resuming a {} run ({})", state.status.value, "the goal was raised" if raised
+                        else f"it stopped because: {state.stop_reason}")
             state.status, state.stop_reason = RunStatus.RUNNING, ""
             self.save(state)
         log.info("controller start run={} status={} segments={}", state.run, state.status, len(state.segments))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -142,6 +143,15 @@ class Settings(BaseSettings):
         bad = [f"{k} ({v!r})" for k, v in fields.items() if UNFILLED.search(v)]
         if bad:
             raise ValueError("placeholder values still to be filled in: " + ", ".join(bad))
+        return self
+
+    @model_validator(mode="after")
+    def _apart(self) -> Settings:
+        """The run directory inside the checkpoint directory would be taken for a checkpoint (and the other
+        way round, the run's files would be mixed with the training's)."""
+        run, ckpt = (Path(os.path.normpath(p)) for p in (self.run_dir, self.checkpoint.dir))
+        if run == ckpt or ckpt in run.parents:
+            raise ValueError(f"run_dir {run} is inside checkpoint.dir {ckpt}: give them separate directories")
         return self
 
     @model_validator(mode="after")
