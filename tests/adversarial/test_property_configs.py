@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -48,3 +49,28 @@ def test_validate_and_dry_run_never_raise(tmp_path: Path, over: dict[str, Any]) 
         assert res.exit_code in (0, 1, 2), res.output
         if res.exit_code:
             assert "error:" in res.output and "Traceback" not in res.output, res.output
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(over=configs())
+def test_a_short_run_of_any_valid_config_never_raises(tmp_path_factory: pytest.TempPathFactory,
+                                                       over: dict[str, Any]) -> None:
+    """The whole loop (fake cluster, fake clock) with a generated config ends done or stopped, no exception."""
+    from orchestrator.clock import FakeClock
+    from orchestrator.loop.controller import Controller
+    from orchestrator.settings import ConfigError, load_settings, parse_overrides
+    from orchestrator.state import StateStore
+    from tests.fakes import FakeCluster
+
+    tmp = tmp_path_factory.mktemp("run")
+    over = {**over, "checkpoint": {**over["checkpoint"], "dir": str(tmp / "ckpt")},
+            "policy": {**over["policy"], "max_segments": min(over["policy"]["max_segments"], 4)},
+            "goal": {"target_iteration": 30}}
+    try:
+        s = load_settings(write_config(tmp, base_config(tmp, **over)), parse_overrides([]))
+    except ConfigError:
+        return  # refused with one clear error: covered above
+    clock = FakeClock()
+    cluster = FakeCluster(clock, ["node1", "node2", "node3", "node4"], 30, tmp / "ckpt")
+    state = Controller(s, cluster, clock, StateStore(s.run_dir), python="python").run()
+    assert state.status.value in ("done", "stopped")
