@@ -31,7 +31,10 @@ class RunLock:
 
     def acquire(self, role: str = "tool") -> None:
         private_dir(self.path.parent)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:  # a directory in its place, a read-only run directory
+            raise LockHeld(f"{self.path}: cannot take the run lock ({exc.strerror or exc})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from orchestrator.blacklist import Blacklist
 from orchestrator.model import BlacklistEntry
 from orchestrator.state import atomic_write
@@ -24,7 +26,14 @@ class SharedBlacklist:
             raw = json.loads(self.path.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             return []
-        return [BlacklistEntry.model_validate(e) for e in raw.get("entries", [])]
+        except (OSError, UnicodeDecodeError, RecursionError) as exc:
+            raise ValueError(f"{self.path}: unreadable shared blacklist: {str(exc)[:120]}") from None
+        if not isinstance(raw, dict) or not isinstance(raw.get("entries", []), list):
+            raise ValueError(f"{self.path}: not a shared blacklist (expected {{\"entries\": [...]}})")
+        try:
+            return [BlacklistEntry.model_validate(e) for e in raw.get("entries", [])]
+        except ValidationError as exc:
+            raise ValueError(f"{self.path}: invalid entry: {str(exc).splitlines()[0][:120]}") from None
 
     def publish(self, entries: list[BlacklistEntry]) -> None:
         """Add or refresh entries (per node, the newest wins)."""

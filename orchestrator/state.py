@@ -177,10 +177,14 @@ class StateStore:
                     f"lose the run's history and blacklist; {restore} or, to start the ledger over on purpose, "
                     "run with --start-over") from None
             return None
+        except (OSError, UnicodeDecodeError) as exc:  # a directory in its place, unreadable, not UTF-8
+            raise StateError(f"{self.path}: cannot read the run state ({exc}); restore it from {self.path}.bak") \
+                from None
         try:
             data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise StateError(f"{self.path}: not valid JSON ({exc}); restore it from {self.path}.bak") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise StateError(f"{self.path}: not valid JSON ({str(exc)[:120]}); restore it from {self.path}.bak") \
+                from None
         version = data.get("schema_version") if isinstance(data, dict) else None
         if version != SCHEMA_VERSION:
             raise StateError(f"{self.path}: schema_version {version!r}, this orchestrator reads {SCHEMA_VERSION}")
@@ -190,8 +194,14 @@ class StateStore:
             raise StateError(f"{self.path}: invalid state: {exc}") from None
 
     def save(self, state: RunState) -> None:
-        private_dir(self.run_dir)
+        """Atomic: on any failure (full disk, read-only or immutable file, a directory in its place) the
+        previous state stays intact and the caller gets a StateError naming the file."""
         text = state.model_dump_json(indent=2)
-        if self.path.exists():
-            atomic_write(self.run_dir / BACKUP_FILE, self.path.read_text(encoding="utf-8"))
-        atomic_write(self.path, text, self.failpoint)
+        try:
+            private_dir(self.run_dir)
+            if self.path.exists():
+                atomic_write(self.run_dir / BACKUP_FILE, self.path.read_text(encoding="utf-8"))
+            atomic_write(self.path, text, self.failpoint)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StateError(f"{self.path}: cannot write the run state ({exc}); the previous state is intact") \
+                from None

@@ -67,7 +67,7 @@ class EffectRunner:
             if self.shared is not None:
                 try:
                     SharedBlacklist(self.shared).publish([e.entry])
-                except OSError as exc:
+                except (OSError, ValueError) as exc:  # never overwrite a file we cannot read
                     logger.warning("could not write the shared blacklist: {}", exc)
         elif isinstance(e, Drain):
             self._drain(e)
