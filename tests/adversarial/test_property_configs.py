@@ -74,3 +74,23 @@ def test_a_short_run_of_any_valid_config_never_raises(tmp_path_factory: pytest.T
     cluster = FakeCluster(clock, ["node1", "node2", "node3", "node4"], 30, tmp / "ckpt")
     state = Controller(s, cluster, clock, StateStore(s.run_dir), python="python").run()
     assert state.status.value in ("done", "stopped")
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(over=configs())
+def test_a_short_local_run_of_any_valid_config_never_raises(tmp_path_factory: pytest.TempPathFactory,
+                                                             over: dict[str, Any]) -> None:
+    """A real run on the local backend (real agents) with a generated config: exit 0, 1 or a one-line error."""
+    from loguru import logger
+
+    tmp = tmp_path_factory.mktemp("local")
+    over = {**over, "checkpoint": {**over["checkpoint"], "dir": str(tmp / "ckpt")},
+            "command": ["python3", "-c", "print(' iteration 1/ 1')", *over["command"][:2]],
+            "resources": {**over["resources"], "time_limit_min": 5, "tasks_per_node": 1},
+            "watch": {"poll_interval_s": 0.2, "stall_timeout_s": 60, "read_timeout_s": 10},
+            "policy": {**over["policy"], "max_segments": 2}, "goal": {"target_iteration": None}}
+    cfg = write_config(tmp, base_config(tmp, **over))
+    logger.remove()
+    res = runner.invoke(app, ["run", str(cfg)])
+    assert res.exception is None or isinstance(res.exception, SystemExit), (res.output, res.exception)
+    assert res.exit_code in (0, 1, 2), res.output
