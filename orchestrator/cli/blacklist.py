@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from orchestrator.blacklist import Blacklist
-from orchestrator.cli.common import _state_for, app, err, fail, out
+from orchestrator.cli.common import _state_for, app, err, fail, loaded, out
 from orchestrator.clock import RealClock
 from orchestrator.requests import (
     BlacklistAdd,
@@ -26,7 +26,7 @@ from orchestrator.requests import (
     write_request,
 )
 from orchestrator.runlock import EDIT_LOCK_FILE, LockHeld, RunLock
-from orchestrator.state import RunState, StateError, StateStore
+from orchestrator.state import RunState, StateStore
 from orchestrator.views.status import blacklist_table, status_json
 
 bl_app = typer.Typer(help="List or edit a run's node blacklist (manual overrides).", no_args_is_help=True)
@@ -38,13 +38,7 @@ LOCK_PATIENCE_S = 10.0  # how long a command holding the run lock for a moment i
 
 
 def _loaded(store: StateStore, where: str) -> RunState:
-    try:
-        state = store.load()
-    except StateError as exc:
-        raise fail([str(exc)], 1) from None
-    if state is None:
-        raise fail([f"{where}: no run state yet"], 1)
-    return state
+    return loaded(store, where)
 
 
 def _apply_locked(store: StateStore, where: str, request: EditRequest | None) -> Blacklist:

@@ -14,7 +14,7 @@ from rich.console import Console
 from orchestrator.backends.base import Backend
 from orchestrator.clock import Clock
 from orchestrator.settings import ConfigError, Settings, check_paths, load_settings, parse_overrides
-from orchestrator.state import StateStore, foreign_entries, private_dir
+from orchestrator.state import RunState, StateError, StateStore, foreign_entries, private_dir
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Keep long multi-node training on Slurm moving: diagnose, blacklist, resume.")
@@ -98,3 +98,12 @@ def require_run_dir(run_dir: Path, where: str) -> None:
                     "use a new or empty directory for run_dir"])
 
 
+def loaded(store: StateStore, where: str, hint: str = "") -> RunState:
+    """The run's state, or a one-line error: unreadable (exit 1) or none yet (exit 1, with `hint`)."""
+    try:
+        state = store.load()
+    except StateError as exc:
+        raise fail([str(exc)], 1) from None
+    if state is None:
+        raise fail([f"{where}: no run state yet{hint}"], 1)
+    return state

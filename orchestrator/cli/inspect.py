@@ -8,10 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestrator.cli.common import _state_for, app, err, fail, load, out
+from orchestrator.cli.common import _state_for, app, err, fail, load, loaded, out
 from orchestrator.clock import RealClock
 from orchestrator.diagnose.offline import diagnose_dir
-from orchestrator.state import RunState, StateError
+from orchestrator.state import RunState
 from orchestrator.views.status import blacklist_table, drain_commands, status_json, summary_table, timeline_table
 from orchestrator.views.text import clean, cut
 
@@ -34,13 +34,7 @@ def status(
     store, where = _state_for(target)
 
     def load_state() -> RunState:
-        try:
-            state = store.load()
-        except StateError as exc:
-            raise fail([str(exc)], 1) from None
-        if state is None:
-            raise fail([f"{where}: no run state yet (has 'orchestrator run' been started for this config?)"], 1)
-        return state
+        return loaded(store, where, " (has 'orchestrator run' been started for this config?)")
 
     if as_json:
         print(json.dumps(status_json(load_state(), RealClock().now()), indent=2))
@@ -116,12 +110,7 @@ def report(
     from orchestrator.views.report import write_report
 
     store, where = _state_for(target)
-    try:
-        state = store.load()
-    except StateError as exc:
-        raise fail([str(exc)], 1) from None
-    if state is None:
-        raise fail([f"{where}: no run state yet"], 1)
+    state = loaded(store, where)
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise fail([f"--out {out_dir}: is a file; give a directory"])
     try:

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -129,3 +130,13 @@ def sacct_settled(name_prefix: str, expected: int, timeout: float = 60) -> list[
     """Accounting records jobs asynchronously: wait until it knows at least `expected` jobs of this name."""
     wait_until(lambda: len(sacct_jobs(name_prefix)) >= expected, timeout, f"sacct to record {expected} job(s)")
     return sacct_jobs(name_prefix)
+
+
+def uniq(prefix: str) -> str:
+    """A job-name prefix unique to one test (sacct keeps every earlier run's jobs)."""
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def progressing(cfg: Path, beyond: int) -> bool:
+    s = status(cfg)
+    return bool(s and s["segments"] and (s["segments"][0]["end_iteration"] or 0) > beyond)

@@ -5,24 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.slurm.conftest import TESTBED, make_config, orch, orch_bg, sh, status, wait_until
+from tests.slurm.conftest import TESTBED, make_config, orch, orch_bg, progressing, sh, status, uniq, wait_until
 
 pytestmark = pytest.mark.slurm
 HANG_WATCH = {"poll_interval_s": 1, "stall_timeout_s": 15, "startup_timeout_s": 90, "cascade_grace_s": 3}
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def progressing(cfg: Path, beyond: int) -> bool:
-    s = status(cfg)
-    return bool(s and s["segments"] and (s["segments"][0]["end_iteration"] or 0) > beyond)
 
 
 def test_frozen_node_in_d_state_is_named_cancelled_and_excluded(cluster: None, tmp_path: Path) -> None:

@@ -10,24 +10,25 @@
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.slurm.conftest import TESTBED, make_config, orch, orch_bg, sacct_settled, sh, status, wait_until
+from tests.slurm.conftest import (
+    TESTBED,
+    make_config,
+    orch,
+    orch_bg,
+    progressing,
+    sacct_settled,
+    sh,
+    status,
+    uniq,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slurm
 FAST_WATCH = {"poll_interval_s": 1, "stall_timeout_s": 120, "startup_timeout_s": 180, "cascade_grace_s": 3}
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def progressing(cfg: Path, beyond: int) -> bool:
-    s = status(cfg)
-    return bool(s and s["segments"] and (s["segments"][0]["end_iteration"] or 0) > beyond)
 
 
 def frozen_run(tmp_path: Path, name: str, how: str) -> dict[str, object]:

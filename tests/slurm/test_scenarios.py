@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -21,14 +20,11 @@ from tests.slurm.conftest import (
     sacct_settled,
     sh,
     status,
+    uniq,
     wait_until,
 )
 
 pytestmark = pytest.mark.slurm
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
 def test_sticky_ecc_excluded_resumed_and_array_baseline(cluster: None, tmp_path: Path) -> None:
