@@ -79,6 +79,30 @@ class SegmentPaths:
     def dump(self, node: str) -> Path:
         return self.nodes / f"{node}{DUMP_SUFFIX}"
 
+    @property
+    def spec(self) -> Path:
+        """The segment's spec as JSON (a restart inside an allocation reads it from here)."""
+        return self.root / "spec.json"
+
+    @property
+    def allocation(self) -> Path:
+        """The allocation supervisor's files, in the segment that submitted the job (see AllocationPaths)."""
+        return self.root / "allocation"
+
+
+@dataclass(frozen=True)
+class AllocationPaths:
+    """The files of one allocation with spare nodes: the controller's step request and one record per step."""
+
+    root: Path
+
+    @property
+    def request(self) -> Path:
+        return self.root / "request.json"
+
+    def step(self, segment: int) -> Path:
+        return self.root / f"step-{segment:04d}.json"
+
 
 def node_of_log(file_name: str) -> str | None:
     """The node a file in logs/ belongs to, or None when it is not an agent log."""
@@ -140,6 +164,29 @@ class DumpRecord(Record):
     time: str = ""
     request: str = ""
     processes: list[ProcessDump] = []
+
+
+class StepRequest(Record):
+    """The controller asks the allocation supervisor to run segment `segment` (its spec in `spec_file`) as a
+    new job step on exactly `nodes`; the step running now, if any, is stopped first."""
+    segment: int
+    nodes: list[str]
+    spec_file: str
+    time: str = ""
+
+
+class StepRecord(Record):
+    """One job step the allocation supervisor ran: where, when, how it ended, and which nodes the allocation
+    lost meanwhile (Slurm removes a failed node from a --no-kill job and kills the step that used it)."""
+    segment: int
+    job_id: str = ""
+    nodes: list[str] = []
+    allocation: list[str] = []
+    started: str = ""
+    ended: str = ""
+    exit_code: int | None = None
+    lost_nodes: list[str] = []
+    note: str = ""
 
 
 R = TypeVar("R", bound=Record)

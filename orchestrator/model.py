@@ -100,6 +100,8 @@ class SegmentSpec(Frozen):
     preflight_commands: tuple[tuple[str, ...], ...] = ()
     preflight_timeout_s: float = 20.0
     interval_advice: str = ""  # the advised checkpoint interval and the expected effective training time
+    spares: int = Field(0, ge=0)  # spare nodes allocated beyond `nodes` (--no-kill; restarts inside the job)
+    allocation_dir: str = ""  # with spares: where the allocation supervisor and the controller talk
 
 
 class JobRef(Frozen):

@@ -7,10 +7,11 @@ from pathlib import Path
 
 from orchestrator.blacklist import ExcludePlan
 from orchestrator.checkpoint import Checkpoint
-from orchestrator.checkpoint_interval import advise, observed, restart_cost_s
+from orchestrator.checkpoint_interval import advise, failure_rate_per_node_hour, observed, restart_cost_s
 from orchestrator.contract import SegmentPaths
 from orchestrator.model import SegmentSpec
 from orchestrator.settings import Settings
+from orchestrator.spares import spares_needed
 from orchestrator.state import RunState
 
 
@@ -43,8 +44,18 @@ def interval(settings: Settings, state: RunState) -> tuple[int, str]:
     return round(a.interval_s), note
 
 
+def spares(settings: Settings, state: RunState) -> int:
+    """Spare nodes for the next segment: as configured, or (`auto`) enough that the chance of more node
+    failures than spares within the time limit is below 1% at the failure rate observed so far."""
+    r = settings.resources
+    if r.spare_nodes != "auto":
+        return r.spare_nodes
+    rate = failure_rate_per_node_hour(observed(state))
+    return spares_needed(rate, r.nodes, r.time_limit_min / 60)
+
+
 def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: ExcludePlan,
-         python: str) -> SegmentSpec:
+         python: str, spare_nodes: int | None = None) -> SegmentSpec:  # spare_nodes: default spares()
     index = len(state.segments) + 1
     run_dir = Path(settings.run_dir)
     every_s, advice = interval(settings, state)
@@ -62,9 +73,9 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
     env["ORCH_CHECKPOINT_INTERVAL_S"] = str(every_s)
     # Megatron's --load and DeepSpeed's load_dir take the checkpoint root and read its tracker file
     env["ORCH_RESUME_ROOT"] = str(settings.checkpoint.dir) if ckpt else ""
-    env["ORCH_SEGMENT"] = str(index)
-    env["ORCH_RUN_DIR"] = str(run_dir)
+    env["ORCH_SEGMENT"], env["ORCH_RUN_DIR"] = str(index), str(run_dir)
     r = settings.resources
+    k = spares(settings, state) if spare_nodes is None else spare_nodes
     return SegmentSpec(
         run_name=settings.name,
         index=index,
@@ -91,4 +102,6 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
         preflight_commands=tuple(tuple(c) for c in settings.preflight.commands),
         preflight_timeout_s=settings.preflight.timeout_s,
         interval_advice=advice,
+        spares=k,
+        allocation_dir=str(SegmentPaths.of(run_dir, index).allocation) if k else "",
     )

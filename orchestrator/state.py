@@ -52,6 +52,10 @@ class SegmentRecord(BaseModel):
     cancelled_at: datetime | None = None
     queue_note: str = ""  # while pending: time waited, reason, position in the queue
     interval_advice: str = ""  # the checkpoint interval handed to this segment, and why
+    spare_count: int = 0  # spare nodes this segment's job holds beyond its step (0: no restarts in the job)
+    allocation: list[str] = Field(default_factory=list)  # every node of the job, spares included, once known
+    in_job_of: int | None = None  # a restart inside the job that this segment index submitted
+    allocation_dir: str = ""  # where the controller and the job's allocation supervisor talk
 
 
 class HardwareEvent(BaseModel):

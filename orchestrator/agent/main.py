@@ -48,7 +48,9 @@ def node_identity(node_name: str | None, node_rank: int | None) -> tuple[str, in
     """(node name, node rank, number of nodes) from arguments (local backend) or Slurm's environment."""
     name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     rank = node_rank if node_rank is not None else int(os.environ.get("SLURM_NODEID", "0"))
-    nnodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1")
+    # a step inside an allocation with spares runs on fewer nodes than the job holds
+    nnodes = int(os.environ.get("SLURM_STEP_NUM_NODES") or os.environ.get("SLURM_JOB_NUM_NODES")
+                 or os.environ.get("SLURM_NNODES") or "1")
     return name, rank, nnodes
 
 
@@ -118,13 +120,13 @@ class NodeAgent:
             "ORCH_JOB_ID": self.job_id, "PYTHONUNBUFFERED": "1",
         })
         env.update(srun_task_env(self.node_rank, local_rank, s.tasks_per_node, self.nnodes, os.environ))
-        nodelist = os.environ.get("SLURM_JOB_NODELIST")
+        nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
         if nodelist:
             import hostlist
 
             first = hostlist.expand_hostlist(nodelist)[0]
             env.setdefault("MASTER_ADDR", first)
-            env["ORCH_BATCH_HOST"] = first  # where sbatch would have run the batch script's body
+            env["ORCH_BATCH_HOST"] = first  # where sbatch would have run the script's body (the step's first node)
         return env
 
     def _launch(self) -> list[threading.Thread]:

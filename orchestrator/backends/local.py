@@ -131,6 +131,9 @@ class LocalBackend:
         return "\n".join(lines)
 
     def submit(self, spec: SegmentSpec) -> JobRef:
+        if spec.spares:
+            raise BackendError("resources.spare_nodes needs backend.kind: slurm (job steps inside an allocation); "
+                               "set it to 0 for the local backend")
         unknown = [n for n in spec.exclude if n not in self.node_names]
         if unknown:
             raise BackendError(f"invalid node name(s) in exclude: {','.join(unknown)}")

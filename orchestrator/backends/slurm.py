@@ -21,6 +21,7 @@ import submitit
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 from tenacity import wait_random_exponential as wait_rexp
 
+from orchestrator.agent.allocation import run_allocation
 from orchestrator.agent.main import run_node
 from orchestrator.backends.base import BackendError, SchedulerUnavailable
 from orchestrator.backends.slurm_commands import (
@@ -116,10 +117,13 @@ class SlurmBackend:
 
     def _params(self, spec: SegmentSpec) -> dict[str, Any]:
         extra: dict[str, Any] = {"no-requeue": True, **dict(spec.sbatch_extra)}
+        if spec.spares:
+            extra["no-kill"] = True  # a failed node leaves the job; the supervisor restarts on a spare
         if spec.account:
             extra["account"] = spec.account
         p: dict[str, Any] = {
-            "job_name": spec.job_name, "nodes": spec.nodes, "ntasks_per_node": 1, "time": spec.time_limit_min,
+            "job_name": spec.job_name, "nodes": spec.nodes + spec.spares, "ntasks_per_node": 1,
+            "time": spec.time_limit_min,
             "comment": f"orchestrator:{spec.run_name}:seg{spec.index}", "additional_parameters": extra,
             "stderr_to_stdout": True, "signal_delay_s": 60,
         }
@@ -135,9 +139,16 @@ class SlurmBackend:
             p["exclude"] = spec.exclude_hostlist
         if self.cfg.setup:
             p["setup"] = list(self.cfg.setup)
-        if self.cfg.srun_args:
+        if spec.spares:
+            p["use_srun"] = False  # the allocation supervisor runs on the batch host and starts the steps
+        elif self.cfg.srun_args:
             p["srun_args"] = list(self.cfg.srun_args)
         return p
+
+    def _submit(self, ex: submitit.SlurmExecutor, spec: SegmentSpec) -> submitit.Job[Any]:
+        if spec.spares:
+            return ex.submit(run_allocation, spec, tuple(self.cfg.srun_args))
+        return ex.submit(run_node, spec)
 
     def folder(self, spec: SegmentSpec) -> Path:
         return Path(spec.segment_dir) / "submitit"
@@ -162,7 +173,7 @@ class SlurmBackend:
                 (bindir / tool).write_text(f"#!/bin/sh\n{text}\n")
                 (bindir / tool).chmod(0o755)
             with _path_first(bindir):
-                job = self._executor(scratch, spec).submit(run_node, spec)
+                job = self._submit(self._executor(scratch, spec), spec)
             script = Path(job.paths.submission_file).read_text()
         real = str(self.folder(spec).expanduser().absolute())
         return re.sub(re.escape(str(scratch)) + r"[^\s'\"]*",
@@ -177,7 +188,7 @@ class SlurmBackend:
         ex = self._executor(self.folder(spec), spec)
         submitted_at = self.clock.now()
         try:
-            job = ex.submit(run_node, spec)
+            job = self._submit(ex, spec)
         except Exception as exc:  # noqa: BLE001 - submitit wraps sbatch failures in its own types
             text = str(exc)
             if transient(text):

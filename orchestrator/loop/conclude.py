@@ -14,6 +14,7 @@ from orchestrator.blacklist import Blacklist
 from orchestrator.diagnose.classify import Context, classify
 from orchestrator.evidence import NodeEvidence
 from orchestrator.loop.effects import Alert, Drain, Effect, Publish
+from orchestrator.loop.injob import lost_node_verdict
 from orchestrator.model import HARDWARE_CAUSES, Action, Cause, Decision, JobStatus, RunStatus, Verdict
 from orchestrator.policy import decide
 from orchestrator.settings import Goal, Policy
@@ -79,8 +80,10 @@ def ledger(state: RunState, job_id: str, verdict: Verdict, decision: Decision, p
 
 
 def conclude(state: RunState, seg: SegmentRecord, status: JobStatus, evidence: list[NodeEvidence],
-             fs_stalls: list[str], policy: Policy, goal: Goal, now: datetime) -> Outcome:
+             fs_stalls: list[str], policy: Policy, goal: Goal, now: datetime, lost: tuple[str, ...] = ()) -> Outcome:
+    """`lost`: nodes Slurm removed from the segment's --no-kill job (first-hand evidence of a node failure)."""
     verdict = judge(status, evidence, fs_stalls, seg, recent_hardware(state.hardware_events, now))
+    verdict = lost_node_verdict(verdict, [n for n in lost if n in seg.nodes], seg.job_id or "")
     decision = decide(state, verdict, policy, goal, now)
     bl, hw, effects = ledger(state, seg.job_id or "", verdict, decision, policy, now)
     culprits = ",".join(verdict.culprit_nodes) or "-"

@@ -22,8 +22,10 @@ from orchestrator.diagnose.signatures import table_for
 from orchestrator.loop import operator, progress
 from orchestrator.loop.conclude import apply_outcome, conclude
 from orchestrator.loop.effects import Alert, Cancel, EffectRunner, Notify
+from orchestrator.loop.injob import in_allocation
 from orchestrator.loop.notes import Notes
 from orchestrator.loop.outage import Outage
+from orchestrator.loop.steps import Steps
 from orchestrator.loop.submission import FilesystemStall, intent, prepare, shared_path, unloadable
 from orchestrator.loop.supervise import Seen, supervise
 from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
@@ -51,6 +53,7 @@ class Controller:
         self.notes = Notes(getattr(backend, "queue_position", lambda r: ""))
         self.keep_job = True  # False with --cancel-on-exit: the caller cancels the job after run()
         self._stall, self._outage = Outage("filesystem stall"), Outage("scheduler unreachable")
+        self.steps = Steps(self)  # segments that run as steps of a job with spare nodes
 
     # ---- lifecycle -------------------------------------------------------------------------
     def request_stop(self, why: str = "signal") -> None:
@@ -87,13 +90,9 @@ class Controller:
     def run(self) -> RunState:
         operator.forget_stale_stop(self.s)
         state = self.load_or_init()
-        before, state.target_iteration = state.target_iteration, self.s.goal.target_iteration
         log = logger.bind(run=state.run)
-        raised = state.status == RunStatus.DONE and before is not None and (state.target_iteration or 0) > before
-        if state.status == RunStatus.STOPPED or raised:
-            log.warning("resuming a {} run ({})", state.status.value, "the goal was raised" if raised
-                        else f"it stopped because: {state.stop_reason}")
-            state.status, state.stop_reason = RunStatus.RUNNING, ""
+        if why := operator.resume(state, self.s.goal.target_iteration):
+            log.warning(why)
             self.save(state)
         log.info("controller start run={} status={} segments={}", state.run, state.status, len(state.segments))
         while state.status == RunStatus.RUNNING and not self.stop_requested:
@@ -159,9 +158,9 @@ class Controller:
     def _attach(self, state: RunState, seg: SegmentRecord, ref: JobRef) -> None:
         seg.job_id, seg.submitted_at = ref.job_id, ref.submitted_at
         self.save(state)
-        self._new_watch(seg)
+        self.new_watch(seg)
 
-    def _new_watch(self, seg: SegmentRecord) -> None:
+    def new_watch(self, seg: SegmentRecord) -> None:
         if self._watch:
             self._watch.close()
         root = SegmentPaths.of(self.s.run_dir, seg.index).root
@@ -201,7 +200,7 @@ class Controller:
     def watch_once(self, state: RunState, seg: SegmentRecord) -> None:
         assert seg.job_id and seg.submitted_at
         if self._watch is None:
-            self._new_watch(seg)
+            self.new_watch(seg)
             logger.bind(run=state.run, segment=seg.index).info("watching job={}", seg.job_id)
         watch = self._watch
         assert watch is not None
@@ -211,6 +210,8 @@ class Controller:
         if status is None:
             self.clock.sleep(self.s.watch.poll_interval_s)
             return
+        if in_allocation(seg):
+            status = self.steps.observe(seg, status)  # the step's nodes; a step that ended ends the segment
         if status.nodes and status.nodes_final:
             watch.slurm_nodes = list(status.nodes)  # COMPLETING lists only the nodes still busy
         self.failpoint("poll")
@@ -247,6 +248,10 @@ class Controller:
         if not sv.cancel:
             return False
         seg.cancelled_by_controller, seg.cancelled_at = sv.cancel, now
+        if in_allocation(seg):  # end the segment now; the step stops when the next one starts, or the job ends
+            watch.poll(now, final=True)
+            self.conclude(state, seg, JobStatus(state=JobState.CANCELLED, nodes=tuple(seg.nodes)))
+            return True
         self.save(state)
         self.effects.one(Cancel(ref, sv.cancel))
         return True
@@ -255,8 +260,9 @@ class Controller:
     def conclude(self, state: RunState, seg: SegmentRecord, status: JobStatus) -> None:
         assert self._watch is not None
         now = self.clock.now()
+        lost = tuple(self.steps.lost) if in_allocation(seg) else ()
         out = conclude(state, seg, status, self._watch.evidence(), self._watch.fs_stalls, self.s.policy,
-                       self.s.goal, now)
+                       self.s.goal, now, lost)
         self.failpoint("before_decide")
         log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)
         v, d = out.verdict, out.decision
@@ -274,6 +280,8 @@ class Controller:
         self.failpoint("after_blacklist")
         self.save(state)
         self.failpoint("after_conclude")
+        if in_allocation(seg):
+            self.steps.after(state, seg, out, now)  # restart inside the job, or end the job
 
     def _held(self, state: RunState, outage: Outage, limit_s: float, detail: str) -> None:
         """A condition blocks submitting: alert once, stop once it lasted beyond `limit_s`, else wait."""

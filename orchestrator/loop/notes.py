@@ -52,8 +52,12 @@ class Notes:
         if status.state == JobState.RUNNING and self.running_since is None:
             self.running_since = self._summary = now
             seg.queue_note = ""
-            log.info("job={} running on {} after {:.0f}s in the queue", seg.job_id, ",".join(status.nodes) or "?",
-                     (now - seg.submitted_at).total_seconds() if seg.submitted_at else 0.0)
+            where = ",".join(status.nodes or seg.nodes) or "?"
+            if seg.in_job_of is not None:
+                log.info("job={} segment {} restarted inside the job on {} (no queue)", seg.job_id, seg.index, where)
+            else:
+                log.info("job={} running on {} after {:.0f}s in the queue", seg.job_id, where,
+                         (now - seg.submitted_at).total_seconds() if seg.submitted_at else 0.0)
         if status.state == JobState.RUNNING and self._summary is not None and \
                 (now - self._summary).total_seconds() >= SUMMARY_EVERY_S:
             self._summary = now

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from loguru import logger
 
+from orchestrator.model import RunStatus
 from orchestrator.requests import STOP_REQUEST, apply_request, take_requests
 from orchestrator.settings import Settings
 from orchestrator.state import RunState
@@ -20,6 +21,18 @@ def stop_requested(settings: Settings) -> bool:
         path.unlink(missing_ok=True)
         return True
     return False
+
+
+def resume(state: RunState, target: int | None) -> str:
+    """A stopped run, or a finished one whose goal was raised, runs again: what changed, or ''."""
+    before, state.target_iteration = state.target_iteration, target
+    raised = state.status == RunStatus.DONE and before is not None and (target or 0) > before
+    if state.status != RunStatus.STOPPED and not raised:
+        return ""
+    why = "the goal was raised" if raised else f"it stopped because: {state.stop_reason}"
+    line = f"resuming a {state.status.value} run ({why})"
+    state.status, state.stop_reason = RunStatus.RUNNING, ""
+    return line
 
 
 def forget_stale_stop(settings: Settings) -> None:

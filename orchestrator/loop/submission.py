@@ -16,7 +16,7 @@ from orchestrator import checkpoint as ckpt_mod
 from orchestrator.backends.base import Backend
 from orchestrator.blacklist import Blacklist, ExcludePlan
 from orchestrator.model import SegmentSpec
-from orchestrator.plan import plan
+from orchestrator.plan import plan, spares
 from orchestrator.settings import Policy, Settings
 from orchestrator.shared_blacklist import SharedBlacklist
 from orchestrator.state import RunState, SegmentRecord
@@ -109,8 +109,13 @@ def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime
     """The next segment's spec. Raises FilesystemStall when the checkpoint directory does not answer."""
     bl = merged_blacklist(settings, state.blacklist)
     ckpt = find_checkpoint(settings, state)
-    excl = exclude_plan(bl, settings.policy, backend.nodes(), settings.resources.nodes, now)
-    return Prepared(plan(settings, state, ckpt, excl, python), excl, bl)
+    inventory = backend.nodes()
+    n, k = settings.resources.nodes, spares(settings, state)
+    if k and inventory is not None:  # spares only from nodes the blacklist leaves: never fewer nodes than needed
+        usable = len(set(inventory) - set(exclude_plan(bl, settings.policy, inventory, n, now).nodes))
+        k = max(0, min(k, usable - n))
+    excl = exclude_plan(bl, settings.policy, inventory, n + k, now)
+    return Prepared(plan(settings, state, ckpt, excl, python, k), excl, bl)
 
 
 def unloadable(state: RunState, spec: SegmentSpec) -> str:
@@ -126,4 +131,5 @@ def intent(spec: SegmentSpec, backend_name: str) -> SegmentRecord:
     """The segment record written before submission, so a crash before the id is recorded is detected."""
     return SegmentRecord(index=spec.index, job_name=spec.job_name, excluded=list(spec.exclude),
                          resumed_from=spec.resume_from, start_iteration=spec.start_iteration, backend=backend_name,
-                         interval_advice=spec.interval_advice)
+                         interval_advice=spec.interval_advice, spare_count=spec.spares,
+                         allocation_dir=spec.allocation_dir)

@@ -55,9 +55,20 @@ class Resources(Section):
     account: str | None = Field(None, description="Slurm account.")
     qos: str | None = Field(None, description="Slurm QOS.")
     time_limit_min: int = Field(60, ge=1, le=525_600, description="Wall-clock limit of one segment (--time), minutes.")
+    spare_nodes: int | Literal["auto"] = Field(
+        0, description="Spare nodes allocated with each segment (Slurm, --no-kill): a failed node is replaced by a "
+        "spare and training restarts inside the same job, without a new queue wait. `auto` sizes them from the "
+        "observed failure rate so that running out within the time limit is below 1%.")
     sbatch_extra: dict[str, str] = Field(
         default_factory=dict, description="Extra sbatch options, e.g. {constraint: h100}. Values are quoted."
     )
+
+    @field_validator("spare_nodes")
+    @classmethod
+    def _spares(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 0 <= v <= 64:
+            raise ValueError("spare_nodes must be between 0 and 64, or auto")
+        return v
 
     @field_validator("partition", "account", "qos")
     @classmethod

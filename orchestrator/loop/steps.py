@@ -1,0 +1,145 @@
+"""The controller's side of an allocation with spare nodes: read the supervisor's step records, and after
+a verdict either restart the training inside the job (write the next spec and a StepRequest) or cancel the
+job so that a new segment follows. Decisions are the pure functions of `injob`; this carries them out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from loguru import logger
+
+from orchestrator.backends.base import Backend
+from orchestrator.clock import Clock
+from orchestrator.contract import AllocationPaths, SegmentPaths, StepRecord, StepRequest, read_record, write_record
+from orchestrator.loop.conclude import Outcome
+from orchestrator.loop.effects import Alert, Cancel, EffectRunner
+from orchestrator.loop.injob import AfterStep, after_step, free_spares, step_status
+from orchestrator.loop.submission import FilesystemStall, intent, prepare, unloadable
+from orchestrator.model import JobRef, JobStatus, SegmentSpec
+from orchestrator.settings import Settings
+from orchestrator.state import RunState, SegmentRecord
+from orchestrator.timeout import call_with_timeout
+
+
+class Host(Protocol):
+    """What the steps executor needs from the controller."""
+    s: Settings
+    backend: Backend
+    clock: Clock
+    effects: EffectRunner
+    python: str
+
+    def save(self, state: RunState) -> None: ...
+
+    def new_watch(self, seg: SegmentRecord) -> None: ...
+
+
+def _ref(seg: SegmentRecord) -> JobRef:
+    assert seg.job_id and seg.submitted_at
+    return JobRef(job_id=seg.job_id, submitted_at=seg.submitted_at, backend=seg.backend)
+
+
+class Steps:
+    """Owns the controller's I/O with one allocation supervisor: step records in, specs and step requests
+    out, and the job's current node list (a failed node leaves a --no-kill job)."""
+
+    def __init__(self, host: Host):
+        self.host = host
+        self.held: list[str] = []
+        self.job_state: JobStatus | None = None
+        self.record: StepRecord | None = None
+        self._ensured: set[int] = set()
+
+    def paths(self, seg: SegmentRecord) -> AllocationPaths:
+        return AllocationPaths(Path(seg.allocation_dir))
+
+    def _read(self, seg: SegmentRecord) -> StepRecord | None:
+        done, rec = call_with_timeout(lambda: read_record(self.paths(seg).step(seg.index), StepRecord),
+                                      self.host.s.watch.read_timeout_s)
+        if not done:  # the shared filesystem did not answer: keep what was read last for this segment
+            return self.record if self.record is not None and self.record.segment == seg.index else None
+        return rec if isinstance(rec, StepRecord) else None
+
+    def observe(self, seg: SegmentRecord, job: JobStatus) -> JobStatus:
+        """The segment's status from the job's and its step record; remembers the nodes the job holds."""
+        if seg.in_job_of is not None and seg.index not in self._ensured:
+            self._ensure_request(seg)
+        self.job_state = job
+        rec = self.record = self._read(seg)
+        if rec is not None and rec.allocation and not seg.allocation:
+            seg.allocation = list(rec.allocation)
+        if job.nodes and job.nodes_final and not job.state.terminal:
+            self.held = list(job.nodes)
+        if rec is None and not job.state.terminal:
+            return job.model_copy(update={"nodes": ()})  # the step has not started: no node of it is known yet
+        return step_status(job, rec)
+
+    @property
+    def lost(self) -> list[str]:
+        return list(self.record.lost_nodes) if self.record else []
+
+    def after(self, state: RunState, seg: SegmentRecord, out: Outcome, now: datetime) -> None:
+        """After a segment's verdict: restart inside the job, or cancel the job (a new segment follows)."""
+        job_ended = self.job_state is None or self.job_state.state.terminal
+        bl = state.blacklist.excluding(now, self.host.s.policy.strike_threshold)
+        spares = free_spares(seg, self.held or seg.allocation, self.lost, {e.node for e in bl})
+        nxt = after_step(state, seg, out.verdict, out.decision, spares, job_ended)
+        log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)
+        if nxt.cancel_job:
+            log.info("ending job {}: {}", seg.job_id, nxt.cancel_job)
+            self.host.effects.one(Cancel(_ref(seg), nxt.cancel_job))
+        elif nxt.restart.ok:
+            self.restart(state, seg, nxt, spares, now)
+
+    def restart(self, state: RunState, seg: SegmentRecord, nxt: AfterStep, spares: list[str], now: datetime) -> None:
+        h = self.host
+        try:
+            prepared = prepare(h.s, state, h.backend, now, h.python)
+        except FilesystemStall as exc:
+            h.effects.one(Cancel(_ref(seg), f"no restart inside the job: {exc}"))
+            return
+        if unloadable(state, prepared.spec):
+            h.effects.one(Cancel(_ref(seg), "no restart inside the job: no loadable checkpoint"))
+            return
+        left = [n for n in spares if n not in nxt.restart.promote]
+        spec = prepared.spec.model_copy(update={"allocation_dir": seg.allocation_dir, "spares": len(left)})
+        self._write_spec(spec)
+        new = intent(spec, seg.backend)
+        new.job_id, new.submitted_at, new.nodes = seg.job_id, now, list(nxt.nodes)
+        new.allocation, new.in_job_of = list(seg.allocation), seg.in_job_of or seg.index
+        state.blacklist, state.wait_until = prepared.blacklist, None
+        state.segments.append(new)
+        h.save(state)  # the record first: a crash before the request is written is repaired on restart
+        self._request(new)
+        swap = ", ".join(f"{a} -> {b}" for a, b in zip(nxt.restart.drop, nxt.restart.promote, strict=True))
+        logger.bind(run=state.run, segment=new.index, job=new.job_id).warning(
+            "restart inside job {} on {} ({}), resume_from={}, {} spare(s) left", new.job_id, ",".join(new.nodes),
+            swap, spec.resume_from or "-", len(left))
+        h.effects.one(Alert(f"{state.run}: segment {new.index} restarted inside job {new.job_id}",
+                            f"{swap}; resume from {spec.resume_from or 'scratch'}; {len(left)} spare(s) left"))
+        h.new_watch(new)
+
+    def _write_spec(self, spec: SegmentSpec) -> None:
+        path = SegmentPaths.of(spec.run_dir, spec.index).spec
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(spec.model_dump_json())
+        tmp.replace(path)
+
+    def _request(self, seg: SegmentRecord) -> None:
+        spec_file = SegmentPaths.of(self.host.s.run_dir, seg.index).spec
+        req = StepRequest(segment=seg.index, nodes=list(seg.nodes), spec_file=str(spec_file),
+                          time=self.host.clock.now().isoformat())
+        write_record(self.paths(seg).request, req)
+        self._ensured.add(seg.index)
+
+    def _ensure_request(self, seg: SegmentRecord) -> None:
+        """After a controller restart: a restart recorded in the state whose request never reached the
+        supervisor is asked for again (the spec was written before the record)."""
+        self._ensured.add(seg.index)
+        req = read_record(self.paths(seg).request, StepRequest)
+        if req is None or req.segment < seg.index:
+            self._request(seg)
