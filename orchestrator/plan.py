@@ -69,8 +69,7 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
         "config_dir": str(settings.config_dir),
     }
     env = dict(settings.env)
-    env["ORCH_RESUME_FROM"] = ckpt.path if ckpt else ""
-    env["ORCH_CHECKPOINT_INTERVAL_S"] = str(every_s)
+    env["ORCH_RESUME_FROM"], env["ORCH_CHECKPOINT_INTERVAL_S"] = (ckpt.path if ckpt else ""), str(every_s)
     # Megatron's --load and DeepSpeed's load_dir take the checkpoint root and read its tracker file
     env["ORCH_RESUME_ROOT"] = str(settings.checkpoint.dir) if ckpt else ""
     env["ORCH_SEGMENT"], env["ORCH_RUN_DIR"] = str(index), str(run_dir)
