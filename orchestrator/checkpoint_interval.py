@@ -51,6 +51,13 @@ def restart_cost_s(state: RunState, default_s: float = 600.0) -> float:
     return statistics.median(costs) if costs else default_s
 
 
+def write_time_s(state: RunState, configured_s: float) -> tuple[float, bool]:
+    """The checkpoint write time: the median the agents timed over the last segments that saved, else the
+    configured one; and whether it was measured."""
+    timed = [s.checkpoint_write_s for s in state.segments if s.checkpoint_write_s is not None][-5:]
+    return (max(1.0, statistics.median(timed)), True) if timed else (configured_s, False)
+
+
 def failure_rate_per_node_hour(obs: Observed, prior_per_node_day: float = FIELD_RATE_PER_NODE_DAY,
                                prior_node_days: float = 1000.0) -> float:
     """Posterior mean of the per-node failure rate (Gamma prior, Poisson failures)."""

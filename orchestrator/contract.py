@@ -144,6 +144,7 @@ class ExitRecord(Record):
     last_lines: list[str] = []
     preflight: list[CheckRecord] = []
     stopped_by_signal: bool = False
+    checkpoint_write_s: list[float] = []  # checkpoint saves the agent timed from the training's own lines
 
 
 class ProcessDump(Record):

@@ -7,7 +7,13 @@ from pathlib import Path
 
 from orchestrator.blacklist import ExcludePlan
 from orchestrator.checkpoint import Checkpoint
-from orchestrator.checkpoint_interval import advise, failure_rate_per_node_hour, observed, restart_cost_s
+from orchestrator.checkpoint_interval import (
+    advise,
+    failure_rate_per_node_hour,
+    observed,
+    restart_cost_s,
+    write_time_s,
+)
 from orchestrator.contract import SegmentPaths
 from orchestrator.model import SegmentSpec
 from orchestrator.settings import Settings
@@ -36,9 +42,10 @@ def render(argv: list[str], values: dict[str, str]) -> tuple[str, ...]:
 def interval(settings: Settings, state: RunState) -> tuple[int, str]:
     """The checkpoint interval to hand to the next segment (seconds), and a line saying why."""
     c = settings.checkpoint
-    a = advise(observed(state), settings.resources.nodes, c.write_time_s, restart_cost_s(state),
-               c.interval_s or 3600.0)
-    note = (f"checkpoint every {a.interval_s / 60:.0f} min (job MTBF {a.mtbf_h:.1f} h, write {c.write_time_s:.0f} s): "
+    write_s, timed = write_time_s(state, c.write_time_s)
+    a = advise(observed(state), settings.resources.nodes, write_s, restart_cost_s(state), c.interval_s or 3600.0)
+    how = "timed" if timed else "configured"
+    note = (f"checkpoint every {a.interval_s / 60:.0f} min (job MTBF {a.mtbf_h:.1f} h, write {write_s:.0f} s {how}): "
             f"expected effective training time {a.ettr_advised:.1%}, {a.ettr_now:.1%} at the current "
             f"{(c.interval_s or 3600.0) / 60:.0f} min")
     return round(a.interval_s), note

@@ -56,6 +56,7 @@ class SegmentRecord(BaseModel):
     allocation: list[str] = Field(default_factory=list)  # every node of the job, spares included, once known
     in_job_of: int | None = None  # a restart inside the job that this segment index submitted
     allocation_dir: str = ""  # where the controller and the job's allocation supervisor talk
+    checkpoint_write_s: float | None = None  # median checkpoint write time timed from the training's lines
 
 
 class HardwareEvent(BaseModel):

@@ -275,8 +275,10 @@ def main() -> int:
               f"elapsed time per iteration (ms): {args.step_time * 1000:.1f} | learning rate: {lr:.3E} | "
               f"lm loss: {loss:.6E} |", flush=True)
         if rank == 0 and (it % args.ckpt_every == 0 or it == args.iters):
+            print(f"saving checkpoint at iteration {it:7d} to {args.ckpt_dir} in torch format", flush=True)
             save_checkpoint(args.ckpt_dir, it, w)
-            print(f"saved checkpoint at iteration {it:8d} to {args.ckpt_dir}", flush=True)
+            print(f"  successfully saved checkpoint from iteration {it:7d} to {args.ckpt_dir} [ t 1/1, p 1/1 ]",
+                  flush=True)
     reduce(args.iters + 1, np.zeros(1))  # everyone finished: rank 0's checkpoint is on disk
     print(f"> training done at iteration {args.iters} on {node}", flush=True)
     return 0

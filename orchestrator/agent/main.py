@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from orchestrator.agent import dump, preflight
+from orchestrator.agent.ckpt_timer import CheckpointTimer
 from orchestrator.contract import (
     CANNOT_START_EXIT,
     DUMP_MARKER,
@@ -65,6 +66,7 @@ class NodeAgent:
         self.iteration: int | None = None
         self.progress_time: str | None = None
         self.tail: list[str] = []
+        self.saves = CheckpointTimer()
         self._lock = threading.Lock()
         self._log: IO[str] | None = None
         self._stopping = threading.Event()
@@ -80,6 +82,7 @@ class NodeAgent:
             self._log.write(line + "\n")
             self._log.flush()
             self.tail = (self.tail + [line])[-20:]
+            self.saves.feed(text, time.monotonic())
         iteration = last_iteration(self.progress, text)
         if iteration is not None:
             self.iteration = iteration
@@ -227,7 +230,7 @@ class NodeAgent:
         write_record(self.paths.exit(self.node), ExitRecord(
             node=self.node, job_id=self.job_id, exit_code=code, rank_exit_codes=codes, signals=signals,
             iteration=self.iteration, time=_now(), last_lines=self.tail[-10:], preflight=results,
-            stopped_by_signal=self._stopping.is_set()))
+            stopped_by_signal=self._stopping.is_set(), checkpoint_write_s=self.saves.durations))
         if self._log:
             self._log.close()
             self._log = None

@@ -46,8 +46,7 @@ class Controller:
         self.python = python
         self.signatures = table_for(settings.signatures)
         self.progress = re.compile(settings.progress_regex)
-        self.stop_requested = ""
-        self.reload_requested = False
+        self.stop_requested, self.reload_requested = "", False
         self.reloader: Callable[[], Settings] | None = None
         self._watch: SegmentWatch | None = None
         self.notes = Notes(getattr(backend, "queue_position", lambda r: ""))
@@ -267,6 +266,7 @@ class Controller:
         log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)
         v, d = out.verdict, out.decision
         apply_outcome(state, seg, status, out, now)
+        seg.checkpoint_write_s = self._watch.checkpoint_write_s()
         for node in d.blame_nodes:
             entry = state.blacklist.get(node)
             log.warning("blacklist node={} cause={} hard={} evidence={!r}", node, v.cause.value, d.hard,

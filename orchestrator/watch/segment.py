@@ -217,6 +217,10 @@ class SegmentWatch:
         return {n: nw.exit_seen_at for n, nw in self.nodes.items()
                 if nw.exit_record and nw.exit_record.exit_code != 0 and nw.exit_seen_at}
 
+    def checkpoint_write_s(self) -> float | None:
+        times = sorted(t for nw in self.nodes.values() if nw.exit_record for t in nw.exit_record.checkpoint_write_s)
+        return times[len(times) // 2] if times else None  # the median
+
     def exit_code(self, node: str) -> int | None:
         nw = self.nodes.get(node)
         return nw.exit_record.exit_code if nw and nw.exit_record else None
