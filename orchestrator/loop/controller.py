@@ -277,11 +277,11 @@ class Controller:
         if state.status == RunStatus.STOPPED:
             log.error("controller stopped reason={!r}", d.reason)
         self.effects.run(out.effects)  # before the save, as a crash here re-concludes (publish is idempotent)
+        if in_allocation(seg):  # restart inside the job, or end the job; a crash before the save re-concludes
+            self.steps.after(state, seg, out, now)
         self.failpoint("after_blacklist")
         self.save(state)
         self.failpoint("after_conclude")
-        if in_allocation(seg):
-            self.steps.after(state, seg, out, now)  # restart inside the job, or end the job
 
     def _held(self, state: RunState, outage: Outage, limit_s: float, detail: str) -> None:
         """A condition blocks submitting: alert once, stop once it lasted beyond `limit_s`, else wait."""
