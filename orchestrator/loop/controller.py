@@ -22,7 +22,7 @@ from orchestrator.diagnose.signatures import table_for
 from orchestrator.loop import operator, progress
 from orchestrator.loop.conclude import apply_outcome, conclude
 from orchestrator.loop.effects import Alert, Cancel, EffectRunner, Notify
-from orchestrator.loop.injob import in_allocation
+from orchestrator.loop.injob import in_allocation, job_submitted_at
 from orchestrator.loop.notes import Notes
 from orchestrator.loop.outage import Outage
 from orchestrator.loop.steps import Steps
@@ -201,9 +201,9 @@ class Controller:
         if self._watch is None:
             self.new_watch(seg)
             logger.bind(run=state.run, segment=seg.index).info("watching job={}", seg.job_id)
-        watch = self._watch
-        assert watch is not None
-        ref = JobRef(job_id=seg.job_id, submitted_at=seg.submitted_at, backend=seg.backend or self.backend.name)
+        assert (watch := self._watch) is not None
+        ref = JobRef(job_id=seg.job_id, submitted_at=job_submitted_at(state, seg) or seg.submitted_at,
+                     backend=seg.backend or self.backend.name)
         now = self.clock.now()
         status = self._poll(ref, now)
         if status is None:

@@ -10,6 +10,7 @@ job (a blamed node dropped, a spare promoted) or to fall back to a new segment.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from orchestrator.contract import StepRecord
 from orchestrator.model import Action, Cause, Decision, Evidence, JobState, JobStatus, Verdict
@@ -57,8 +58,15 @@ def free_spares(seg: SegmentRecord, held: list[str], lost: list[str], banned: se
 
 def replace(nodes: list[str], drop: tuple[str, ...], promote: tuple[str, ...]) -> list[str]:
     """The step's nodes with each dropped node replaced in place by a spare (node ranks stay put)."""
-    spare = iter(promote)
-    return [next(spare) if n in drop else n for n in nodes]
+    swap = dict(zip(drop, promote, strict=True))
+    return [swap.get(n, n) for n in nodes]
+
+
+def job_submitted_at(state: RunState, seg: SegmentRecord) -> datetime | None:
+    """When the segment's job was submitted: a restart inside a job polls it with the job's submission time
+    (sacct tells a reused job id by it), not with the time of the restart."""
+    first = next((x for x in state.segments if x.index == seg.in_job_of), seg) if seg.in_job_of else seg
+    return first.submitted_at or seg.submitted_at
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from orchestrator.clock import Clock
 from orchestrator.contract import AllocationPaths, SegmentPaths, StepRecord, StepRequest, read_record, write_record
 from orchestrator.loop.conclude import Outcome
 from orchestrator.loop.effects import Alert, Cancel, EffectRunner
-from orchestrator.loop.injob import AfterStep, after_step, free_spares, step_status
+from orchestrator.loop.injob import AfterStep, after_step, free_spares, job_submitted_at, step_status
 from orchestrator.loop.submission import FilesystemStall, intent, prepare, unloadable
 from orchestrator.model import JobRef, JobStatus, SegmentSpec
 from orchestrator.settings import Settings
@@ -37,9 +37,10 @@ class Host(Protocol):
     def new_watch(self, seg: SegmentRecord) -> None: ...
 
 
-def _ref(seg: SegmentRecord) -> JobRef:
-    assert seg.job_id and seg.submitted_at
-    return JobRef(job_id=seg.job_id, submitted_at=seg.submitted_at, backend=seg.backend)
+def _ref(state: RunState, seg: SegmentRecord) -> JobRef:
+    at = job_submitted_at(state, seg)
+    assert seg.job_id and at
+    return JobRef(job_id=seg.job_id, submitted_at=at, backend=seg.backend)
 
 
 class Steps:
@@ -73,6 +74,10 @@ class Steps:
             seg.allocation = list(rec.allocation)
         if job.nodes and job.nodes_final and not job.state.terminal:
             self.held = list(job.nodes)
+            # Slurm took a node of the running step out of the job: the step is dead even if no record says so
+            # (the batch host's failure kills the supervisor with it, and Slurm keeps the job on the other nodes)
+            if rec is not None and not rec.ended and (gone := [n for n in rec.nodes if n not in job.nodes]):
+                rec = self.record = rec.model_copy(update={"ended": "lost", "lost_nodes": gone})
         if rec is None and not job.state.terminal:
             return job.model_copy(update={"nodes": ()})  # the step has not started: no node of it is known yet
         return step_status(job, rec)
@@ -90,7 +95,7 @@ class Steps:
         log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)
         if nxt.cancel_job:
             log.info("ending job {}: {}", seg.job_id, nxt.cancel_job)
-            self.host.effects.one(Cancel(_ref(seg), nxt.cancel_job))
+            self.host.effects.one(Cancel(_ref(state, seg), nxt.cancel_job))
         elif nxt.restart.ok:
             self.restart(state, seg, nxt, spares, now)
 
@@ -99,10 +104,10 @@ class Steps:
         try:
             prepared = prepare(h.s, state, h.backend, now, h.python)
         except FilesystemStall as exc:
-            h.effects.one(Cancel(_ref(seg), f"no restart inside the job: {exc}"))
+            h.effects.one(Cancel(_ref(state, seg), f"no restart inside the job: {exc}"))
             return
         if unloadable(state, prepared.spec):
-            h.effects.one(Cancel(_ref(seg), "no restart inside the job: no loadable checkpoint"))
+            h.effects.one(Cancel(_ref(state, seg), "no restart inside the job: no loadable checkpoint"))
             return
         left = [n for n in spares if n not in nxt.restart.promote]
         spec = prepared.spec.model_copy(update={"allocation_dir": seg.allocation_dir, "spares": len(left)})

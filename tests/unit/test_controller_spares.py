@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from orchestrator.backends.slurm_commands import parse_sacct
 from orchestrator.clock import FakeClock
 from orchestrator.contract import AllocationPaths, SegmentPaths, StepRecord, StepRequest, read_record, write_record
@@ -231,9 +229,6 @@ def test_without_spares_nothing_changes(tmp_path: Path) -> None:
     assert cluster.jobs["101"].held == ["node1", "node2"] and cluster.submitted[1].exclude == ("node2",)
 
 
-@pytest.mark.xfail(strict=True, reason="Steps.restart records the restart time as the segment's submitted_at and the "
-                   "controller polls the job with it: sacct's row for the job (Submit = the job's real submission) is "
-                   "dropped by parse_sacct's reused-id filter once the restart comes >10 min after the submission")
 def test_a_restart_polls_the_job_with_its_own_submission_time(tmp_path: Path) -> None:
     ctl, cluster, _ = make(tmp_path, {"node2": Fault("ecc", at=35)}, step_s=30.0,
                            watch={"poll_interval_s": 10, "stall_timeout_s": 300})

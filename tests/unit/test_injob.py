@@ -154,8 +154,6 @@ def test_replace_keeps_rank_order() -> None:
     assert replace(["a", "b"], (), ()) == ["a", "b"]
 
 
-@pytest.mark.xfail(strict=True, reason="replace() hands spares out in rank order, not paired with `drop`, so the "
-                   "'a -> b' swap that Steps.restart logs and alerts (zip(drop, promote)) can name the wrong pairs")
 def test_replace_puts_each_promoted_spare_where_its_dropped_node_was() -> None:
     # after an earlier restart the step's node order is not sorted; the blamed nodes arrive sorted
     got = replace(["node1", "node4", "node3"], ("node3", "node4"), ("node5", "node6"))
