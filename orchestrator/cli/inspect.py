@@ -174,9 +174,12 @@ def validate(config: Annotated[Path, typer.Argument(help="The YAML config file t
       orchestrator validate configs/demo.yaml
       orchestrator validate configs/example.yaml
     """
+    from orchestrator.cli.dryrun import spares_problem
     from orchestrator.settings import path_warnings
 
     s = load(config, [])
+    if problem := spares_problem(s):
+        raise fail([problem])
     for w in path_warnings(s):
         err.print(f"warning: {clean(w)}", markup=False, highlight=False)
     out.print(clean(f"{config}: ok (run {s.name}, {s.resources.nodes} nodes, backend {s.backend.kind})"),

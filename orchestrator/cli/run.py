@@ -1,11 +1,9 @@
-"""`orchestrator run` (with --dry-run) and `orchestrator stop`."""
+"""`orchestrator run` and `orchestrator stop`; `run --dry-run` prints through `dryrun.py`."""
 
 from __future__ import annotations
 
 import os
-import shlex
 import signal
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -23,6 +21,7 @@ from orchestrator.cli.common import (
     require_run_dir,
     setup_logging,
 )
+from orchestrator.cli.dryrun import dry, spares_problem
 from orchestrator.clock import Clock, RealClock
 from orchestrator.requests import STOP_REQUEST, apply_request, pending, take_requests
 from orchestrator.runlock import CONTROLLER, LockHeld, RunLock
@@ -34,7 +33,6 @@ from orchestrator.views.text import clean
 if TYPE_CHECKING:
     from orchestrator.backends.base import Backend
     from orchestrator.loop.controller import Controller
-    from orchestrator.model import SegmentSpec
 
 
 @app.command()
@@ -55,8 +53,11 @@ def run(
       orchestrator run configs/demo.yaml
       orchestrator run configs/example.yaml --dry-run
       orchestrator run configs/demo.yaml --set watch.poll_interval_s=1
+      orchestrator run configs/slurm-demo.yaml --dry-run --set resources.spare_nodes=1
     """
     s = load(config, set_)
+    if problem := spares_problem(s):
+        raise fail([problem])
     clock = RealClock()
     if dry_run:
         dry(s, clock)
@@ -153,48 +154,6 @@ def _cancel_current(state: RunState, backend: Backend, store: StateStore, clock:
         state.status = RunStatus.STOPPED
         state.stop_reason = f"controller stopped with --cancel-on-exit: job {cur.job_id} cancelled"
         store.save(state)
-
-
-def dry(s: Settings, clock: Clock) -> None:
-    from orchestrator.loop.submission import FilesystemStall, prepare
-
-    try:
-        state = StateStore(s.run_dir).load()
-    except StateError as exc:
-        raise fail([str(exc)], 1) from None
-    now = clock.now()
-    if state is not None and state.run != s.name:
-        raise fail([f"{s.run_dir} holds run {state.run!r}, not {s.name!r}: give this config its own run_dir"], 1)
-    state = state or RunState(run=s.name, created_at=now, updated_at=now)
-    backend = build_backend(s, clock)
-    try:
-        prepared = prepare(s, state, backend, now, sys.executable)
-    except FilesystemStall as exc:
-        raise fail([f"checkpoint directory: {exc}"], 1) from None
-    spec, excl = prepared.spec, prepared.exclude
-    print(f"# dry run: nothing is submitted. Segment {spec.index} of run {s.name} ({s.backend.kind} backend)")
-    print(f"# exclude: {spec.exclude_hostlist or '(none)'}" + (f"  [{excl.note}]" if excl.note else ""))
-    print(f"# resume from: {spec.resume_from or '(no checkpoint: start from scratch)'} "
-          f"(iteration {spec.start_iteration})")
-    print("\n".join(launch_lines(spec)))
-    print(backend.render(spec))
-
-
-def launch_lines(spec: SegmentSpec) -> list[str]:
-    """What each node's agent will start, where and with which environment (secret values masked)."""
-    from orchestrator.backends.local import masked
-
-    out = [f"# per-node launch: one agent on each of {spec.nodes} node(s), {spec.tasks_per_node} rank(s) each",
-           f"#   working directory: {spec.workdir}"]
-    argv = list(spec.command)
-    if len(argv) >= 3 and argv[0] in ("bash", "/bin/bash", "sh") and argv[1] == "-c":
-        out.append(f"#   command: {argv[0]} -c SCRIPT {shlex.join(argv[3:])}".rstrip() + "   (SCRIPT below)")
-        out += [f"#     | {line}" for line in argv[2].splitlines()]
-    else:
-        out.append(f"#   command: {shlex.join(argv)}")
-    env = masked(dict(spec.env))
-    out += ["#   environment (secret values masked):"] + [f"#     {k}={v}" for k, v in sorted(env.items())]
-    return [clean(line) for line in out]
 
 
 @app.command()

@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import human, run_metrics
+from orchestrator.views.restarts import RestartEvent, job_cell, job_spares, restarts, summary_text
 from orchestrator.views.status import drain_commands, lost_text
 from orchestrator.views.text import clean, cut
 
@@ -62,9 +63,10 @@ def _totals(state: RunState, now: datetime) -> str:
     ettr = f"{m['ettr']:.0%}" if m["ettr"] is not None else "-"
     goal = f" of {state.target_iteration}" if state.target_iteration else ""
     lost, _ = lost_text(m)
+    again = summary_text(restarts(state))
     return _no_math(f"run {clean(state.run)}: {state.status.value}, iteration {state.best_iteration()}{goal}, "
             f"{len(state.segments)} segments\neffective training time {ettr} of {human(m['wall_s'])}; "
-            f"time lost: {lost}")
+            f"time lost: {lost}" + (f"\nrestarts: {again}" if again else ""))
 
 
 def _no_math(s: str) -> str:
@@ -79,13 +81,17 @@ def _segment_bars(ax: Any, segs: list[SegmentRecord], now: datetime) -> None:
     for s in segs:
         assert s.submitted_at is not None
         start, end = _num(s.submitted_at), _num(_end(s, now))
-        ax.barh(0, end - start, left=start, color=COLOURS.get(_cause(s), "#9e9e9e"), edgecolor="white")
+        ax.barh(0, end - start, left=start, color=COLOURS.get(_cause(s), "#9e9e9e"), edgecolor="white",
+                hatch="//" if s.in_job_of is not None else None)  # a restart inside the job: no queue
         culprit = _no_math(f"\n{cut(','.join(s.culprit_nodes), 24)}") if s.culprit_nodes else ""
         ax.text((start + end) / 2, 0, f"{s.index}{culprit}", ha="center", va="center", fontsize=11,
                 color="white", fontweight="bold")
     ax.set_yticks([])
     causes = list(dict.fromkeys(_cause(s) for s in segs))
-    ax.legend(handles=[Patch(color=COLOURS.get(c, "#9e9e9e"), label=c) for c in causes], loc="upper left",
+    handles = [Patch(color=COLOURS.get(c, "#9e9e9e"), label=c) for c in causes]
+    if any(s.in_job_of is not None for s in segs):
+        handles.append(Patch(facecolor="#9e9e9e", hatch="//", edgecolor="white", label="restart inside the job"))
+    ax.legend(handles=handles, loc="upper left",
               bbox_to_anchor=(1.0, 1.0), title="how it ended", fontsize=10)
 
 
@@ -144,6 +150,7 @@ effective training time {ettr} of {human(m['wall_s'])} wall time; time lost: {e(
 <h2>Segments</h2>
 <table><tr><th>seg</th><th>job</th><th>nodes</th><th>excluded</th><th>iterations</th><th>cause</th>
 <th>culprit</th><th>action</th><th>reason</th></tr>{_segment_rows(segs)}</table>
+{restarts_html(state)}
 <h2>Blacklist</h2>
 <table><tr><th>node</th><th>cause</th><th>strikes</th><th>expires</th><th>evidence</th></tr>{_blacklist_rows(state)}</table>
 {f"<p>For an admin:</p><pre>{e(drains)}</pre>" if drains else ""}
@@ -170,7 +177,8 @@ def _timeline_bars(segs: list[SegmentRecord], now: datetime) -> str:
 
 def _tooltip(s: SegmentRecord) -> str:
     ev = next((x for x in s.evidence if x.role == "root"), None)
-    return (f"segment {s.index} job {s.job_id}\nnodes {','.join(s.nodes)}\nexcluded {','.join(s.excluded) or '-'}"
+    job = job_cell(s) if s.in_job_of is not None else f"job {s.job_id}"
+    return (f"segment {s.index} {job}\nnodes {','.join(s.nodes)}\nexcluded {','.join(s.excluded) or '-'}"
             f"\niterations {s.start_iteration}->{s.end_iteration}\ncause {_cause(s)}"
             f"\nculprit {','.join(s.culprit_nodes) or '-'}\naction {s.action.value if s.action else '-'}"
             + (f"\nevidence {ev.node}: {ev.text[:200]}" if ev else ""))
@@ -179,10 +187,38 @@ def _tooltip(s: SegmentRecord) -> str:
 def _segment_rows(segs: list[SegmentRecord]) -> str:
     e = html.escape
     return "".join(
-        f"<tr><td>{s.index}</td><td>{e(s.job_id or '-')}</td><td>{e(','.join(s.nodes))}</td>"
+        f"<tr><td>{s.index}</td><td>{e(job_cell(s))}</td><td>{e(','.join(s.nodes))}</td>"
         f"<td>{e(','.join(s.excluded) or '-')}</td><td>{s.start_iteration}&rarr;{s.end_iteration}</td>"
         f"<td>{e(_cause(s))}</td><td>{e(','.join(s.culprit_nodes) or '-')}</td>"
         f"<td>{e(s.action.value if s.action else '-')}</td><td>{e(s.reason[:160])}</td></tr>" for s in segs)
+
+
+def _where(r: RestartEvent) -> str:
+    return f"inside job {r.job_id}" if r.in_job else f"new job {r.job_id or '-'}"
+
+
+def restarts_html(state: RunState) -> str:
+    """The restarts (inside the job or by a new submission, and how long each took) and the spares of every
+    job that held some; nothing for a run without restarts or spares."""
+    e, rows, jobs = html.escape, restarts(state), job_spares(state)
+    if not rows and not jobs:
+        return ""
+    took = "".join(
+        f"<tr><td>{r.segment}</td><td>{r.after}</td><td>{e(r.cause)}</td><td>{e(','.join(r.culprits) or '-')}</td>"
+        f"<td>{e(_where(r))}</td>"
+        f"<td>{e(', '.join(f'{b} for {a}' for a, b in zip(r.dropped, r.promoted, strict=False)) or '-')}</td>"
+        f"<td>{human(r.seconds)}</td></tr>" for r in rows)
+    spares = "".join(
+        f"<tr><td>{e(j.job_id or '-')}</td><td>{j.submitted_by}</td><td>{e(','.join(map(str, j.segments)))}</td>"
+        f"<td>{e(','.join(j.spares) or f'{j.spare_count} asked for')}</td><td>{e(','.join(j.promoted) or '-')}</td>"
+        f"<td>{e(','.join(j.free) if j.allocation else '-')}</td></tr>" for j in jobs)
+    return f"""<h2>Restarts</h2>
+<p>{e(summary_text(rows) or "none")}; time: from the failed segment's end to the next segment's first progress.</p>
+<table id="restarts"><tr><th>seg</th><th>after seg</th><th>cause</th><th>culprit</th><th>where</th>
+<th>spare promoted</th><th>time</th></tr>{took}</table>
+<h2>Spare nodes</h2>
+<table id="spares"><tr><th>job</th><th>submitted by seg</th><th>segments</th><th>spares</th><th>promoted</th>
+<th>free</th></tr>{spares}</table>"""
 
 
 def _blacklist_rows(state: RunState) -> str:

@@ -11,6 +11,7 @@ from rich.text import Text
 from orchestrator.model import BlacklistEntry
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import human, run_metrics
+from orchestrator.views.restarts import job_cell, job_spares, restarts, spares_cell, summary, summary_text, uses_spares
 from orchestrator.views.text import cut, plain, shell_dq
 
 NOT_LOST = ("success", "in progress")  # start-up and load time of healthy segments: overhead, not a failure's cost
@@ -33,6 +34,7 @@ def status_json(state: RunState, now: datetime) -> dict[str, Any]:
             "segment": last.index, "action": last.action.value if last.action else None, "reason": last.reason,
         },
         "metrics": run_metrics(state, now),
+        "restarts": _restarts_json(state),
         "drain_commands": drain_commands(state, now),
         "segments": [_segment_json(s) for s in state.segments],
         "blacklist": [_blacklist_entry_json(e, now) for e in state.blacklist.entries],
@@ -43,8 +45,16 @@ def _current_json(cur: SegmentRecord) -> dict[str, Any]:
     return {
         "index": cur.index, "job_id": cur.job_id, "nodes": cur.nodes,
         "job_state": cur.job_state.value if cur.job_state else ("SUBMITTED" if cur.job_id else "SUBMITTING"),
-        "queue": cur.queue_note,
+        "queue": cur.queue_note, "in_job_of": cur.in_job_of, "spare_count": cur.spare_count,
+        "allocation": cur.allocation,
     }
+
+
+def _restarts_json(state: RunState) -> dict[str, Any]:
+    """Restarts inside a job's allocation vs new submissions (count, seconds from the failed segment's end to
+    the next one's first progress), each restart, and the spares of every job that held some."""
+    rows = restarts(state)
+    return {**summary(rows), "list": [r.json() for r in rows], "jobs": [j.json() for j in job_spares(state)]}
 
 
 def _segment_json(s: SegmentRecord) -> dict[str, Any]:
@@ -61,7 +71,11 @@ def _segment_json(s: SegmentRecord) -> dict[str, Any]:
         "culprit_nodes": s.culprit_nodes,
         "action": s.action.value if s.action else None,
         "reason": s.reason,
+        "in_job_of": s.in_job_of,
+        "spare_count": s.spare_count,
+        "allocation": s.allocation,
         "submitted_at": _ts(s.submitted_at),
+        "first_progress_at": _ts(s.first_progress_at),
         "ended_at": _ts(s.ended_at),
         "evidence": [e.model_dump(mode="json") for e in s.evidence if e.role == "root"][:5],
     }
@@ -128,9 +142,11 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
     if controller is not None:
         row("controller", controller)
     if cur:
-        row("current segment", f"{cur.index} job {cur.job_id or '-'} "
+        row("current segment", f"{cur.index} {'in ' if cur.in_job_of is not None else ''}job {cur.job_id or '-'} "
                   f"{cur.job_state.value if cur.job_state else 'running'} on {','.join(cur.nodes) or '-'}"
                   + (f" ({cur.queue_note})" if cur.queue_note else ""))
+        if spares := current_spares(state):
+            row("spares", spares)
     goal = f" / {state.target_iteration}" if state.target_iteration else ""
     row("iteration", f"{state.best_iteration()}{goal}")
     row("rate", f"{m['rate_per_h']} iterations/h" if m["rate_per_h"] else "-")
@@ -140,6 +156,8 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
     row("time lost", lost)
     if overhead:
         row("start-up overhead", overhead)
+    if text := summary_text(restarts(state)):
+        row("restarts", text)
     advice = next((s.interval_advice for s in reversed(state.segments) if s.interval_advice), "")
     if advice:
         row("checkpoint interval", advice)
@@ -147,6 +165,18 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
     if last:
         row("last decision", f"segment {last.index}: {last.action.value if last.action else '-'}: {last.reason}")
     return t
+
+
+def current_spares(state: RunState) -> str:
+    """'job 269: node4,node5 of 5 nodes; promoted node4; free node5' for the current segment's job, or ''."""
+    cur = state.current
+    job = next((j for j in job_spares(state) if cur is not None and cur.index in j.segments), None)
+    if job is None:
+        return ""
+    held = f"{','.join(job.spares)} of {len(job.allocation)} nodes" if job.allocation else \
+        f"{job.spare_count} asked for (the job's nodes are not known yet)"
+    return (f"job {job.job_id or '-'}: {held}; promoted {','.join(job.promoted) or '-'}; "
+            f"free {','.join(job.free) if job.allocation else '-'}")
 
 
 def _end_text(s: SegmentRecord) -> str:
@@ -162,13 +192,16 @@ def timeline_table(state: RunState, last: int | None = None) -> Table:
     t = Table(title=plain(f"run {state.run}: {state.status.value}"
                           + (f" ({state.stop_reason})" if state.stop_reason else "")),
               caption=plain(f"{hidden} earlier segments not shown") if hidden else None)
-    for col in ("seg", "job", "nodes", "excluded", "resumed from", "iters", "end", "cause", "culprit", "action"):
+    spares = uses_spares(state)  # a column only for runs with spare nodes: the others keep their table
+    for col in ("seg", "job", "nodes", *(("spares",) if spares else ()), "excluded", "resumed from", "iters", "end",
+                "cause", "culprit", "action"):
         t.add_column(col)
     for s in shown:
         t.add_row(*(plain(c) for c in (
             str(s.index),
-            s.job_id or "-",
+            job_cell(s),
             ",".join(s.nodes) or "-",
+            *((spares_cell(state, s),) if spares else ()),
             ",".join(s.excluded) or "-",
             (s.resumed_from or "-").rsplit("/", 1)[-1],
             f"{s.start_iteration}->{s.end_iteration if s.end_iteration is not None else '?'}",

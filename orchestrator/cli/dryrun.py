@@ -1,0 +1,100 @@
+"""`orchestrator run --dry-run`: the next submission, printed and not submitted; and the check that a config's
+spare nodes have a backend that can hold them."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchestrator.cli.common import build_backend, fail
+from orchestrator.clock import Clock
+from orchestrator.contract import SegmentPaths
+from orchestrator.settings import Settings
+from orchestrator.state import RunState, StateError, StateStore
+from orchestrator.views.text import clean
+
+if TYPE_CHECKING:
+    from orchestrator.model import SegmentSpec
+
+
+def spares_problem(s: Settings) -> str:
+    """Why the config's spare nodes cannot work with its backend, or ''. The local backend has no allocation
+    to hold spares in (it refuses them at submission); better said before the run starts."""
+    k = s.resources.spare_nodes
+    if s.backend.kind == "slurm" or k == 0:
+        return ""
+    return (f"{s.config_path or 'config'}: resources.spare_nodes: {k} needs backend.kind: slurm (the spares are "
+            f"nodes of one Slurm allocation held with --no-kill, and a restart on one is a new job step); the "
+            f"{s.backend.kind} backend has no allocation: set resources.spare_nodes to 0")
+
+
+def dry(s: Settings, clock: Clock) -> None:
+    from orchestrator.loop.submission import FilesystemStall, prepare
+
+    try:
+        state = StateStore(s.run_dir).load()
+    except StateError as exc:
+        raise fail([str(exc)], 1) from None
+    now = clock.now()
+    if state is not None and state.run != s.name:
+        raise fail([f"{s.run_dir} holds run {state.run!r}, not {s.name!r}: give this config its own run_dir"], 1)
+    state = state or RunState(run=s.name, created_at=now, updated_at=now)
+    backend = build_backend(s, clock)
+    try:
+        prepared = prepare(s, state, backend, now, sys.executable)
+    except FilesystemStall as exc:
+        raise fail([f"checkpoint directory: {exc}"], 1) from None
+    spec, excl = prepared.spec, prepared.exclude
+    print(f"# dry run: nothing is submitted. Segment {spec.index} of run {s.name} ({s.backend.kind} backend)")
+    print(f"# exclude: {spec.exclude_hostlist or '(none)'}" + (f"  [{excl.note}]" if excl.note else ""))
+    print(f"# resume from: {spec.resume_from or '(no checkpoint: start from scratch)'} "
+          f"(iteration {spec.start_iteration})")
+    print("\n".join(launch_lines(spec)))
+    if s.resources.spare_nodes != 0:
+        print("\n".join(allocation_lines(spec, s.resources.spare_nodes, tuple(s.backend.slurm.srun_args))))
+    print(backend.render(spec))
+
+
+def launch_lines(spec: SegmentSpec) -> list[str]:
+    """What each node's agent will start, where and with which environment (secret values masked)."""
+    from orchestrator.backends.local import masked
+
+    out = [f"# per-node launch: one agent on each of {spec.nodes} node(s), {spec.tasks_per_node} rank(s) each",
+           f"#   working directory: {spec.workdir}"]
+    argv = list(spec.command)
+    if len(argv) >= 3 and argv[0] in ("bash", "/bin/bash", "sh") and argv[1] == "-c":
+        out.append(f"#   command: {argv[0]} -c SCRIPT {shlex.join(argv[3:])}".rstrip() + "   (SCRIPT below)")
+        out += [f"#     | {line}" for line in argv[2].splitlines()]
+    else:
+        out.append(f"#   command: {shlex.join(argv)}")
+    env = masked(dict(spec.env))
+    out += ["#   environment (secret values masked):"] + [f"#     {k}={v}" for k, v in sorted(env.items())]
+    return [clean(line) for line in out]
+
+
+def allocation_lines(spec: SegmentSpec, configured: int | str, srun_args: tuple[str, ...],
+                     python: str = sys.executable) -> list[str]:
+    """With spare nodes: the job's size and --no-kill, the allocation supervisor on the batch host, and the exact
+    srun it runs for the segment's step (the nodes are the allocation's first ones, known once Slurm places it)."""
+    from orchestrator.agent.allocation import step_argv
+
+    n, k = spec.nodes, spec.spares
+    out = [f"# spare nodes: {k} for this segment (resources.spare_nodes: {configured})"]
+    if not k:
+        return [*out, "#   none for this segment: the job runs as without spares (srun on every node)"]
+    nodes = [f"NODE{i}" for i in range(1, n + 1)]
+    spec_file = SegmentPaths(Path(spec.segment_dir)).spec
+    alloc = Path(spec.allocation_dir)
+    out += [
+        f"# allocation: --nodes={n + k} ({n} for the training + {k} spare{'s' if k > 1 else ''}) with --no-kill: "
+        "a failed node leaves the job and the job keeps running",
+        "# batch host: no srun from submitit; it runs the allocation supervisor "
+        "(orchestrator.agent.allocation.run_allocation), which starts the training as a job step, one agent per node:",
+        f"#   {shlex.join(step_argv(spec, nodes, spec_file, srun_args, python))}",
+        f"#   ({','.join(nodes)}: the first {n} nodes of the allocation; a restart inside the job runs the same srun "
+        "with the blamed node replaced by a spare, resuming from the newest checkpoint)",
+        f"#   controller -> supervisor: {alloc / 'request.json'}; one record per step: {alloc / 'step-NNNN.json'}",
+    ]
+    return [clean(line) for line in out]
