@@ -18,7 +18,7 @@ from orchestrator.loop.conclude import Outcome
 from orchestrator.loop.effects import Alert, Cancel, EffectRunner
 from orchestrator.loop.injob import AfterStep, after_step, free_spares, job_submitted_at, step_status
 from orchestrator.loop.submission import FilesystemStall, intent, prepare, unloadable
-from orchestrator.model import JobRef, JobStatus, SegmentSpec
+from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 from orchestrator.settings import Settings
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.timeout import call_with_timeout
@@ -76,7 +76,9 @@ class Steps:
             self.held = list(job.nodes)
             # Slurm took a node of the running step out of the job: the step is dead even if no record says so
             # (the batch host's failure kills the supervisor with it, and Slurm keeps the job on the other nodes)
-            if rec is not None and not rec.ended and (gone := [n for n in rec.nodes if n not in job.nodes]):
+            # (only RUNNING: sacct lists a job that is starting as PENDING on its batch host alone)
+            if job.state == JobState.RUNNING and rec is not None and not rec.ended \
+                    and (gone := [n for n in rec.nodes if n not in job.nodes]):
                 rec = self.record = rec.model_copy(update={"ended": "lost", "lost_nodes": gone})
         if rec is None and not job.state.terminal:
             return job.model_copy(update={"nodes": ()})  # the step has not started: no node of it is known yet
