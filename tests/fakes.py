@@ -130,13 +130,19 @@ class FakeCluster:
                 if (j.submitted or j.spec).job_name == job_name and not j.state.terminal]
 
     # ---- faults from outside the training ----------------------------------------------------
-    def crash(self, node: str) -> None:
+    def crash(self, node: str, batch_host_keeps_job: bool = False) -> None:
         """The node dies. A job without spares, or whose batch host it was, ends NODE_FAIL; a --no-kill job with
         spares loses the node (it leaves the job's node list) and, if the step used it, Slurm kills the step:
-        its StepRecord ends with lost_nodes=[node] while the job keeps running."""
+        its StepRecord ends with lost_nodes=[node] while the job keeps running. `batch_host_keeps_job` plays what
+        Slurm 22.05 does when a --no-kill job's batch host fails: the node leaves the job, the batch step and the
+        training step die with it (no supervisor is left to write a record), and the job stays RUNNING."""
         self.down.add(node)
         for job in self.jobs.values():
             if job.state.terminal or node not in job.held:
+                continue
+            if job.with_spares and node == job.allocation[0] and batch_host_keeps_job:
+                job.held.remove(node)
+                job.stalled = True  # the step is gone: nothing trains, nothing writes a record
                 continue
             if not job.with_spares or node == job.allocation[0]:
                 job.state = JobState.NODE_FAIL

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from orchestrator.model import JobStatus
+from orchestrator.model import JobState, JobStatus
 from orchestrator.state import SegmentRecord
 
 PENDING_NOTE_S = 600.0  # how often a pending job's wait is logged
@@ -15,8 +15,9 @@ def record_progress(seg: SegmentRecord, status: JobStatus, scheduler_nodes: list
                     iteration: int | None, now: datetime) -> bool:
     """Update the segment's nodes and iteration; True if anything changed."""
     changed = False
-    # squeue lists only the nodes still busy once a job is completing: trust RUNNING and accounting
-    if status.nodes and status.nodes_final:
+    # squeue lists only the nodes still busy once a job is completing: trust RUNNING and accounting; sacct lists
+    # a job that is starting as PENDING on its batch host alone
+    if status.nodes and status.nodes_final and status.state != JobState.PENDING:
         if list(status.nodes) != seg.nodes:
             seg.nodes, changed = list(status.nodes), True
     elif not scheduler_nodes and log_nodes and sorted(log_nodes) != seg.nodes:

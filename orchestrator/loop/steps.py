@@ -72,13 +72,12 @@ class Steps:
         rec = self.record = self._read(seg)
         if rec is not None and rec.allocation and not seg.allocation:
             seg.allocation = list(rec.allocation)
-        if job.nodes and job.nodes_final and not job.state.terminal:
+        # only RUNNING: sacct lists a job that is starting as PENDING on its batch host alone
+        if job.nodes and job.nodes_final and job.state == JobState.RUNNING:
             self.held = list(job.nodes)
             # Slurm took a node of the running step out of the job: the step is dead even if no record says so
             # (the batch host's failure kills the supervisor with it, and Slurm keeps the job on the other nodes)
-            # (only RUNNING: sacct lists a job that is starting as PENDING on its batch host alone)
-            if job.state == JobState.RUNNING and rec is not None and not rec.ended \
-                    and (gone := [n for n in rec.nodes if n not in job.nodes]):
+            if rec is not None and not rec.ended and (gone := [n for n in rec.nodes if n not in job.nodes]):
                 rec = self.record = rec.model_copy(update={"ended": "lost", "lost_nodes": gone})
         if rec is None and not job.state.terminal:
             return job.model_copy(update={"nodes": ()})  # the step has not started: no node of it is known yet

@@ -151,6 +151,37 @@ def test_batch_host_crash_is_a_new_job(tmp_path: Path) -> None:
     assert len(cluster.jobs["101"].steps) == 1 and "node1" not in s2.nodes and s2.start_iteration == 20
 
 
+def test_batch_host_crash_that_slurm_answers_with_a_running_job_is_a_new_job(tmp_path: Path) -> None:
+    """Slurm 22.05 keeps a --no-kill job RUNNING when its batch host fails (the supervisor died with it, so no
+    step record ends): the step's node leaving the job ends the segment as node_fail, and the job is cancelled."""
+    ctl, cluster, _ = make(tmp_path, watch={"poll_interval_s": 1, "stall_timeout_s": 3000})
+    state = ctl.load_or_init()
+    run_until(ctl, state, 22)
+    cluster.crash("node1", batch_host_keeps_job=True)
+    assert job_state(cluster) == JobState.RUNNING
+    state = ctl.run()
+    assert state.status == RunStatus.DONE
+    s1, s2 = state.segments
+    assert s1.cause == Cause.NODE_FAIL and s1.culprit_nodes == ["node1"] and not s1.cancelled_by_controller
+    assert job_state(cluster) == JobState.CANCELLED  # not left holding node2 and node3
+    assert s2.job_id == "102" and s2.in_job_of is None and "node1" in s2.excluded
+
+
+def test_a_starting_job_listed_pending_on_its_batch_host_does_not_set_the_segment_nodes() -> None:
+    from datetime import UTC, datetime
+
+    from orchestrator.loop.progress import record_progress
+    from orchestrator.model import JobStatus
+    from orchestrator.state import SegmentRecord
+
+    seg = SegmentRecord(index=1, job_name="r.seg0001")
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    record_progress(seg, JobStatus(state=JobState.PENDING, nodes=("node1",)), [], [], None, now)
+    assert seg.nodes == []
+    record_progress(seg, JobStatus(state=JobState.RUNNING, nodes=("node1", "node2")), [], [], None, now)
+    assert seg.nodes == ["node1", "node2"]
+
+
 def test_user_bug_stops_and_cancels_the_job(tmp_path: Path) -> None:
     ctl, cluster, _ = make(tmp_path, {"all": Fault("bug", at=25)})
     state = ctl.run()
