@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Lint, type-check and run every test. Slurm scenario tests run when the test cluster is up
 # (scripts/slurm-testbed.sh start); with ORCH_REQUIRE_SLURM=1 (CI) they must run.
+#
+# With no arguments the Slurm scenarios (which mostly wait on the real cluster) run beside the other tests,
+# in a second pytest process; their output is printed when both are done. ORCH_SERIAL_TESTS=1 runs one
+# pytest over everything. Arguments go to a single pytest, as before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck disable=SC1091
@@ -8,4 +12,20 @@ cd "$(dirname "$0")/.."
 echo "== ruff ==" && ruff check orchestrator tests scripts
 echo "== import layers ==" && lint-imports
 echo "== mypy ==" && mypy --strict orchestrator tests
-echo "== pytest ==" && python -m pytest -q -p no:cacheprovider "$@"
+if [ "$#" -gt 0 ] || [ "${ORCH_SERIAL_TESTS:-0}" = 1 ]; then
+  echo "== pytest ==" && exec python -m pytest -q -p no:cacheprovider "$@"
+fi
+slurm_log=$(mktemp)
+slurm_tmp=$(mktemp -d)  # its own pytest temp root: the two sessions never clean up each other's directories
+trap 'rm -rf "$slurm_log" "$slurm_tmp"' EXIT
+echo "== pytest tests/slurm (in the background) and the rest =="
+python -m pytest -q -p no:cacheprovider --basetemp="$slurm_tmp/t" --durations=5 tests/slurm >"$slurm_log" 2>&1 &
+slurm_pid=$!
+rest=0
+python -m pytest -q -p no:cacheprovider --ignore=tests/slurm || rest=$?
+slurm=0
+wait "$slurm_pid" || slurm=$?
+echo "== pytest tests/slurm =="
+cat "$slurm_log"
+echo "== pytest: everything but tests/slurm exit $rest, tests/slurm exit $slurm =="
+[ "$rest" = 0 ] && [ "$slurm" = 0 ]
