@@ -176,6 +176,18 @@ class StepRequest(Record):
     time: str = ""
 
 
+STEP_SIGNAL_NOTE = "stopped by a signal"  # a StepRecord's note when the supervisor stopped it because the job ends
+
+
+def write_private(path: Path, text: str) -> None:
+    """Atomic and private (0600): a spec holds the config's environment."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
 class StepRecord(Record):
     """One job step the allocation supervisor ran: where, when, how it ended, and which nodes the allocation
     lost meanwhile (Slurm removes a failed node from a --no-kill job and kills the step that used it)."""

@@ -102,6 +102,7 @@ class SegmentSpec(Frozen):
     interval_advice: str = ""  # the advised checkpoint interval and the expected effective training time
     spares: int = Field(0, ge=0)  # spare nodes allocated beyond `nodes` (--no-kill; restarts inside the job)
     allocation_dir: str = ""  # with spares: where the allocation supervisor and the controller talk
+    request_wait_s: float = Field(0.0, ge=0)  # with spares: how long the supervisor waits for a decision
 
 
 class JobRef(Frozen):

@@ -75,11 +75,9 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
         "python": python,
         "config_dir": str(settings.config_dir),
     }
-    env = dict(settings.env)
-    env["ORCH_RESUME_FROM"], env["ORCH_CHECKPOINT_INTERVAL_S"] = (ckpt.path if ckpt else ""), str(every_s)
-    # Megatron's --load and DeepSpeed's load_dir take the checkpoint root and read its tracker file
-    env["ORCH_RESUME_ROOT"] = str(settings.checkpoint.dir) if ckpt else ""
-    env["ORCH_SEGMENT"], env["ORCH_RUN_DIR"] = str(index), str(run_dir)
+    # Megatron's --load and DeepSpeed's load_dir take the checkpoint root (ORCH_RESUME_ROOT) and read its tracker
+    env = {**settings.env, "ORCH_RESUME_FROM": ckpt.path if ckpt else "", "ORCH_CHECKPOINT_INTERVAL_S": str(every_s),
+           "ORCH_RESUME_ROOT": values["checkpoint_root"], "ORCH_SEGMENT": str(index), "ORCH_RUN_DIR": str(run_dir)}
     r = settings.resources
     k = spares(settings, state) if spare_nodes is None else spare_nodes
     return SegmentSpec(
@@ -110,4 +108,5 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
         interval_advice=advice,
         spares=k,
         allocation_dir=str(SegmentPaths.of(run_dir, index).allocation) if k else "",
+        request_wait_s=3 * settings.watch.poll_interval_s + settings.watch.read_timeout_s,
     )

@@ -24,7 +24,16 @@ from typing import Any
 
 import hostlist
 
-from orchestrator.contract import AllocationPaths, SegmentPaths, StepRecord, StepRequest, read_record, write_record
+from orchestrator.contract import (
+    STEP_SIGNAL_NOTE,
+    AllocationPaths,
+    SegmentPaths,
+    StepRecord,
+    StepRequest,
+    read_record,
+    write_private,
+    write_record,
+)
 from orchestrator.model import SegmentSpec
 
 POLL_S = 1.0
@@ -71,7 +80,8 @@ def down_nodes(nodes: list[str]) -> list[str]:
     down = set()
     for line in (out or "").splitlines():
         parts = line.split()
-        if len(parts) == 2 and (parts[1].startswith(("down", "fail")) or parts[1].endswith("*")):
+        # not `idle*`/`mix*` (not responding for a moment): only what Slurm has declared down or failing
+        if len(parts) == 2 and parts[1].startswith(("down", "fail")):
             down.add(parts[0])
     return sorted(down)
 
@@ -99,8 +109,7 @@ class AllocationSupervisor:
     def start(self, spec: SegmentSpec, nodes: list[str]) -> StepRecord:
         spec_file = SegmentPaths(Path(spec.segment_dir)).spec
         spec_file.parent.mkdir(parents=True, exist_ok=True)
-        if not spec_file.exists():
-            spec_file.write_text(spec.model_dump_json())
+        write_private(spec_file, spec.model_dump_json())  # this job's spec, never one left by an earlier job
         argv = step_argv(spec, nodes, spec_file, self.srun_args)
         self.log(f"segment {spec.index}: step on {','.join(nodes)}")
         self.proc = self.popen(argv, stdin=subprocess.DEVNULL)
@@ -120,7 +129,10 @@ class AllocationSupervisor:
             time.sleep(0.2)
         if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait(timeout=30)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.log("srun did not exit after SIGKILL; the next step overlaps it")
 
     def pending(self, after: int) -> StepRequest | None:
         req = read_record(self.paths.request, StepRequest)
@@ -138,7 +150,7 @@ class AllocationSupervisor:
             req = self.pending(rec.segment)
             if req is not None or self.stopping:
                 self.stop()
-                note = f"stopped: the controller started segment {req.segment}" if req else "stopped by a signal"
+                note = f"stopped: the controller started segment {req.segment}" if req else STEP_SIGNAL_NOTE
                 self.record(rec.model_copy(update={"ended": _now(), "exit_code": self.proc.poll(), "note": note}))
                 return None, req
             time.sleep(POLL_S)
@@ -149,7 +161,7 @@ class AllocationSupervisor:
         return sorted(gone | set(down_nodes(nodes)))
 
     def wait_request(self, after: int) -> StepRequest | None:
-        deadline = time.monotonic() + REQUEST_WAIT_S
+        deadline = time.monotonic() + max(REQUEST_WAIT_S, self.first.request_wait_s)
         while time.monotonic() < deadline and not self.stopping:
             req = self.pending(after)
             if req is not None:
@@ -188,6 +200,8 @@ class AllocationSupervisor:
             nxt = self.next_step(req, held)
             if isinstance(nxt, str):
                 self.log(nxt)
+                self.record(StepRecord(segment=req.segment, job_id=self.job_id, nodes=list(req.nodes), started=_now(),
+                                       allocation=self.allocation, ended=_now(), note=f"refused: {nxt}"))
                 return 1
             spec, nodes = nxt
 

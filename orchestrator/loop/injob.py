@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from orchestrator.contract import StepRecord
+from orchestrator.contract import STEP_SIGNAL_NOTE, StepRecord
 from orchestrator.model import Action, Cause, Decision, Evidence, JobState, JobStatus, Verdict
+from orchestrator.policy import CODE_CAUSES
 from orchestrator.spares import Restart, restart_in_allocation
 from orchestrator.state import RunState, SegmentRecord
 
@@ -29,7 +30,8 @@ def step_status(job: JobStatus, rec: StepRecord | None) -> JobStatus:
     """The segment's view of its job: the step's nodes; once the step ended while the job still runs, the
     step's end is the segment's end (NODE_FAIL when Slurm took one of its nodes out of the job)."""
     nodes = tuple(rec.nodes) if rec is not None and rec.nodes else job.nodes
-    if job.state.terminal or rec is None or not rec.ended:
+    # a step the supervisor stopped on a signal (scancel, preemption): the job is ending; wait for Slurm's word
+    if job.state.terminal or rec is None or not rec.ended or rec.note.startswith(STEP_SIGNAL_NOTE):
         return job.model_copy(update={"nodes": nodes})
     lost = [n for n in rec.lost_nodes if n in rec.nodes]
     if lost:
@@ -40,14 +42,19 @@ def step_status(job: JobStatus, rec: StepRecord | None) -> JobStatus:
 
 
 def lost_node_verdict(verdict: Verdict, lost: list[str], job_id: str) -> Verdict:
-    """Slurm removing a node from a --no-kill job is first-hand evidence of its failure: unless the verdict
-    already blames one of those nodes, they are the culprits of a node failure."""
-    if not lost or (verdict.blame and set(verdict.culprit_nodes) & set(lost)):
+    """Slurm removing a node from a --no-kill job is first-hand evidence of its failure: every lost node the
+    verdict does not already blame joins the culprits (a node failure when nobody was blamed). A verdict on the
+    code (the same bug everywhere) stands: the run stops, and the job with it."""
+    missing = [n for n in lost if not (verdict.blame and n in verdict.culprit_nodes)]
+    if not missing or verdict.cause in CODE_CAUSES:
         return verdict
     ev = tuple(Evidence(node=n, text=f"Slurm removed {n} from job {job_id} and killed the step on it (node failure)",
-                        role="root", cause=Cause.NODE_FAIL) for n in lost)
-    return Verdict(cause=Cause.NODE_FAIL, culprit_nodes=tuple(lost), blame=True, confidence=0.95,
-                   evidence=ev + verdict.evidence[:20], summary=f"node failure: {','.join(lost)} left the allocation")
+                        role="root", cause=Cause.NODE_FAIL) for n in missing)
+    if verdict.blame:
+        return verdict.model_copy(update={"culprit_nodes": tuple(sorted({*verdict.culprit_nodes, *missing})),
+                                          "evidence": verdict.evidence + ev})
+    return Verdict(cause=Cause.NODE_FAIL, culprit_nodes=tuple(missing), blame=True, confidence=0.95,
+                   evidence=ev + verdict.evidence[:20], summary=f"node failure: {','.join(missing)} left the job")
 
 
 def free_spares(seg: SegmentRecord, held: list[str], lost: list[str], banned: set[str]) -> list[str]:
@@ -79,11 +86,14 @@ class AfterStep:
 
 
 def after_step(state: RunState, seg: SegmentRecord, verdict: Verdict, decision: Decision, spares: list[str],
-               job_ended: bool) -> AfterStep:
+               job_ended: bool, step_ok: bool = False, held: list[str] | None = None) -> AfterStep:
+    """`step_ok`: the step ended with 0 on every node (the supervisor then ends the job by itself); `held`: the
+    nodes the job holds now (default: its allocation)."""
+    held = list(seg.allocation) if held is None else held
     if job_ended:
         return AfterStep(Restart(False, why_not="the job ended"))
-    if decision.action == Action.DONE:
-        return AfterStep(Restart(False, why_not="done"))
+    if decision.action == Action.DONE:  # a step stuck after the goal (teardown) would hold every node
+        return AfterStep(Restart(False, why_not="done"), cancel_job="" if step_ok else "done: the goal is reached")
     if decision.action not in RESTARTABLE or state.status.value != "running":
         return AfterStep(Restart(False, why_not=decision.action.value), cancel_job=f"{decision.action.value}: "
                          f"{decision.reason}"[:200])
@@ -91,4 +101,8 @@ def after_step(state: RunState, seg: SegmentRecord, verdict: Verdict, decision: 
     r = restart_in_allocation(verdict, decision, list(seg.nodes), spares, batch_host)
     if not r.ok:
         return AfterStep(r, cancel_job=f"no restart inside the job: {r.why_not}; a new segment follows")
-    return AfterStep(r, nodes=tuple(replace(list(seg.nodes), r.drop, r.promote)))
+    nodes = replace(list(seg.nodes), r.drop, r.promote)
+    if gone := [n for n in nodes if n not in held]:  # e.g. a node that failed too but was not blamed
+        return AfterStep(Restart(False, why_not=f"{','.join(gone)} left the job"),
+                         cancel_job=f"no restart inside the job: {','.join(gone)} left the job; a new segment follows")
+    return AfterStep(r, nodes=tuple(nodes))

@@ -5,6 +5,7 @@ job so that a new segment follows. Decisions are the pure functions of `injob`; 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
@@ -13,11 +14,19 @@ from loguru import logger
 
 from orchestrator.backends.base import Backend
 from orchestrator.clock import Clock
-from orchestrator.contract import AllocationPaths, SegmentPaths, StepRecord, StepRequest, read_record, write_record
+from orchestrator.contract import (
+    AllocationPaths,
+    SegmentPaths,
+    StepRecord,
+    StepRequest,
+    read_record,
+    write_private,
+    write_record,
+)
 from orchestrator.loop.conclude import Outcome
 from orchestrator.loop.effects import Alert, Cancel, EffectRunner
 from orchestrator.loop.injob import AfterStep, after_step, free_spares, job_submitted_at, step_status
-from orchestrator.loop.submission import FilesystemStall, intent, prepare, unloadable
+from orchestrator.loop.submission import FilesystemStall, intent, merged_blacklist, prepare, unloadable
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 from orchestrator.settings import Settings
 from orchestrator.state import RunState, SegmentRecord
@@ -62,7 +71,9 @@ class Steps:
                                       self.host.s.watch.read_timeout_s)
         if not done:  # the shared filesystem did not answer: keep what was read last for this segment
             return self.record if self.record is not None and self.record.segment == seg.index else None
-        return rec if isinstance(rec, StepRecord) else None
+        if not isinstance(rec, StepRecord) or (rec.job_id and seg.job_id and rec.job_id != seg.job_id):
+            return None  # none yet, or an earlier job's record of a reused segment number
+        return rec
 
     def observe(self, seg: SegmentRecord, job: JobStatus) -> JobStatus:
         """The segment's status from the job's and its step record; remembers the nodes the job holds."""
@@ -90,9 +101,11 @@ class Steps:
     def after(self, state: RunState, seg: SegmentRecord, out: Outcome, now: datetime) -> None:
         """After a segment's verdict: restart inside the job, or cancel the job (a new segment follows)."""
         job_ended = self.job_state is None or self.job_state.state.terminal
-        bl = state.blacklist.excluding(now, self.host.s.policy.strike_threshold)
-        spares = free_spares(seg, self.held or seg.allocation, self.lost, {e.node for e in bl})
-        nxt = after_step(state, seg, out.verdict, out.decision, spares, job_ended)
+        rec, held = self.record, self.held or seg.allocation
+        step_ok = rec is not None and bool(rec.ended) and rec.exit_code == 0
+        bl = merged_blacklist(self.host.s, state.blacklist).excluding(now, self.host.s.policy.strike_threshold)
+        spares = free_spares(seg, held, self.lost, {e.node for e in bl})  # other runs' blacklist included
+        nxt = after_step(state, seg, out.verdict, out.decision, spares, job_ended, step_ok, held)
         log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)
         if nxt.cancel_job:
             log.info("ending job {}: {}", seg.job_id, nxt.cancel_job)
@@ -112,7 +125,9 @@ class Steps:
             return
         left = [n for n in spares if n not in nxt.restart.promote]
         spec = prepared.spec.model_copy(update={"allocation_dir": seg.allocation_dir, "spares": len(left)})
-        self._write_spec(spec)
+        if not self._io(lambda: self._write_spec(spec)):
+            h.effects.one(Cancel(_ref(state, seg), "no restart inside the job: the run directory did not answer"))
+            return
         new = intent(spec, seg.backend)
         new.job_id, new.submitted_at, new.nodes = seg.job_id, now, list(nxt.nodes)
         new.allocation, new.in_job_of = list(seg.allocation), seg.in_job_of or seg.index
@@ -128,24 +143,34 @@ class Steps:
                             f"{swap}; resume from {spec.resume_from or 'scratch'}; {len(left)} spare(s) left"))
         h.new_watch(new)
 
+    def _io(self, fn: Callable[[], object]) -> bool:
+        """Run a write on the shared filesystem in a worker with the read timeout; True if it returned."""
+        done, result = call_with_timeout(fn, self.host.s.watch.read_timeout_s)
+        if done and isinstance(result, OSError):
+            logger.warning("allocation file: {}", result)
+        return done and not isinstance(result, BaseException)
+
     def _write_spec(self, spec: SegmentSpec) -> None:
         path = SegmentPaths.of(spec.run_dir, spec.index).spec
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(spec.model_dump_json())
-        tmp.replace(path)
+        write_private(path, spec.model_dump_json())
 
     def _request(self, seg: SegmentRecord) -> None:
+        """Ask the supervisor for the segment's step; until that write lands, every poll asks again."""
         spec_file = SegmentPaths.of(self.host.s.run_dir, seg.index).spec
         req = StepRequest(segment=seg.index, nodes=list(seg.nodes), spec_file=str(spec_file),
                           time=self.host.clock.now().isoformat())
-        write_record(self.paths(seg).request, req)
-        self._ensured.add(seg.index)
+        if self._io(lambda: write_record(self.paths(seg).request, req)):
+            self._ensured.add(seg.index)
 
     def _ensure_request(self, seg: SegmentRecord) -> None:
         """After a controller restart: a restart recorded in the state whose request never reached the
         supervisor is asked for again (the spec was written before the record)."""
-        self._ensured.add(seg.index)
-        req = read_record(self.paths(seg).request, StepRequest)
-        if req is None or req.segment < seg.index:
+        done, req = call_with_timeout(lambda: read_record(self.paths(seg).request, StepRequest),
+                                      self.host.s.watch.read_timeout_s)
+        if not done:
+            return
+        if not isinstance(req, StepRequest) or req.segment < seg.index:
             self._request(seg)
+        else:
+            self._ensured.add(seg.index)

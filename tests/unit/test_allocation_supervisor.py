@@ -248,6 +248,8 @@ def test_a_request_that_does_not_fit_the_allocation_ends_the_supervisor_with_1(
     popen = Popen(first)  # a second step would fail the test: Popen has no process left for it
     assert supervisor(spec, popen).run() == 1, why
     assert first.terminated and len(popen.calls) == 1
+    refused = step_record(spec, 2)  # the controller learns why instead of judging a step with no output
+    assert refused.ended and refused.note.startswith("refused:")
 
 
 def test_a_request_whose_spec_is_for_another_segment_ends_with_1(tmp_path: Path) -> None:
@@ -298,3 +300,22 @@ def test_allocation_and_job_id_come_from_slurm_s_environment(tmp_path: Path, mon
     sup = AllocationSupervisor(make_spec(tmp_path, allocation_dir=""), popen=Popen())
     assert sup.job_id == "777" and sup.allocation == ["gpu01", "gpu02", "gpu03"]
     assert sup.paths.root == SegmentPaths.of(tmp_path / "run", 1).allocation  # default: under the segment
+
+
+def test_the_first_step_runs_the_submitted_spec_not_one_left_by_an_earlier_job(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, resume_from="/ckpt/iter_0001000")
+    stale = SegmentPaths(Path(spec.segment_dir)).spec
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_text(spec.model_copy(update={"resume_from": "/ckpt/iter_0000500"}).model_dump_json())
+    assert supervisor(spec, Popen(FakeProc([0]))).run() == 0
+    assert SegmentSpec.model_validate_json(stale.read_text()).resume_from == "/ckpt/iter_0001000"
+    assert stale.stat().st_mode & 0o777 == 0o600  # it holds the config's environment
+
+
+@pytest.mark.parametrize("state,down", [("down*", True), ("fail", True), ("idle*", False), ("mix*", False),
+                                        ("alloc", False)])
+def test_only_nodes_slurm_declared_down_count_as_lost(monkeypatch: pytest.MonkeyPatch, state: str,
+                                                      down: bool) -> None:
+    monkeypatch.undo()  # the real down_nodes, with sinfo's answer played
+    monkeypatch.setattr(allocation, "_query", lambda argv: f"node2 {state}\nnode1 alloc\n")
+    assert allocation.down_nodes(["node1", "node2"]) == (["node2"] if down else [])

@@ -329,3 +329,41 @@ def test_fake_crash_of_a_spare_keeps_the_step_running(tmp_path: Path) -> None:
     assert job.state == JobState.RUNNING and job.iteration == 5 and job.held == ["node1", "node2"]
     rec = step_file(spec, 1)
     assert rec is not None and not rec.ended
+
+
+def test_a_spare_on_the_shared_blacklist_is_not_promoted(tmp_path: Path) -> None:
+    """Another run blacklisted the spare after this job started: the restart falls back to a new job."""
+    from datetime import timedelta
+
+    from orchestrator.model import BlacklistEntry
+    from orchestrator.shared_blacklist import SharedBlacklist
+
+    shared = tmp_path / "shared-blacklist.json"
+    ctl, cluster, clock = make(tmp_path, {"node2": Fault("ecc", at=35)}, policy={"shared_blacklist": str(shared)})
+    state = ctl.load_or_init()
+    run_until(ctl, state, 22)
+    assert cluster.jobs["101"].allocation == ["node1", "node2", "node3"]
+    now = clock.now()
+    SharedBlacklist(shared).publish([BlacklistEntry(node="node3", cause=Cause.GPU_ECC, evidence="other run",
+                                                    job_id="9", since=now, expires=now + timedelta(days=1))])
+    state = ctl.run()
+    assert state.status == RunStatus.DONE
+    assert all("node3" not in s.nodes for s in state.segments[1:])
+    assert state.segments[1].job_id != "101" and job_state(cluster) == JobState.CANCELLED
+
+
+def test_a_step_record_of_an_earlier_job_is_not_this_segment_s_end(tmp_path: Path) -> None:
+    """A segment number reused after a lost submission: the earlier job's ended record must not conclude it."""
+    from orchestrator.loop.steps import Steps
+
+    ctl, cluster, _ = make(tmp_path)
+    state = ctl.load_or_init()
+    ctl.step(state)  # submits segment 1 (job 101)
+    seg = state.segments[0]
+    paths = AllocationPaths(Path(seg.allocation_dir))
+    write_record(paths.step(1), StepRecord(segment=1, job_id="77", nodes=["node1", "node2"], ended="x",
+                                           exit_code=1, lost_nodes=["node2"]))
+    steps = Steps(ctl)
+    from orchestrator.model import JobStatus
+    got = steps.observe(seg, JobStatus(state=JobState.PENDING))
+    assert got.state == JobState.PENDING and steps.record is None

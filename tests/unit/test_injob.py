@@ -76,6 +76,11 @@ def test_lost_step_node_is_node_fail_with_reason() -> None:
     assert "node2" in st.reason and st.nodes == ("node1", "node2")
 
 
+def test_a_step_stopped_on_a_signal_waits_for_slurm_to_end_the_job() -> None:
+    r = rec(ended=True, code=143).model_copy(update={"note": "stopped by a signal"})
+    assert step_status(running(), r).state == JobState.RUNNING
+
+
 def test_lost_spare_does_not_make_the_step_a_node_failure() -> None:
     st = step_status(running(), rec(ended=True, code=1, lost=("node4",)))  # node4 was a spare, not in the step
     assert st.state == JobState.FAILED and "node4" not in st.reason
@@ -114,10 +119,23 @@ def test_no_lost_node_keeps_the_verdict() -> None:
     assert lost_node_verdict(v, [], "101") is v
 
 
-def test_a_verdict_blaming_another_node_gives_way_to_the_lost_node() -> None:
-    v, _ = ecc("node1")  # a cascade line read as blame elsewhere; Slurm saw node2 fail
+def test_a_lost_node_joins_the_culprits_of_a_verdict_that_blames_another_node() -> None:
+    v, _ = ecc("node1")  # an ECC on node1, and Slurm saw node2 fail too
     out = lost_node_verdict(v, ["node2"], "101")
-    assert out.cause == Cause.NODE_FAIL and out.culprit_nodes == ("node2",)
+    assert out.cause == Cause.GPU_ECC and out.culprit_nodes == ("node1", "node2") and out.blame
+    assert any(e.node == "node2" and "Slurm removed node2" in e.text for e in out.evidence)
+
+
+def test_a_verdict_on_the_code_is_not_turned_into_a_node_failure() -> None:
+    v = Verdict(cause=Cause.USER_BUG, confidence=0.9, summary="KeyError on every rank")
+    assert lost_node_verdict(v, ["node2"], "101") == v
+
+
+def test_a_restart_never_asks_for_a_node_that_left_the_job() -> None:
+    v, d = ecc("node2")  # node3 failed at the same time but nobody blamed it
+    s = seg(("node2", "node3"), ("node1", "node2", "node3", "node4"))
+    nxt = after_step(run_state(), s, v, d, ["node4"], job_ended=False, held=["node1", "node2", "node4"])
+    assert not nxt.restart.ok and "node3 left the job" in nxt.cancel_job
 
 
 def test_a_culprit_named_without_blame_is_still_replaced() -> None:
@@ -226,11 +244,19 @@ def test_a_cause_that_is_not_a_node_s_cancels_the_job() -> None:
     assert not nxt.restart.ok and "not one node's fault" in nxt.restart.why_not and nxt.cancel_job
 
 
-def test_done_does_nothing() -> None:
+def test_done_after_a_clean_step_end_leaves_the_job_to_end_by_itself() -> None:
     v = Verdict(cause=Cause.SUCCESS, confidence=0.95)
     d = Decision(action=Action.DONE, reason="the training command exited 0 on every node")
-    nxt = after_step(run_state(RunStatus.DONE), seg(), v, d, ["node3"], job_ended=False)
+    nxt = after_step(run_state(RunStatus.DONE), seg(), v, d, ["node3"], job_ended=False, step_ok=True)
     assert not nxt.restart.ok and not nxt.cancel_job and not nxt.nodes
+
+
+def test_done_while_the_step_still_runs_ends_the_job() -> None:
+    """The goal was reached but the step hangs in teardown: nothing else would free the nodes and spares."""
+    v = Verdict(cause=Cause.SUCCESS, confidence=0.8)
+    d = Decision(action=Action.DONE, reason="iteration 50 >= 50")
+    nxt = after_step(run_state(RunStatus.DONE), seg(), v, d, ["node3"], job_ended=False, step_ok=False)
+    assert not nxt.restart.ok and nxt.cancel_job.startswith("done")
 
 
 @pytest.mark.parametrize("action", [Action.RESUBMIT_EXCLUDE, Action.STOP_AND_ALERT])
