@@ -64,7 +64,7 @@ def free_spares(seg: SegmentRecord, held: list[str], lost: list[str], banned: se
 
 
 def replace(nodes: list[str], drop: tuple[str, ...], promote: tuple[str, ...]) -> list[str]:
-    """The step's nodes with each dropped node replaced in place by a spare (node ranks stay put)."""
+    """The step's nodes with each dropped node replaced by its spare (srun still numbers them in Slurm's order)."""
     swap = dict(zip(drop, promote, strict=True))
     return [swap.get(n, n) for n in nodes]
 
