@@ -115,6 +115,19 @@ class SlurmBackend:
         self._nodes = (now, names)
         return names
 
+    def usable_nodes(self) -> list[str] | None:
+        """Nodes that can run a job now (not down, drained, failing or not responding): spares are drawn from
+        these, so a job never waits in the queue for a spare that is down. None when sinfo does not answer."""
+        try:
+            text = self._run(["sinfo", "-h", "-N", "-o", "%N %t"])
+        except SchedulerUnavailable:
+            return None
+        rows = [ln.split() for ln in text.splitlines() if ln.strip()]
+        if not rows or any(len(r) != 2 for r in rows):
+            return None  # not the answer asked for: unknown, never "no node is usable"
+        bad = ("down", "drain", "fail", "maint", "unk", "resv", "inval", "futr", "boot", "plnd", "npc")
+        return sorted({n for n, st in rows if not st.startswith(bad) and not st.endswith(("*", "~", "#", "!", "%"))})
+
     def _params(self, spec: SegmentSpec) -> dict[str, Any]:
         extra: dict[str, Any] = {"no-requeue": True, **dict(spec.sbatch_extra)}
         if spec.spares:

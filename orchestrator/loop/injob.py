@@ -19,6 +19,7 @@ from orchestrator.spares import Restart, restart_in_allocation
 from orchestrator.state import RunState, SegmentRecord
 
 RESTARTABLE = frozenset({Action.RESUBMIT_EXCLUDE, Action.RESUBMIT})
+SYMPTOMS = frozenset({Cause.HANG, Cause.NCCL_TIMEOUT, Cause.NETWORK, Cause.UNKNOWN, Cause.NODE_FAIL})
 
 
 def in_allocation(seg: SegmentRecord) -> bool:
@@ -46,7 +47,15 @@ def lost_node_verdict(verdict: Verdict, lost: list[str], job_id: str) -> Verdict
     verdict does not already blame joins the culprits (a node failure when nobody was blamed). A verdict on the
     code (the same bug everywhere) stands: the run stops, and the job with it."""
     missing = [n for n in lost if not (verdict.blame and n in verdict.culprit_nodes)]
-    if not missing or verdict.cause in CODE_CAUSES:
+    if verdict.cause in CODE_CAUSES or not lost:
+        return verdict
+    if verdict.cause in SYMPTOMS:  # a dead node is silent: its peers time out, its agent answers no dump
+        culprits = tuple(sorted({*lost, *(verdict.culprit_nodes if verdict.blame else ())}))
+        ev = tuple(Evidence(node=n, text=f"Slurm removed {n} from job {job_id} and killed the step on it (node "
+                            "failure)", role="root", cause=Cause.NODE_FAIL) for n in lost)
+        return Verdict(cause=Cause.NODE_FAIL, culprit_nodes=culprits, blame=True, confidence=0.95,
+                       evidence=ev + verdict.evidence[:20], summary=f"node failure: {','.join(lost)} left the job")
+    if not missing:
         return verdict
     ev = tuple(Evidence(node=n, text=f"Slurm removed {n} from job {job_id} and killed the step on it (node failure)",
                         role="root", cause=Cause.NODE_FAIL) for n in missing)

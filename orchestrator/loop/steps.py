@@ -109,8 +109,11 @@ class Steps:
         log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)
         if nxt.cancel_job:
             log.info("ending job {}: {}", seg.job_id, nxt.cancel_job)
+            seg.reason = f"{seg.reason}; {nxt.cancel_job}"[:500]  # status and report say why not in the job
             self.host.effects.one(Cancel(_ref(state, seg), nxt.cancel_job))
         elif nxt.restart.ok:
+            swap = ", ".join(f"{a} -> {b}" for a, b in zip(nxt.restart.drop, nxt.restart.promote, strict=True))
+            seg.reason = f"{seg.reason}; restarted inside job {seg.job_id} ({swap}), no new submission"[:500]
             self.restart(state, seg, nxt, spares, now)
 
     def restart(self, state: RunState, seg: SegmentRecord, nxt: AfterStep, spares: list[str], now: datetime) -> None:

@@ -111,9 +111,13 @@ def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime
     ckpt = find_checkpoint(settings, state)
     inventory = backend.nodes()
     n, k = settings.resources.nodes, spares(settings, state)
-    if k and inventory is not None:  # spares only from nodes the blacklist leaves: never fewer nodes than needed
-        usable = len(set(inventory) - set(exclude_plan(bl, settings.policy, inventory, n, now).nodes))
-        k = max(0, min(k, usable - n))
+    up = getattr(backend, "usable_nodes", lambda: inventory)() if k else inventory
+    if k and inventory is not None:  # spares only from nodes that are up and that the blacklist leaves
+        usable = len(set(up if up is not None else inventory) - set(exclude_plan(bl, settings.policy, inventory, n,
+                                                                                   now).nodes))
+        if (cut := max(0, min(k, usable - n))) < k:
+            logger.warning("spare nodes: {} instead of {}: only {} usable node(s) for {} needed", cut, k, usable, n)
+        k = cut
     excl = exclude_plan(bl, settings.policy, inventory, n + k, now)
     return Prepared(plan(settings, state, ckpt, excl, python, k), excl, bl)
 

@@ -59,6 +59,7 @@ def test_ecc_restarts_on_the_spare_inside_the_same_job(tmp_path: Path) -> None:
     s1, s2 = state.segments
     assert s1.cause == Cause.GPU_ECC and s1.culprit_nodes == ["node2"] and s1.action == Action.RESUBMIT_EXCLUDE
     assert s1.nodes == ["node1", "node2"] and s1.allocation == ["node1", "node2", "node3"]
+    assert "restarted inside job 101 (node2 -> node3)" in s1.reason  # status says no new job was submitted
     assert s2.job_id == s1.job_id == "101" and s2.in_job_of == 1 and s2.allocation_dir == s1.allocation_dir
     assert s2.nodes == ["node1", "node3"] and s2.excluded == ["node2"] and s2.spare_count == 0
     assert s2.resumed_from and s2.resumed_from.endswith("iter_0000030") and s2.start_iteration == 30
@@ -367,3 +368,34 @@ def test_a_step_record_of_an_earlier_job_is_not_this_segment_s_end(tmp_path: Pat
     from orchestrator.model import JobStatus
     got = steps.observe(seg, JobStatus(state=JobState.PENDING))
     assert got.state == JobState.PENDING and steps.record is None
+
+
+def test_spares_are_drawn_only_from_nodes_that_are_up(tmp_path: Path) -> None:
+    """A down node must not be asked for as a spare: the job would wait in the queue for it."""
+    from orchestrator.backends.slurm import SlurmBackend
+    from orchestrator.settings import SlurmBackendCfg
+
+    sinfo = {"-o %N": "node1\nnode2\nnode3\nnode4\n",
+             "-o %N %t": "node1 idle\nnode2 down*\nnode3 mix\nnode4 drain\n"}
+
+    def runner(argv: list[str], timeout: float) -> str:
+        return sinfo["-o " + " ".join(argv[argv.index("-o") + 1:])]
+
+    clock = FakeClock()
+    backend = SlurmBackend(SlurmBackendCfg(), clock, tmp_path, runner=runner)
+    assert backend.usable_nodes() == ["node1", "node3"]
+    ctl, _, _ = make(tmp_path, resources={"nodes": 1, "spare_nodes": 3})
+    state = RunState(run="t", created_at=clock.now(), updated_at=clock.now())
+    spec = prepare(ctl.s, state, backend, clock.now(), "python").spec
+    assert spec.spares == 1  # node1 and node3 are up: one runs, one is the spare
+
+
+def test_a_dead_node_s_silence_is_a_node_failure_not_a_hang() -> None:
+    from orchestrator.loop.injob import lost_node_verdict
+    from orchestrator.model import Verdict
+
+    hang = Verdict(cause=Cause.HANG, culprit_nodes=("node1",), blame=True, confidence=0.6,
+                   summary="the agent did not answer the stack-dump request")
+    out = lost_node_verdict(hang, ["node1"], "395")
+    assert out.cause == Cause.NODE_FAIL and out.culprit_nodes == ("node1",)
+    assert out.evidence[0].text.startswith("Slurm removed node1 from job 395")
