@@ -17,7 +17,7 @@ from orchestrator.checkpoint_interval import (
 from orchestrator.contract import SegmentPaths
 from orchestrator.model import SegmentSpec
 from orchestrator.settings import Settings
-from orchestrator.spares import spares_needed
+from orchestrator.spares import sizing_text, spares_needed
 from orchestrator.state import RunState
 
 
@@ -59,6 +59,17 @@ def spares(settings: Settings, state: RunState) -> int:
         return r.spare_nodes
     rate = failure_rate_per_node_hour(observed(state))
     return spares_needed(rate, r.nodes, r.time_limit_min / 60)
+
+
+def spares_reason(settings: Settings, state: RunState) -> str:
+    """How `auto` sized the spares (the rate, its basis, the chance of running out), or '' for a number."""
+    r = settings.resources
+    if r.spare_nodes != "auto":
+        return ""
+    obs = observed(state)
+    basis = (f"{obs.failures} node failure(s) in {obs.node_hours:.0f} node-hours observed, blended with the field "
+             "prior" if obs.node_hours else "the field prior; no failure observed yet")
+    return "auto: " + sizing_text(failure_rate_per_node_hour(obs), r.nodes, r.time_limit_min / 60, basis)
 
 
 def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: ExcludePlan,

@@ -36,6 +36,18 @@ def spares_needed(rate_per_node_hour: float, nodes: int, hours: float, target: f
     return MAX_SPARES
 
 
+def sizing_text(rate_per_node_hour: float, nodes: int, hours: float, basis: str, target: float = 0.01) -> str:
+    """Why `spares_needed` gives what it gives: the expected failures and the chance of running out."""
+    k = spares_needed(rate_per_node_hour, nodes, hours, target)
+    mean = rate_per_node_hour * nodes * hours
+    span = f"{hours * 60:.0f} min" if hours < 1 else f"{hours:.3g} h"
+    text = (f"{nodes} nodes x {span} (the time limit) at {rate_per_node_hour * 24000:.2f} failures per 1000 "
+            f"node-days ({basis}): "
+            f"{mean:.3g} node failures expected; with {k} spare{'' if k == 1 else 's'} the chance of running out is "
+            f"{poisson_tail(mean, k):.2%} (target < {target:.0%})")
+    return text + ("; set a number to hold spares anyway" if k == 0 else "")
+
+
 @dataclass(frozen=True)
 class Restart:
     """Relaunch inside the allocation: the nodes to drop and the spares to promote, or why not."""

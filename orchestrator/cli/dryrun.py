@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from orchestrator.cli.common import build_backend, fail
 from orchestrator.clock import Clock
 from orchestrator.contract import SegmentPaths
+from orchestrator.plan import spares_reason
 from orchestrator.settings import Settings
 from orchestrator.state import RunState, StateError, StateStore
 from orchestrator.views.text import clean
@@ -53,7 +54,8 @@ def dry(s: Settings, clock: Clock) -> None:
           f"(iteration {spec.start_iteration})")
     print("\n".join(launch_lines(spec)))
     if s.resources.spare_nodes != 0:
-        print("\n".join(allocation_lines(spec, s.resources.spare_nodes, tuple(s.backend.slurm.srun_args))))
+        print("\n".join(allocation_lines(spec, s.resources.spare_nodes, tuple(s.backend.slurm.srun_args),
+                                          reason=spares_reason(s, state))))
     print(backend.render(spec))
 
 
@@ -75,13 +77,15 @@ def launch_lines(spec: SegmentSpec) -> list[str]:
 
 
 def allocation_lines(spec: SegmentSpec, configured: int | str, srun_args: tuple[str, ...],
-                     python: str = sys.executable) -> list[str]:
+                     python: str = sys.executable, reason: str = "") -> list[str]:
     """With spare nodes: the job's size and --no-kill, the allocation supervisor on the batch host, and the exact
     srun it runs for the segment's step (the nodes are the allocation's first ones, known once Slurm places it)."""
     from orchestrator.agent.allocation import step_argv
 
     n, k = spec.nodes, spec.spares
     out = [f"# spare nodes: {k} for this segment (resources.spare_nodes: {configured})"]
+    if reason:
+        out.append(f"#   {reason}")
     if not k:
         return [*out, "#   none for this segment: the job runs as without spares (srun on every node)"]
     nodes = [f"NODE{i}" for i in range(1, n + 1)]

@@ -182,7 +182,9 @@ def validate(config: Annotated[Path, typer.Argument(help="The YAML config file t
         raise fail([problem])
     for w in path_warnings(s):
         err.print(f"warning: {clean(w)}", markup=False, highlight=False)
-    out.print(clean(f"{config}: ok (run {s.name}, {s.resources.nodes} nodes, backend {s.backend.kind})"),
+    k = s.resources.spare_nodes
+    spares = "" if k == 0 else f" + spares {k}" if k == "auto" else f" + {k} spare{'s' if k != 1 else ''}"
+    out.print(clean(f"{config}: ok (run {s.name}, {s.resources.nodes} nodes{spares}, backend {s.backend.kind})"),
               markup=False, highlight=False)
 
 

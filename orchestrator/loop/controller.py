@@ -151,8 +151,8 @@ class Controller:
         self.failpoint("after_submit")
         self._attach(state, seg, ref)
         self.failpoint("after_record")
-        log.info("segment submitted job={} exclude={} resume_from={} start_iteration={}",
-                 ref.job_id, spec.exclude_hostlist or "-", spec.resume_from or "-", spec.start_iteration)
+        log.info("segment submitted job={} exclude={} spares={} resume_from={} start_iteration={}", ref.job_id,
+                 spec.exclude_hostlist or "-", spec.spares, spec.resume_from or "-", spec.start_iteration)
 
     def _attach(self, state: RunState, seg: SegmentRecord, ref: JobRef) -> None:
         seg.job_id, seg.submitted_at = ref.job_id, ref.submitted_at

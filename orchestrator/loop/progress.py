@@ -13,8 +13,10 @@ PENDING_NOTE_S = 600.0  # how often a pending job's wait is logged
 
 def record_progress(seg: SegmentRecord, status: JobStatus, scheduler_nodes: list[str], log_nodes: list[str],
                     iteration: int | None, now: datetime) -> bool:
-    """Update the segment's nodes and iteration; True if anything changed."""
+    """Update the segment's scheduler state, nodes and iteration; True if anything changed."""
     changed = False
+    if not status.state.terminal and seg.job_state != status.state:  # the end state is set by the conclusion
+        seg.job_state, changed = status.state, True
     # squeue lists only the nodes still busy once a job is completing: trust RUNNING and accounting; sacct lists
     # a job that is starting as PENDING on its batch host alone
     if status.nodes and status.nodes_final and status.state != JobState.PENDING:

@@ -56,12 +56,20 @@ class Resources(Section):
     qos: str | None = Field(None, description="Slurm QOS.")
     time_limit_min: int = Field(60, ge=1, le=525_600, description="Wall-clock limit of one segment (--time), minutes.")
     spare_nodes: int | Literal["auto"] = Field(
-        0, description="Spare nodes allocated with each segment (Slurm, --no-kill): a failed node is replaced by a "
-        "spare and training restarts inside the same job, without a new queue wait. `auto` sizes them from the "
-        "observed failure rate so that running out within the time limit is below 1%.")
+        0, description="Spare nodes allocated with each segment (Slurm, --no-kill), 0 to 64: a failed node is "
+        "replaced by a spare and training restarts inside the same job, without a new queue wait. `auto` sizes them "
+        "from the observed failure rate so that running out within the time limit is below 1% (the dry run says "
+        "how many and why).")
     sbatch_extra: dict[str, str] = Field(
         default_factory=dict, description="Extra sbatch options, e.g. {constraint: h100}. Values are quoted."
     )
+
+    @field_validator("spare_nodes", mode="before")
+    @classmethod
+    def _spares_not_bool(cls, v: object) -> object:
+        if isinstance(v, bool):  # YAML reads yes/no/on/off as booleans: never 1/0 spares by accident
+            raise ValueError("spare_nodes must be a number from 0 to 64, or auto (not yes/no/true/false)")
+        return v
 
     @field_validator("spare_nodes")
     @classmethod

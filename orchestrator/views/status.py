@@ -175,8 +175,8 @@ def current_spares(state: RunState) -> str:
         return ""
     held = f"{','.join(job.spares)} of {len(job.allocation)} nodes" if job.allocation else \
         f"{job.spare_count} asked for (the job's nodes are not known yet)"
-    return (f"job {job.job_id or '-'}: {held}; promoted {','.join(job.promoted) or '-'}; "
-            f"free {','.join(job.free) if job.allocation else '-'}")
+    free = (",".join(job.free) or "none") if job.allocation else "-"
+    return f"job {job.job_id or '-'}: {held}; promoted {','.join(job.promoted) or 'none'}; free {free}"
 
 
 def _end_text(s: SegmentRecord) -> str:

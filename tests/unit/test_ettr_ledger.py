@@ -2,11 +2,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from orchestrator.blacklist import Blacklist
-from orchestrator.model import Action, Cause, RunStatus
+from orchestrator.loop.progress import record_progress
+from orchestrator.model import Action, Cause, JobState, JobStatus, RunStatus
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import human, run_metrics
-from orchestrator.views.status import drain_commands, status_json
+from orchestrator.views.status import drain_commands, status_json, summary_table
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -40,7 +43,17 @@ def test_eta_while_running() -> None:
     st = RunState(run="r", created_at=T, updated_at=T, segments=[s1], target_iteration=150)
     m = run_metrics(st, at(60))
     assert m["eta_s"] == 100 and m["lost_s_by_cause"] == {"in progress": 10.0}
-    assert status_json(st, at(60))["current"]["job_state"] == "SUBMITTED"
+    assert status_json(st, at(60))["current"]["job_state"] == "SUBMITTED"  # no poll yet
+
+
+@pytest.mark.parametrize("live", [JobState.PENDING, JobState.RUNNING])
+def test_a_polled_segment_shows_the_scheduler_state(live: JobState) -> None:
+    s1 = SegmentRecord(index=1, job_name="r.seg1", job_id="1", submitted_at=at(0))
+    st = RunState(run="r", created_at=T, updated_at=T, segments=[s1])
+    assert record_progress(s1, JobStatus(state=live), [], [], None, at(5))  # changed: worth saving
+    assert status_json(st, at(5))["current"]["job_state"] == live.value
+    assert not record_progress(s1, JobStatus(state=live), [], [], None, at(10))  # nothing new
+    assert live.value in str(summary_table(st, at(10)).columns[1]._cells)
 
 
 def test_drain_lines_quote_safely() -> None:

@@ -58,6 +58,39 @@ def test_spares_poisson_tail() -> None:
     assert poisson_tail(7.76, k) < 0.01 <= poisson_tail(7.76, k - 1)
 
 
+@pytest.mark.parametrize(("nodes", "hours"), [(3, 0.5), (512, 24), (2048, 24)])
+def test_auto_sizing_says_the_rate_and_the_chance_of_running_out(nodes: int, hours: float) -> None:
+    from orchestrator.spares import sizing_text
+
+    rate = 3.79 / 1000 / 24
+    text = sizing_text(rate, nodes, hours, "prior")
+    k, mean = spares_needed(rate, nodes, hours), rate * nodes * hours
+    assert f"with {k} spare" in text and f"{poisson_tail(mean, k):.2%}" in text and "3.79 failures" in text
+    assert ("set a number to hold spares anyway" in text) == (k == 0)
+
+
+def test_auto_sizing_names_what_it_observed(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from orchestrator.plan import spares_reason
+    from orchestrator.settings import load_settings, parse_overrides
+    from orchestrator.state import RunState, SegmentRecord
+    from tests.conftest import base_config, write_config
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    cfg = base_config(tmp_path, resources={"nodes": 4, "spare_nodes": "auto"}, backend={"kind": "slurm"})
+    s = load_settings(write_config(tmp_path, cfg), parse_overrides([]))
+    state = RunState(run="r", created_at=t0, updated_at=t0)
+    assert "no failure observed yet" in spares_reason(s, state)
+    state.segments.append(SegmentRecord(index=1, job_name="s1", submitted_at=t0, first_progress_at=t0,
+                                        ended_at=t0 + timedelta(hours=5), nodes=["a", "b", "c", "d"],
+                                        cause=Cause.GPU_ECC))
+    assert "1 node failure(s) in 20 node-hours observed" in spares_reason(s, state)
+    fixed = load_settings(write_config(tmp_path, {**cfg, "resources": {"nodes": 4, "spare_nodes": 2}}),
+                          parse_overrides([]))
+    assert spares_reason(fixed, state) == ""
+
+
 def verdict(cause: Cause, nodes: tuple[str, ...]) -> tuple[Verdict, Decision]:
     return (Verdict(cause=cause, culprit_nodes=nodes, blame=bool(nodes), confidence=0.9),
             Decision(action=Action.RESUBMIT_EXCLUDE, reason="x", blame_nodes=nodes, hard=True))

@@ -56,6 +56,9 @@ BAD: list[tuple[str, dict[str, Any] | str, str]] = [
     ("unknown cause", {"signatures": [{"name": "x", "pattern": "boom", "cause": "gremlins"}]}, "signatures.0.cause"),
     ("bad env name", {"env": {"1BAD": "x"}}, "env"),
     ("missing checkpoint", {"checkpoint": None}, "checkpoint"),
+    ("spares as yes/no", {"resources": {"spare_nodes": True}}, "resources.spare_nodes: Value error, spare_nodes must"),
+    ("too many spares", {"resources": {"spare_nodes": 65}}, "between 0 and 64"),
+    ("spares as a word", {"resources": {"spare_nodes": "some"}}, "resources.spare_nodes"),
 ]
 
 

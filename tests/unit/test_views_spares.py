@@ -153,13 +153,17 @@ def test_a_run_without_spares_keeps_its_table() -> None:
 def test_summary_counts_restarts_and_shows_the_current_jobs_spares() -> None:
     state = spares_run()
     text = render(summary_table(state, at(70)))
-    assert "2 inside the job (median 01m15s to progress again), 1 new submission (not timed)" in text
+    assert "2 inside the job (median 01m15s from the verdict to progress again), 1 new submission (not timed)" in text
     assert "job 270: 2 asked for" in text  # the current segment's job is not placed yet
     state.segments = state.segments[:2]
     state.segments[1].cause = None
     text = render(summary_table(state, at(40)))
     assert "current segment" in text and "2 in job 269" in text
     assert "job 269: node4,node5 of 5 nodes; promoted node4; free node5" in text
+    state = spares_run()
+    state.segments = state.segments[:3]  # segment 3 runs on the last spare
+    state.segments[2].cause = state.segments[2].ended_at = None
+    assert "promoted node4,node5; free none" in render(summary_table(state, at(55)))
 
 
 def test_report_has_the_restarts_and_the_spares() -> None:
@@ -197,7 +201,16 @@ def test_spares_with_the_local_backend_are_refused_before_anything_runs(
 def test_the_local_backend_without_spares_validates(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, base_config(tmp_path, resources={"nodes": 2, "spare_nodes": 0}))
     res = CliRunner().invoke(app, ["validate", str(cfg)])
-    assert res.exit_code == 0 and "ok" in res.output, res.output
+    assert res.exit_code == 0 and "ok (run" in res.output and "spare" not in res.output, res.output
+
+
+@pytest.mark.parametrize(("spares", "said"), [(1, "2 nodes + 1 spare,"), (3, "2 nodes + 3 spares,"),
+                                               ("auto", "2 nodes + spares auto,")])
+def test_validate_mentions_the_spares(tmp_path: Path, spares: int | str, said: str) -> None:
+    cfg = write_config(tmp_path, base_config(tmp_path, resources={"nodes": 2, "spare_nodes": spares},
+                                             backend={"kind": "slurm"}))
+    res = CliRunner().invoke(app, ["validate", str(cfg)])
+    assert res.exit_code == 0 and said in res.output, res.output
 
 
 def dry_run(tmp_path: Path, spares: int | str) -> tuple[str, Settings]:
@@ -233,6 +246,7 @@ def test_dry_run_with_spares_shows_the_allocation_the_supervisor_and_the_exact_s
 def test_dry_run_with_auto_spares_says_how_many_this_segment_gets(tmp_path: Path, fake_slurm_bin: Path) -> None:
     output, _ = dry_run(tmp_path, "auto")
     assert "# spare nodes: 0 for this segment (resources.spare_nodes: auto)" in output
+    assert "#   auto: 3 nodes x " in output and "the chance of running out is" in output  # why 0
     assert "#SBATCH --nodes=3" in output and "--no-kill" not in output
 
 
