@@ -65,7 +65,7 @@ def restart_in_allocation(verdict: Verdict, decision: Decision, running: list[st
     if verdict.cause not in IN_ALLOCATION or not blamed:
         return Restart(False, why_not=f"{verdict.cause.value} is not one node's fault")
     if batch_host in blamed:
-        return Restart(False, why_not=f"the batch host {batch_host} failed: a new segment")
+        return Restart(False, why_not=f"the batch host {batch_host} failed")
     if len(blamed) > len(spares):
         return Restart(False, why_not=f"{len(blamed)} node(s) to replace, {len(spares)} spare(s) left")
     return Restart(True, drop=tuple(blamed), promote=tuple(spares[: len(blamed)]))

@@ -36,7 +36,7 @@ from orchestrator.contract import (
 )
 from orchestrator.model import SegmentSpec
 
-POLL_S = 1.0
+POLL_S = 0.25  # a stat and a small JSON read: the request is seen within a quarter second
 STOP_GRACE_S = 15.0  # a step asked to stop gets SIGTERM (srun forwards it to the agents), then SIGKILL
 REQUEST_WAIT_S = 300.0  # after a failed step: how long to wait for the controller's decision
 QUERY_TIMEOUT_S = 20.0
@@ -126,7 +126,7 @@ class AllocationSupervisor:
         self.proc.terminate()
         deadline = time.monotonic() + STOP_GRACE_S
         while self.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.05)
         if self.proc.poll() is None:
             self.proc.kill()
             try:

@@ -52,8 +52,10 @@ class Notes:
         if status.state == JobState.RUNNING and self.running_since is None:
             self.running_since = self._summary = now
             seg.queue_note = ""
-            where = ",".join(status.nodes or seg.nodes) or "?"
-            if seg.in_job_of is not None:
+            where = ",".join(status.nodes or seg.nodes) or "nodes not listed yet"
+            if seg.first_progress_at is not None:  # the controller re-attached to a segment that already trained
+                log.info("job={} segment {} still running on {} (re-attached)", seg.job_id, seg.index, where)
+            elif seg.in_job_of is not None:
                 log.info("job={} segment {} restarted inside the job on {} (no queue)", seg.job_id, seg.index, where)
             else:
                 log.info("job={} running on {} after {:.0f}s in the queue", seg.job_id, where,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from orchestrator.contract import PREFLIGHT_EXIT
 from orchestrator.loop.supervise import DUMP_WAIT_S, Seen, supervise
 from orchestrator.settings import Watch
@@ -101,3 +103,30 @@ def test_status_says_when_output_flows_without_a_progress_line() -> None:
     assert notes.update(state, seg, running, ref, at(400), True) and seg.queue_note == NO_PROGRESS
     seg.end_iteration, seg.first_progress_at = 5, at(401)
     assert notes.update(state, seg, running, ref, at(402), True) and seg.queue_note == ""
+
+
+@pytest.mark.parametrize(("in_job_of", "progressed", "said"), [
+    (None, False, "job=7 running on node1 after 30s in the queue"),
+    (1, False, "job=7 segment 2 restarted inside the job on node1 (no queue)"),
+    (1, True, "job=7 segment 2 still running on node1 (re-attached)"),
+    (None, True, "job=7 segment 2 still running on node1 (re-attached)"),
+])
+def test_the_start_line_tells_a_new_job_a_restart_in_the_job_and_a_re_attach_apart(
+        in_job_of: int | None, progressed: bool, said: str) -> None:
+    from loguru import logger
+
+    from orchestrator.loop.notes import Notes
+    from orchestrator.model import JobRef, JobState, JobStatus
+    from orchestrator.state import RunState, SegmentRecord
+
+    seg = SegmentRecord(index=2, job_name="s", job_id="7", submitted_at=at(0), in_job_of=in_job_of,
+                        first_progress_at=at(10) if progressed else None)
+    state = RunState(run="r", created_at=at(0), updated_at=at(0), segments=[seg])
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m).rstrip()), format="{message}")
+    try:
+        Notes(lambda r: "").update(state, seg, JobStatus(state=JobState.RUNNING, nodes=("node1",)),
+                                   JobRef(job_id="7", submitted_at=at(0), backend="fake"), at(30), True)
+    finally:
+        logger.remove(sink)
+    assert lines == [said]
