@@ -399,3 +399,27 @@ def test_a_dead_node_s_silence_is_a_node_failure_not_a_hang() -> None:
     out = lost_node_verdict(hang, ["node1"], "395")
     assert out.cause == Cause.NODE_FAIL and out.culprit_nodes == ("node1",)
     assert out.evidence[0].text.startswith("Slurm removed node1 from job 395")
+
+
+def test_a_node_blamed_in_the_job_is_not_promoted_back_even_below_the_strike_threshold(tmp_path: Path) -> None:
+    """A one-off segfault blames node2 (one strike: not blacklisted); node3 replaces it. When node3 fails in
+    turn, node2 is still held by the job and not blacklisted, but it is not a spare again: a new segment follows."""
+    ctl, cluster, _ = make(tmp_path, {"node2": Fault("segfault", at=20, sticky=False)})
+    state = ctl.load_or_init()
+    run_until(ctl, state, 10)
+    for _ in range(10_000):
+        if len(state.segments) == 2 and (state.segments[1].end_iteration or 0) >= 25:
+            break
+        ctl.step(state)
+    s1, s2 = state.segments
+    assert s1.cause == Cause.SEGFAULT and s1.culprit_nodes == ["node2"]
+    entry = state.blacklist.get("node2")
+    assert entry is not None and entry.strikes == 1 and s1.ended_at is not None
+    assert not state.blacklist.excluding(s1.ended_at, ctl.s.policy.strike_threshold)  # a strike, not an exclusion
+    assert s2.in_job_of == 1 and s2.nodes == ["node1", "node3"]
+    cluster.crash("node3")
+    state = ctl.run()
+    assert state.status == RunStatus.DONE
+    s3 = state.segments[2]
+    assert s3.in_job_of is None and s3.job_id != "101"  # not node1,node2 inside job 101
+    assert "node2" not in cluster.jobs["101"].steps[-1][1]
