@@ -5,9 +5,12 @@ Usage: python scripts/bench_ettr.py [--seeds 3] [--days 30]
 Failure rates per 1000 node-days: 2.34 / 6.50 (Meta research clusters, low and high), 3.79 (Llama 3
 405B: 419 interruptions in 54 days on 16,384 GPUs = 2,048 nodes of 8). 30% of faults leave the node
 broken until repaired (72 h), 10% are hangs without an error line. Segments of 24 h, a checkpoint
-every hour taking 2 min, 10 min to restart (also inside an allocation), 5 or 60 min in the queue.
+every hour taking 2 min, 10 min for a new job to train again, 5 or 60 min in the queue.
 Spare policies (scripts/ettr_spares.py): restart inside the allocation on spares sized by the product for a
-<1% chance of running out per segment, and the product's adaptive checkpoint interval. See docs/BENCHMARKS.md.
+<1% chance of running out per segment, and the product's adaptive checkpoint interval. A relaunch inside the
+allocation takes --step-restart-min (default 2: 0.2 of a new job's start-up, the central estimate of the public
+figures in docs/evidence/restart_cost.md, range 0.07-0.5); a sensitivity block shows 10 (same as a new job), 5, 2
+and 1 minutes at 2,048 nodes, 3.79/1000 node-days and a 60-minute queue. See docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -25,13 +28,37 @@ SHOWN = {"spares": "+spares", "spares+interval": "+interval", "oracle+spares": "
 
 def one(p: Params, policy: str) -> Result:
     return simulate_spares(p, policy) if policy in SPARE_POLICIES else simulate(p, policy)
+
+
 RATES = (2.34, 3.79, 6.50)
+SENSITIVITY_MIN = (10.0, 5.0, 2.0, 1.0)
+
+
+def mean_ettr(p: Params, policy: str, seeds: int) -> float:
+    return statistics.mean(one(Params(**{**p.__dict__, "seed": s}), policy).ettr for s in range(1, seeds + 1))
+
+
+def sensitivity(seeds: int, days: float) -> None:
+    """The target case with the relaunch inside the allocation costing 10 (a new job's), 5, 2 and 1 minutes."""
+    p = Params(nodes=2048, rate_per_1000_node_days=3.79, horizon_h=24 * days, queue_h=1.0)
+    base = mean_ettr(p, "orchestrator", seeds)
+    print(f"\nrelaunch inside the allocation (2048 nodes, 3.79, 60 min queue; orchestrator {base:.1%}):")
+    print(f"{'relaunch':>9} {'+spares':>9} {'+interval':>10} {'oracle+sp':>10} {'sp+int-orch':>12} {'orsp-sp+int':>12}")
+    for minutes in SENSITIVITY_MIN:
+        q = Params(**{**p.__dict__, "step_restart_h": minutes / 60})
+        e = {pol: mean_ettr(q, pol, seeds) for pol in SPARE_POLICIES}
+        gain, gap = e["spares+interval"] - base, e["oracle+spares"] - e["spares+interval"]
+        print(f"{minutes:>6.0f} mn {e['spares']:>9.1%} {e['spares+interval']:>10.1%} {e['oracle+spares']:>10.1%} "
+              f"{gain * 100:>10.2f}pp {gap * 100:>10.2f}pp")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--days", type=float, default=30)
+    ap.add_argument("--step-restart-min", type=float, default=2.0,
+                    help="minutes from a relaunch inside the allocation to training again (default 2)")
+    ap.add_argument("--no-sensitivity", action="store_true", help="skip the relaunch-cost sensitivity block")
     args = ap.parse_args()
     t0 = time.time()
     print(f"{'nodes':>6} {'rate':>5} {'queue':>6} " + " ".join(f"{SHOWN.get(p, p):>12}" for p in POLICIES)
@@ -42,9 +69,9 @@ def main() -> None:
             for queue_min in (5, 60):
                 ettr = {}
                 for pol in POLICIES:
-                    runs = [one(Params(nodes=nodes, rate_per_1000_node_days=rate, horizon_h=24 * args.days,
-                                       queue_h=queue_min / 60, seed=s), pol).ettr for s in range(1, args.seeds + 1)]
-                    ettr[pol] = statistics.mean(runs)
+                    ettr[pol] = mean_ettr(Params(nodes=nodes, rate_per_1000_node_days=rate, horizon_h=24 * args.days,
+                                                 queue_h=queue_min / 60, step_restart_h=args.step_restart_min / 60),
+                                          pol, args.seeds)
                 gap = ettr["oracle"] - ettr["orchestrator"]
                 worst_gap = max(worst_gap, gap)
                 cells = " ".join(f"{ettr[p]:>12.1%}" for p in POLICIES)
@@ -53,6 +80,9 @@ def main() -> None:
                 print(f"{nodes:>6} {rate:>5.2f} {queue_min:>4}mn {cells} {gap * 100:>10.2f}pp {gain * 100:>10.2f}pp "
                       f"{bound * 100:>10.2f}pp")
     print(f"largest orchestrator-oracle gap: {worst_gap * 100:.2f} percentage points (goal <= 1)")
+    print(f"(a relaunch inside the allocation: {args.step_restart_min:g} min to train again; a new job: 10 min)")
+    if not args.no_sensitivity:
+        sensitivity(args.seeds, args.days)
     print("\nclosed-form check (blind array; no sticky faults, no hangs, no queue, no detection delay, no time limit):")
     for nodes in (512, 2048):
         p = Params(nodes=nodes, sticky_share=0, hang_share=0, queue_h=0, nccl_timeout_h=0, time_limit_h=1e9,

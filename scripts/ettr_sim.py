@@ -43,6 +43,7 @@ class Params:
     ckpt_interval_h: float = 1.0        # dt
     ckpt_write_h: float = 2 / 60        # w
     restart_h: float = 10 / 60          # u0: start-up until training runs again (load, compile)
+    step_restart_h: float | None = None  # u0 of a relaunch inside the allocation (None: restart_h)
     queue_h: float = 5 / 60             # wait in the queue per submission
     nccl_timeout_h: float = 10 / 60     # peers notice a dead rank (blind array, resubmit-only)
     orch_detect_h: float = 1 / 60       # poll + cascade grace

@@ -4,8 +4,9 @@ Policies (on top of scripts/ettr_sim.py's, with the same cluster, faults and pro
 - `spares`: each segment allocates nodes + spares (sized by the product's `spares.spares_needed`); a node
   fault that the product's `conclude` blames on a node is handled by `spares.restart_in_allocation`: the
   culprit is dropped, a spare promoted, the training step relaunched from the newest checkpoint in the same
-  job (a cold start, no queue wait). Out of spares, the batch host failing, or a fault that is not a
-  node's: a new segment with --exclude, as before.
+  job: no queue wait, and `Params.step_restart_h` (default: a new job's `restart_h`) until training runs
+  again. Out of spares, the batch host failing, or a fault that is not a node's: a new segment with --exclude,
+  as before.
 - `spares+interval`: the same, and every segment checkpoints at the interval the product's
   `checkpoint_interval.advise` gives from the failures observed so far (Daly's optimum).
 - `oracle+spares`: instant detection and perfect exclusion, with the same spares and interval: the bound.
@@ -28,6 +29,7 @@ class SparesRun(Run):
         self.dt = p.ckpt_interval_h
         self.seen_failures, self.seen_node_hours = 0, 0.0
         self.n_spares = spares_needed(self.lam, p.nodes, p.time_limit_h)
+        self.step_restart_h = p.restart_h if p.step_restart_h is None else p.step_restart_h
 
     def _useful(self, ran_h: float, lost_tail: bool) -> float:
         dt, w = self.dt, self.p.ckpt_write_h
@@ -36,7 +38,7 @@ class SparesRun(Run):
     def _advise(self) -> None:
         if self.adaptive:
             a = advise(Observed(self.seen_failures, self.seen_node_hours), self.p.nodes, self.p.ckpt_write_h * 3600,
-                       self.p.restart_h * 3600, self.dt * 3600)
+                       self.step_restart_h * 3600, self.dt * 3600)  # most restarts happen inside the job
             self.dt = a.interval_s / 3600
 
     def _allocate(self) -> tuple[list[int], list[int]] | None:
@@ -95,7 +97,8 @@ class SparesRun(Run):
             self.t = min(start + ttf + detect, p.horizon_h)
             if not self._restart(running, spares, failed, kind):
                 return
-            start = self.t + p.restart_h  # the step relaunched from the newest checkpoint, no queue wait
+            # the step relaunched from the newest checkpoint on warm nodes: no queue wait, no new job's start-up
+            start = self.t + self.step_restart_h
         self.t = end_limit
 
     def _kind(self) -> str:

@@ -32,3 +32,18 @@ def test_spares_and_the_adaptive_interval_pay_off_when_the_queue_is_long() -> No
     bound = simulate_spares(p, "oracle+spares")
     assert spares.segments < orch.segments / 2  # most faults handled inside the allocation
     assert orch.ettr < spares.ettr < adaptive.ettr <= bound.ettr + 0.005
+
+
+def test_a_cheaper_relaunch_inside_the_allocation_counts_once_per_restart() -> None:
+    """step_restart_h prices only the relaunches inside the job: None is the new job's restart_h; the saving per
+    relaunch is about (restart_h - step_restart_h) for every failure handled in the allocation."""
+    from scripts.ettr_spares import simulate_spares
+
+    p = Params(nodes=512, rate_per_1000_node_days=6.5, horizon_h=24 * 15, queue_h=1.0, seed=2)
+    same = simulate_spares(p, "spares")
+    assert simulate_spares(Params(**{**p.__dict__, "step_restart_h": p.restart_h}), "spares") == same
+    cheap = simulate_spares(Params(**{**p.__dict__, "step_restart_h": 1 / 60}), "spares")
+    assert cheap.ettr > same.ettr
+    in_job = same.failures - (same.segments - 15)  # failures not followed by a new segment (15 time limits)
+    saved_h = (cheap.productive_h - same.productive_h)
+    assert 0.3 * in_job * (p.restart_h - 1 / 60) < saved_h < 1.5 * in_job * (p.restart_h - 1 / 60)
