@@ -99,6 +99,7 @@ class AllocationSupervisor:
         self.paths = AllocationPaths(Path(spec.allocation_dir or SegmentPaths(Path(spec.segment_dir)).allocation))
         self.proc: Any = None
         self.stopping = False
+        self._seen: tuple[tuple[int, int, int], StepRequest] | None = None  # (inode, mtime, size), the request
 
     def log(self, text: str) -> None:
         print(f"{_now()} ORCH-ALLOCATION {text}", flush=True)
@@ -135,7 +136,18 @@ class AllocationSupervisor:
                 self.log("srun did not exit after SIGKILL; the next step overlaps it")
 
     def pending(self, after: int) -> StepRequest | None:
-        req = read_record(self.paths.request, StepRequest)
+        """The controller's request for a segment after `after`. Polled 4 times a second: a stat, and a read
+        only when the file changed (it is replaced atomically: a new inode)."""
+        try:
+            st = self.paths.request.stat()
+        except OSError:
+            return None
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._seen is None or self._seen[0] != key:
+            req = read_record(self.paths.request, StepRequest)
+            self._seen = (key, req) if req is not None else None  # unreadable now: read again next time
+        else:
+            req = self._seen[1]
         return req if req is not None and req.segment > after else None
 
     def run_step(self, rec: StepRecord) -> tuple[int | None, StepRequest | None]:

@@ -55,7 +55,8 @@ def dry(s: Settings, clock: Clock) -> None:
     print("\n".join(launch_lines(spec)))
     if s.resources.spare_nodes != 0:
         print("\n".join(allocation_lines(spec, s.resources.spare_nodes, tuple(s.backend.slurm.srun_args),
-                                          reason=spares_reason(s, state))))
+                                          reason="; ".join(x for x in (spares_reason(s, state),
+                                                                       prepared.spares_note) if x))))
     print(backend.render(spec))
 
 

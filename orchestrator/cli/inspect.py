@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestrator.cli.common import _state_for, app, err, fail, load, loaded, out
+from orchestrator.cli.common import SetOpt, _state_for, app, err, fail, load, loaded, out
 from orchestrator.clock import RealClock
 from orchestrator.diagnose.offline import diagnose_dir
 from orchestrator.state import RunState
@@ -165,7 +165,8 @@ def import_sbatch_cmd(
 
 
 @app.command()
-def validate(config: Annotated[Path, typer.Argument(help="The YAML config file to check.")]) -> None:
+def validate(config: Annotated[Path, typer.Argument(help="The YAML config file to check.")],
+             overrides: SetOpt = []) -> None:  # noqa: B006 - typer needs a literal default
     """Check a config file and print every problem with its field path (exit 2 if any); warn about a
     checkpoint dir that does not exist or is not where the command saves.
 
@@ -173,11 +174,12 @@ def validate(config: Annotated[Path, typer.Argument(help="The YAML config file t
     Examples:
       orchestrator validate configs/demo.yaml
       orchestrator validate configs/example.yaml
+      orchestrator validate configs/slurm-demo.yaml --set resources.spare_nodes=auto
     """
     from orchestrator.cli.dryrun import spares_problem
     from orchestrator.settings import path_warnings
 
-    s = load(config, [])
+    s = load(config, overrides)
     if problem := spares_problem(s):
         raise fail([problem])
     for w in path_warnings(s):

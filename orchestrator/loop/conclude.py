@@ -56,7 +56,9 @@ class Outcome:
 def evidence_text(verdict: Verdict, node: str) -> str:
     root = next((e for e in verdict.evidence if e.role == "root"), None)
     ev = next((e for e in verdict.evidence if e.node == node and e.role == "root"), root)
-    return f"{ev.file}:{ev.line}: {ev.text}" if ev else verdict.summary
+    if ev is None:
+        return verdict.summary
+    return f"{ev.file}:{ev.line}: {ev.text}" if ev.file else ev.text  # e.g. the scheduler's word: no log line
 
 
 def ledger(state: RunState, job_id: str, verdict: Verdict, decision: Decision, policy: Policy,

@@ -154,17 +154,17 @@ class Controller:
         log.info("segment submitted job={} exclude={} spares={} resume_from={} start_iteration={}", ref.job_id,
                  spec.exclude_hostlist or "-", spec.spares, spec.resume_from or "-", spec.start_iteration)
 
-    def _attach(self, state: RunState, seg: SegmentRecord, ref: JobRef) -> None:
+    def _attach(self, state: RunState, seg: SegmentRecord, ref: JobRef, reattached: bool = False) -> None:
         seg.job_id, seg.submitted_at = ref.job_id, ref.submitted_at
         self.save(state)
-        self.new_watch(seg)
+        self.new_watch(seg, reattached)
 
-    def new_watch(self, seg: SegmentRecord) -> None:
+    def new_watch(self, seg: SegmentRecord, reattached: bool = False) -> None:
         if self._watch:
             self._watch.close()
         root = SegmentPaths.of(self.s.run_dir, seg.index).root
         self._watch = SegmentWatch(root, self.signatures, self.progress, self.s.watch.read_timeout_s)
-        self.notes.reset()
+        self.notes.reset(reattached)  # re-attached: the controller started while the job was already there
 
     def recover_intent(self, state: RunState, seg: SegmentRecord) -> None:
         """The controller died between submitting and recording the job id: find the job by name."""
@@ -177,7 +177,7 @@ class Controller:
             ref = sorted(live, key=lambda r: r.submitted_at)[-1]
             logger.bind(run=state.run, segment=seg.index).warning(
                 "re-attached by job name job={} name={}", ref.job_id, seg.job_name)
-            self._attach(state, seg, ref)
+            self._attach(state, seg, ref, reattached=True)
             return
         state.segments.pop()
         self.submit_next(state)
@@ -199,7 +199,7 @@ class Controller:
     def watch_once(self, state: RunState, seg: SegmentRecord) -> None:
         assert seg.job_id and seg.submitted_at
         if self._watch is None:
-            self.new_watch(seg)
+            self.new_watch(seg, reattached=True)
             logger.bind(run=state.run, segment=seg.index).info("watching job={}", seg.job_id)
         assert (watch := self._watch) is not None
         ref = JobRef(job_id=seg.job_id, submitted_at=job_submitted_at(state, seg) or seg.submitted_at,

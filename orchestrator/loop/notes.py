@@ -41,9 +41,11 @@ class Notes:
         self.running_since: datetime | None = None
         self._pending: datetime | None = None
         self._summary: datetime | None = None
+        self.reattached = False
 
-    def reset(self) -> None:
+    def reset(self, reattached: bool = False) -> None:
         self.running_since = self._pending = self._summary = None
+        self.reattached = reattached  # the job was submitted before this controller started watching it
 
     def update(self, state: RunState, seg: SegmentRecord, status: JobStatus, ref: JobRef, now: datetime,
                output_flows: bool) -> bool:
@@ -53,7 +55,7 @@ class Notes:
             self.running_since = self._summary = now
             seg.queue_note = ""
             where = ",".join(status.nodes or seg.nodes) or "nodes not listed yet"
-            if seg.first_progress_at is not None:  # the controller re-attached to a segment that already trained
+            if self.reattached:  # the job may have run for long: no queue time, no "restarted" line again
                 log.info("job={} segment {} still running on {} (re-attached)", seg.job_id, seg.index, where)
             elif seg.in_job_of is not None:
                 log.info("job={} segment {} restarted inside the job on {} (no queue)", seg.job_id, seg.index, where)

@@ -15,7 +15,8 @@ def record_progress(seg: SegmentRecord, status: JobStatus, scheduler_nodes: list
                     iteration: int | None, now: datetime) -> bool:
     """Update the segment's scheduler state, nodes and iteration; True if anything changed."""
     changed = False
-    if not status.state.terminal and seg.job_state != status.state:  # the end state is set by the conclusion
+    # the live state, as the last poll saw it (not UNKNOWN: a job sacct does not list yet); the conclusion sets the end
+    if status.state in (JobState.PENDING, JobState.RUNNING) and seg.job_state != status.state:
         seg.job_state, changed = status.state, True
     # squeue lists only the nodes still busy once a job is completing: trust RUNNING and accounting; sacct lists
     # a job that is starting as PENDING on its batch host alone

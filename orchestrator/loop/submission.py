@@ -103,6 +103,7 @@ class Prepared:
     spec: SegmentSpec
     exclude: ExcludePlan
     blacklist: Blacklist  # the run's blacklist with the shared one merged in
+    spares_note: str = ""  # why the segment gets fewer spares than asked for
 
 
 def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime, python: str) -> Prepared:
@@ -110,16 +111,17 @@ def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime
     bl = merged_blacklist(settings, state.blacklist)
     ckpt = find_checkpoint(settings, state)
     inventory = backend.nodes()
-    n, k = settings.resources.nodes, spares(settings, state)
+    n, k, note = settings.resources.nodes, spares(settings, state), ""
     up = getattr(backend, "usable_nodes", lambda: inventory)() if k else inventory
     if k and inventory is not None:  # spares only from nodes that are up and that the blacklist leaves
         usable = len(set(up if up is not None else inventory) - set(exclude_plan(bl, settings.policy, inventory, n,
                                                                                    now).nodes))
         if (cut := max(0, min(k, usable - n))) < k:
-            logger.warning("spare nodes: {} instead of {}: only {} usable node(s) for {} needed", cut, k, usable, n)
+            note = f"{cut} instead of {k}: only {usable} usable node(s) (up, not blacklisted) for {n} needed"
+            logger.warning("spare nodes: {}", note)
         k = cut
     excl = exclude_plan(bl, settings.policy, inventory, n + k, now)
-    return Prepared(plan(settings, state, ckpt, excl, python, k), excl, bl)
+    return Prepared(plan(settings, state, ckpt, excl, python, k), excl, bl, note)
 
 
 def unloadable(state: RunState, spec: SegmentSpec) -> str:

@@ -67,8 +67,15 @@ class Resources(Section):
     @field_validator("spare_nodes", mode="before")
     @classmethod
     def _spares_not_bool(cls, v: object) -> object:
-        if isinstance(v, bool):  # YAML reads yes/no/on/off as booleans: never 1/0 spares by accident
-            raise ValueError("spare_nodes must be a number from 0 to 64, or auto (not yes/no/true/false)")
+        """One clear line for every wrong value; YAML's yes/no/on/off are booleans, never 1/0 spares."""
+        why = "spare_nodes must be a number from 0 to 64, or auto"
+        if isinstance(v, bool):
+            raise ValueError(why + " (not yes/no/true/false)")
+        if isinstance(v, str):  # --set and ORCH_* give text: 'AUTO', ' 2 '
+            text = v.strip().lower()
+            if text == "auto" or text.isdigit():
+                return "auto" if text == "auto" else int(text)
+            raise ValueError(f"{why}, not {v[:40]!r}")
         return v
 
     @field_validator("spare_nodes")

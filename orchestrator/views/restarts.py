@@ -103,13 +103,14 @@ def summary(rows: list[RestartEvent]) -> dict[str, dict[str, Any]]:
 
 
 def summary_text(rows: list[RestartEvent]) -> str:
-    """'2 inside the job (median 45s from the verdict to progress again), 1 new submission (...)',
-    or '' for none. The verdict comes after detection: the time from the fault itself is longer."""
+    """'2 inside the job (median 45s from the end of the failed segment to progress again), 1 new submission (...)',
+    or '' for none. The segment ends when the controller cancels it or concludes: after detection, so the time
+    from the fault itself is longer."""
     parts = []
     for kind, label in (("in_job", "inside the job"), ("new_job", "new submission")):
         k = summary(rows)[kind]
         if k["count"]:
-            took = (f"median {human(k['median_s'])} from the verdict to progress again"
+            took = (f"median {human(k['median_s'])} from the end of the failed segment to progress again"
                     if k["median_s"] is not None else "not timed")
             plural = "s" if kind == "new_job" and k["count"] > 1 else ""
             parts.append(f"{k['count']} {label}{plural} ({took})")

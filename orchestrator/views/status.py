@@ -148,7 +148,7 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
         if spares := current_spares(state):
             row("spares", spares)
     goal = f" / {state.target_iteration}" if state.target_iteration else ""
-    row("iteration", f"{state.best_iteration()}{goal}")
+    row("iteration", f"{state.best_iteration()}{goal}{quiet_note(cur, now)}")
     row("rate", f"{m['rate_per_h']} iterations/h" if m["rate_per_h"] else "-")
     row("ETA to goal", human(m["eta_s"]))
     row("effective training time", f"{m['ettr']:.1%} of {human(m['wall_s'])}" if m["ettr"] is not None else "-")
@@ -165,6 +165,14 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
     if last:
         row("last decision", f"segment {last.index}: {last.action.value if last.action else '-'}: {last.reason}")
     return t
+
+
+def quiet_note(cur: SegmentRecord | None, now: datetime) -> str:
+    """' (last progress 2m05s ago)' for a running segment silent for a minute or more, else ''."""
+    if cur is None or cur.last_progress_at is None or cur.ended_at is not None:
+        return ""
+    quiet = (now - cur.last_progress_at).total_seconds()
+    return f" (last progress {human(quiet)} ago)" if quiet >= 60 else ""
 
 
 def current_spares(state: RunState) -> str:

@@ -202,6 +202,28 @@ def test_a_request_for_the_running_segment_is_ignored(tmp_path: Path) -> None:
     assert not proc.terminated and len(popen.calls) == 1
 
 
+def test_the_request_is_read_again_only_when_the_file_was_replaced(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = make_spec(tmp_path)
+    sup = supervisor(spec, Popen())
+    reads: list[int] = []
+
+    def counted(path: Path, model: type[StepRequest]) -> StepRequest | None:
+        reads.append(1)
+        return read_record(path, model)
+
+    monkeypatch.setattr(allocation, "read_record", counted)
+    assert sup.pending(1) is None and reads == []  # no file: a failed stat, no read
+    ask(tmp_path, spec, ["node1", "node3"], index=2)
+    for _ in range(5):
+        got = sup.pending(1)
+        assert got is not None and got.segment == 2
+    assert len(reads) == 1  # polled five times, read once
+    ask(tmp_path, spec, ["node1", "node4"], index=3)  # replaced atomically: a new file
+    got = sup.pending(2)
+    assert got is not None and got.segment == 3 and got.nodes == ["node1", "node4"] and len(reads) == 2
+
+
 def test_a_failed_step_records_lost_nodes_and_waits_for_the_request(
         tmp_path: Path, fast: dict[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
     spec = make_spec(tmp_path)

@@ -109,15 +109,27 @@ def test_scheduler_outage_is_not_a_failure(tmp_path: Path) -> None:
 
 
 def test_restart_reattaches_without_duplicate(tmp_path: Path) -> None:
-    ctl, cluster, clock = make(tmp_path)
-    state = ctl.load_or_init()
-    for _ in range(5):
-        ctl.step(state)  # submit, then a few polls
-    assert len(cluster.submitted) == 1 and state.current is not None and state.current.job_id
-    # a new controller on the same run directory (the old one died)
-    ctl2 = Controller(ctl.s, cluster, clock, StateStore(ctl.s.run_dir), python="python")
-    state2 = ctl2.run()
+    from loguru import logger
+
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m).rstrip()), format="{message}")
+    try:
+        ctl, cluster, clock = make(tmp_path)
+        state = ctl.load_or_init()
+        for _ in range(5):
+            ctl.step(state)  # submit, then a few polls
+        assert len(cluster.submitted) == 1 and state.current is not None and state.current.job_id
+        assert state.current.job_state == JobState.RUNNING  # the scheduler's state, seen by the poll
+        assert any("job=101 running on" in line for line in lines) and not any("re-attached" in x for x in lines)
+        lines.clear()
+        # a new controller on the same run directory (the old one died)
+        ctl2 = Controller(ctl.s, cluster, clock, StateStore(ctl.s.run_dir), python="python")
+        state2 = ctl2.run()
+    finally:
+        logger.remove(sink)
     assert state2.status == RunStatus.DONE and len(cluster.submitted) == 1
+    assert any("segment 1 still running on" in x and "(re-attached)" in x for x in lines)
+    assert not any("in the queue" in line for line in lines)
 
 
 def test_crash_between_submit_and_record_does_not_duplicate(tmp_path: Path) -> None:

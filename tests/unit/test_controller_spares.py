@@ -98,6 +98,7 @@ def test_node_crash_inside_the_allocation_restarts_in_the_same_job(tmp_path: Pat
     assert job.steps[-1] == (2, ["node1", "node3"]) and job_state(cluster) == JobState.COMPLETED
     entry = state.blacklist.get("node2")
     assert entry is not None and entry.cause == Cause.NODE_FAIL and entry.job_id == "101"
+    assert entry.evidence.startswith("Slurm removed node2 from job 101")  # no log file: no ':0:' before it
 
 
 def test_a_second_fault_with_no_spare_left_falls_back_to_a_new_job(tmp_path: Path) -> None:

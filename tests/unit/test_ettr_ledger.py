@@ -44,6 +44,11 @@ def test_eta_while_running() -> None:
     m = run_metrics(st, at(60))
     assert m["eta_s"] == 100 and m["lost_s_by_cause"] == {"in progress": 10.0}
     assert status_json(st, at(60))["current"]["job_state"] == "SUBMITTED"  # no poll yet
+    from orchestrator.views.status import quiet_note
+
+    assert quiet_note(s1, at(60)) == "" and quiet_note(s1, at(119)) == ""
+    assert quiet_note(s1, at(185)) == " (last progress 02m05s ago)"
+    assert "50 / 150 (last progress 02m05s ago)" in str(summary_table(st, at(185)).columns[1]._cells)
 
 
 @pytest.mark.parametrize("live", [JobState.PENDING, JobState.RUNNING])
@@ -54,6 +59,8 @@ def test_a_polled_segment_shows_the_scheduler_state(live: JobState) -> None:
     assert status_json(st, at(5))["current"]["job_state"] == live.value
     assert not record_progress(s1, JobStatus(state=live), [], [], None, at(10))  # nothing new
     assert live.value in str(summary_table(st, at(10)).columns[1]._cells)
+    assert not record_progress(s1, JobStatus(state=JobState.UNKNOWN), [], [], None, at(15))  # not listed: kept
+    assert status_json(st, at(15))["current"]["job_state"] == live.value
 
 
 def test_drain_lines_quote_safely() -> None:

@@ -69,6 +69,30 @@ def test_auto_sizing_says_the_rate_and_the_chance_of_running_out(nodes: int, hou
     assert ("set a number to hold spares anyway" in text) == (k == 0)
 
 
+@pytest.mark.parametrize(("nodes", "time_limit_min", "capped"), [(2, 10, True), (2, 24 * 60, True),
+                                                                (2048, 24 * 60, False), (2048, 10, True)])
+def test_the_advised_interval_is_at_most_half_the_time_limit(tmp_path: Path, nodes: int, time_limit_min: int,
+                                                             capped: bool) -> None:
+    """A small job's optimum is many hours: a segment must still save before its time limit ends it."""
+    from datetime import UTC, datetime
+
+    from orchestrator.blacklist import ExcludePlan
+    from orchestrator.plan import plan
+    from orchestrator.settings import load_settings, parse_overrides
+    from orchestrator.state import RunState
+    from tests.conftest import base_config, write_config
+
+    cfg = base_config(tmp_path, resources={"nodes": nodes, "time_limit_min": time_limit_min},
+                      checkpoint={"dir": str(tmp_path / "c"), "write_time_s": 120, "interval_s": 1800},
+                      backend={"kind": "slurm"})
+    s = load_settings(write_config(tmp_path, cfg), parse_overrides([]))
+    now = datetime.now(UTC)
+    spec = plan(s, RunState(run="r", created_at=now, updated_at=now), None, ExcludePlan(nodes=()), "python")
+    every = int(dict(spec.env)["ORCH_CHECKPOINT_INTERVAL_S"])
+    assert (every == time_limit_min * 30) == capped and every <= time_limit_min * 30
+    assert ("half the" in spec.interval_advice) == capped and "at the configured 30 min" in spec.interval_advice
+
+
 def test_auto_sizing_names_what_it_observed(tmp_path: Path) -> None:
     from datetime import UTC, datetime, timedelta
 
@@ -147,7 +171,7 @@ def test_the_next_segment_gets_the_advised_interval(tmp_path: Path) -> None:
     spec = plan(s, state, None, ExcludePlan(nodes=()), "python")
     every = int(dict(spec.env)["ORCH_CHECKPOINT_INTERVAL_S"])
     assert 900 < every < 2400 and spec.command[-1] == f"--save-interval-s={every}"
-    assert "checkpoint every" in spec.interval_advice and "at the current 60 min" in spec.interval_advice
+    assert "checkpoint every" in spec.interval_advice and "at the default 60 min" in spec.interval_advice
     from orchestrator.loop.submission import intent
 
     state.segments.append(intent(spec, "local"))

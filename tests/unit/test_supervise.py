@@ -105,14 +105,16 @@ def test_status_says_when_output_flows_without_a_progress_line() -> None:
     assert notes.update(state, seg, running, ref, at(402), True) and seg.queue_note == ""
 
 
-@pytest.mark.parametrize(("in_job_of", "progressed", "said"), [
-    (None, False, "job=7 running on node1 after 30s in the queue"),
-    (1, False, "job=7 segment 2 restarted inside the job on node1 (no queue)"),
-    (1, True, "job=7 segment 2 still running on node1 (re-attached)"),
-    (None, True, "job=7 segment 2 still running on node1 (re-attached)"),
+@pytest.mark.parametrize(("in_job_of", "reattached", "progressed", "said"), [
+    (None, False, False, "job=7 running on node1 after 30s in the queue"),
+    (None, False, True, "job=7 running on node1 after 30s in the queue"),  # progress seen before RUNNING
+    (1, False, False, "job=7 segment 2 restarted inside the job on node1 (no queue)"),
+    (1, True, False, "job=7 segment 2 still running on node1 (re-attached)"),  # before its first progress
+    (None, True, False, "job=7 segment 2 still running on node1 (re-attached)"),
+    (None, True, True, "job=7 segment 2 still running on node1 (re-attached)"),
 ])
 def test_the_start_line_tells_a_new_job_a_restart_in_the_job_and_a_re_attach_apart(
-        in_job_of: int | None, progressed: bool, said: str) -> None:
+        in_job_of: int | None, reattached: bool, progressed: bool, said: str) -> None:
     from loguru import logger
 
     from orchestrator.loop.notes import Notes
@@ -124,9 +126,11 @@ def test_the_start_line_tells_a_new_job_a_restart_in_the_job_and_a_re_attach_apa
     state = RunState(run="r", created_at=at(0), updated_at=at(0), segments=[seg])
     lines: list[str] = []
     sink = logger.add(lambda m: lines.append(str(m).rstrip()), format="{message}")
+    notes = Notes(lambda r: "")
+    notes.reset(reattached)
     try:
-        Notes(lambda r: "").update(state, seg, JobStatus(state=JobState.RUNNING, nodes=("node1",)),
-                                   JobRef(job_id="7", submitted_at=at(0), backend="fake"), at(30), True)
+        notes.update(state, seg, JobStatus(state=JobState.RUNNING, nodes=("node1",)),
+                     JobRef(job_id="7", submitted_at=at(0), backend="fake"), at(30), True)
     finally:
         logger.remove(sink)
     assert lines == [said]

@@ -153,7 +153,8 @@ def test_a_run_without_spares_keeps_its_table() -> None:
 def test_summary_counts_restarts_and_shows_the_current_jobs_spares() -> None:
     state = spares_run()
     text = render(summary_table(state, at(70)))
-    assert "2 inside the job (median 01m15s from the verdict to progress again), 1 new submission (not timed)" in text
+    assert ("2 inside the job (median 01m15s from the end of the failed segment to progress again), "
+            "1 new submission (not timed)") in text
     assert "job 270: 2 asked for" in text  # the current segment's job is not placed yet
     state.segments = state.segments[:2]
     state.segments[1].cause = None
@@ -211,6 +212,10 @@ def test_validate_mentions_the_spares(tmp_path: Path, spares: int | str, said: s
                                              backend={"kind": "slurm"}))
     res = CliRunner().invoke(app, ["validate", str(cfg)])
     assert res.exit_code == 0 and said in res.output, res.output
+    res = CliRunner().invoke(app, ["validate", str(cfg), "--set", "resources.spare_nodes=0"])
+    assert res.exit_code == 0 and "ok (run" in res.output and "spare" not in res.output, res.output
+    res = CliRunner().invoke(app, ["validate", str(cfg), "--set", "resources.spare_nodes=yes"])
+    assert res.exit_code == 2 and "spare_nodes must be a number from 0 to 64, or auto" in res.output
 
 
 def dry_run(tmp_path: Path, spares: int | str) -> tuple[str, Settings]:
@@ -248,6 +253,13 @@ def test_dry_run_with_auto_spares_says_how_many_this_segment_gets(tmp_path: Path
     assert "# spare nodes: 0 for this segment (resources.spare_nodes: auto)" in output
     assert "#   auto: 3 nodes x " in output and "the chance of running out is" in output  # why 0
     assert "#SBATCH --nodes=3" in output and "--no-kill" not in output
+
+
+def test_dry_run_says_why_a_segment_gets_fewer_spares_than_asked(tmp_path: Path, fake_slurm_bin: Path) -> None:
+    output, _ = dry_run(tmp_path, 3)  # the stand-in cluster has node1..node4: 3 for the training, 1 left
+    assert "# spare nodes: 1 for this segment (resources.spare_nodes: 3)" in output
+    assert "#   1 instead of 3: only 4 usable node(s) (up, not blacklisted) for 3 needed" in output
+    assert "#SBATCH --nodes=4" in output
 
 
 def test_dry_run_without_spares_says_nothing_of_them(tmp_path: Path, fake_slurm_bin: Path) -> None:
