@@ -38,18 +38,31 @@ def mean_ettr(p: Params, policy: str, seeds: int) -> float:
     return statistics.mean(one(Params(**{**p.__dict__, "seed": s}), policy).ettr for s in range(1, seeds + 1))
 
 
+def per_seed(p: Params, policy: str, seeds: int) -> list[float]:
+    return [one(Params(**{**p.__dict__, "seed": s}), policy).ettr for s in range(1, seeds + 1)]
+
+
+def mean_se(xs: list[float]) -> str:
+    """'20.64 ± 0.30' in percentage points: mean and standard error over seeds."""
+    se = statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else 0.0
+    return f"{statistics.mean(xs) * 100:.2f} ± {se * 100:.2f}"
+
+
 def sensitivity(seeds: int, days: float) -> None:
-    """The target case with the relaunch inside the allocation costing 10 (a new job's), 5, 2 and 1 minutes."""
+    """The target case with the relaunch inside the allocation costing 10 (a new job's), 5, 2 and 1 minutes;
+    gains and gaps are paired per seed (same faults), with their standard error over the seeds."""
     p = Params(nodes=2048, rate_per_1000_node_days=3.79, horizon_h=24 * days, queue_h=1.0)
-    base = mean_ettr(p, "orchestrator", seeds)
-    print(f"\nrelaunch inside the allocation (2048 nodes, 3.79, 60 min queue; orchestrator {base:.1%}):")
-    print(f"{'relaunch':>9} {'+spares':>9} {'+interval':>10} {'oracle+sp':>10} {'sp+int-orch':>12} {'orsp-sp+int':>12}")
+    base = per_seed(p, "orchestrator", seeds)
+    print(f"\nrelaunch inside the allocation (2048 nodes, 3.79, 60 min queue; orchestrator "
+          f"{statistics.mean(base):.1%}; {seeds} seeds, gains in pp, mean ± standard error):")
+    print(f"{'relaunch':>9} {'spares-orch':>14} {'sp+int-orch':>14} {'orsp-sp+int':>14}")
     for minutes in SENSITIVITY_MIN:
         q = Params(**{**p.__dict__, "step_restart_h": minutes / 60})
-        e = {pol: mean_ettr(q, pol, seeds) for pol in SPARE_POLICIES}
-        gain, gap = e["spares+interval"] - base, e["oracle+spares"] - e["spares+interval"]
-        print(f"{minutes:>6.0f} mn {e['spares']:>9.1%} {e['spares+interval']:>10.1%} {e['oracle+spares']:>10.1%} "
-              f"{gain * 100:>10.2f}pp {gap * 100:>10.2f}pp")
+        e = {pol: per_seed(q, pol, seeds) for pol in SPARE_POLICIES}
+        sp = [a - b for a, b in zip(e["spares"], base, strict=True)]
+        gain = [a - b for a, b in zip(e["spares+interval"], base, strict=True)]
+        gap = [a - b for a, b in zip(e["oracle+spares"], e["spares+interval"], strict=True)]
+        print(f"{minutes:>6.0f} mn {mean_se(sp):>14} {mean_se(gain):>14} {mean_se(gap):>14}")
 
 
 def main() -> None:
@@ -59,6 +72,7 @@ def main() -> None:
     ap.add_argument("--step-restart-min", type=float, default=2.0,
                     help="minutes from a relaunch inside the allocation to training again (default 2)")
     ap.add_argument("--no-sensitivity", action="store_true", help="skip the relaunch-cost sensitivity block")
+    ap.add_argument("--sensitivity-seeds", type=int, default=20, help="seeds of the sensitivity block (default 20)")
     args = ap.parse_args()
     t0 = time.time()
     print(f"{'nodes':>6} {'rate':>5} {'queue':>6} " + " ".join(f"{SHOWN.get(p, p):>12}" for p in POLICIES)
@@ -82,7 +96,7 @@ def main() -> None:
     print(f"largest orchestrator-oracle gap: {worst_gap * 100:.2f} percentage points (goal <= 1)")
     print(f"(a relaunch inside the allocation: {args.step_restart_min:g} min to train again; a new job: 10 min)")
     if not args.no_sensitivity:
-        sensitivity(args.seeds, args.days)
+        sensitivity(args.sensitivity_seeds, args.days)
     print("\nclosed-form check (blind array; no sticky faults, no hangs, no queue, no detection delay, no time limit):")
     for nodes in (512, 2048):
         p = Params(nodes=nodes, sticky_share=0, hang_share=0, queue_h=0, nccl_timeout_h=0, time_limit_h=1e9,

@@ -38,7 +38,7 @@ class SparesRun(Run):
     def _advise(self) -> None:
         if self.adaptive:
             a = advise(Observed(self.seen_failures, self.seen_node_hours), self.p.nodes, self.p.ckpt_write_h * 3600,
-                       self.step_restart_h * 3600, self.dt * 3600)  # most restarts happen inside the job
+                       self.step_restart_h * 3600, self.dt * 3600)
             self.dt = a.interval_s / 3600
 
     def _allocate(self) -> tuple[list[int], list[int]] | None:
