@@ -140,7 +140,7 @@ def job_spares(state: RunState) -> list[JobSpares]:
             allocation=allocation, spares=tuple(n for n in allocation if n not in first.nodes),
             spare_count=first.spare_count, promoted=promoted,
             free=tuple(n for n in allocation if n not in last.nodes and n not in dropped
-                       and n not in last.culprit_nodes)))
+                       and not any(n in s.culprit_nodes for s in segs))))  # as loop.injob.blamed_in_job
     return out
 
 

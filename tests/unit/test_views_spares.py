@@ -111,6 +111,11 @@ def test_spares_of_a_job_promoted_and_free() -> None:
     assert first.spares == ("node4", "node5") and first.promoted == ("node4", "node5")
     assert first.free == ()  # both spares promoted; the dropped nodes and the last culprit are not free
     assert jobs[1].allocation == () and jobs[1].spare_count == 2  # not placed yet
+    state = spares_run()
+    state.segments = state.segments[:2]  # segment 2 still runs on node1,node4,node3; node5 is free ...
+    assert job_spares(state)[0].free == ("node5",)
+    state.segments[0].culprit_nodes = ["node2", "node5"]  # ... unless a segment of the job blamed it too
+    assert job_spares(state)[0].free == ()
 
 
 def test_status_json_carries_spares_allocation_and_restarts() -> None:
