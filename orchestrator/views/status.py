@@ -176,15 +176,16 @@ def quiet_note(cur: SegmentRecord | None, now: datetime) -> str:
 
 
 def current_spares(state: RunState) -> str:
-    """'job 269: node4,node5 of 5 nodes; promoted node4; free node5' for the current segment's job, or ''."""
+    """'job 269 (5 nodes): spares node4,node5; promoted node4; free node5' for the current segment's job, or ''.
+    The spares are the job's spare nodes from its start; the job keeps a blamed node until it ends."""
     cur = state.current
     job = next((j for j in job_spares(state) if cur is not None and cur.index in j.segments), None)
     if job is None:
         return ""
-    held = f"{','.join(job.spares)} of {len(job.allocation)} nodes" if job.allocation else \
-        f"{job.spare_count} asked for (the job's nodes are not known yet)"
+    held = f" ({len(job.allocation)} nodes): spares {','.join(job.spares)}" if job.allocation else \
+        f": {job.spare_count} spares asked for (the job's nodes are not known yet)"
     free = (",".join(job.free) or "none") if job.allocation else "-"
-    return f"job {job.job_id or '-'}: {held}; promoted {','.join(job.promoted) or 'none'}; free {free}"
+    return f"job {job.job_id or '-'}{held}; promoted {','.join(job.promoted) or 'none'}; free {free}"
 
 
 def _end_text(s: SegmentRecord) -> str:

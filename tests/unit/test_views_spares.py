@@ -160,12 +160,12 @@ def test_summary_counts_restarts_and_shows_the_current_jobs_spares() -> None:
     text = render(summary_table(state, at(70)))
     assert ("2 inside the job (median 01m15s from the end of the failed segment to progress again), "
             "1 new submission (not timed)") in text
-    assert "job 270: 2 asked for" in text  # the current segment's job is not placed yet
+    assert "job 270: 2 spares asked for" in text  # the current segment's job is not placed yet
     state.segments = state.segments[:2]
     state.segments[1].cause = None
     text = render(summary_table(state, at(40)))
     assert "current segment" in text and "2 in job 269" in text
-    assert "job 269: node4,node5 of 5 nodes; promoted node4; free node5" in text
+    assert "job 269 (5 nodes): spares node4,node5; promoted node4; free node5" in text
     state = spares_run()
     state.segments = state.segments[:3]  # segment 3 runs on the last spare
     state.segments[2].cause = state.segments[2].ended_at = None
