@@ -63,7 +63,8 @@ def test_sticky_ecc_excluded_resumed_and_array_baseline(cluster: None, tmp_path:
 
 
 def test_timelimit_resubmits_without_blame(cluster: None, tmp_path: Path) -> None:
-    cfg = make_config(tmp_path, uniq("tl"), iters=1400, step=0.05, time_limit=1)
+    # 120 s of training: Slurm ends a 1-minute job 60-90 s in (it checks the limit about every 30 s)
+    cfg = make_config(tmp_path, uniq("tl"), iters=2400, step=0.05, time_limit=1)
     res = orch("run", str(cfg), timeout=400)
     assert res.returncode == 0, res.stdout + res.stderr
     st = status(cfg)
