@@ -87,17 +87,20 @@ class Advice:
     effective training time now and with the advice."""
     interval_s: float
     mtbf_h: float  # of the whole job (all its nodes)
+    optimum_s: float  # Daly's optimum; interval_s is lower when a maximum cut it
     ettr_now: float  # with the current interval
     ettr_advised: float  # with the advised interval
 
 
 def advise(obs: Observed, nodes: int, write_s: float, restart_s: float, current_interval_s: float,
-           prior_per_node_day: float = FIELD_RATE_PER_NODE_DAY) -> Advice:
-    """The checkpoint interval to hand to the next segment, and the effective training time now vs advised."""
+           prior_per_node_day: float = FIELD_RATE_PER_NODE_DAY, max_interval_s: float | None = None) -> Advice:
+    """The checkpoint interval to hand to the next segment (Daly's optimum, at most `max_interval_s`), and the
+    effective training time now vs advised."""
     lam = failure_rate_per_node_hour(obs, prior_per_node_day) * nodes  # job failures per hour
     mtbf_h = 1 / lam
-    dt_h = daly_interval_h(mtbf_h, write_s / 3600)
+    optimum_h = daly_interval_h(mtbf_h, write_s / 3600)
+    dt_h = optimum_h if max_interval_s is None else min(optimum_h, max_interval_s / 3600)
     u0, w = restart_s / 3600, write_s / 3600
-    return Advice(interval_s=dt_h * 3600, mtbf_h=mtbf_h,
+    return Advice(interval_s=dt_h * 3600, mtbf_h=mtbf_h, optimum_s=optimum_h * 3600,
                   ettr_now=expected_ettr(lam, u0, current_interval_s / 3600, w),
                   ettr_advised=expected_ettr(lam, u0, dt_h, w))

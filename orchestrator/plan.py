@@ -9,7 +9,6 @@ from orchestrator.blacklist import ExcludePlan
 from orchestrator.checkpoint import Checkpoint
 from orchestrator.checkpoint_interval import (
     advise,
-    expected_ettr,
     failure_rate_per_node_hour,
     observed,
     restart_cost_s,
@@ -43,23 +42,19 @@ def render(argv: list[str], values: dict[str, str]) -> tuple[str, ...]:
 def interval(settings: Settings, state: RunState) -> tuple[int, str]:
     """The checkpoint interval to hand to the next segment (seconds), and a line saying why. Never more than
     half the segment's time limit: a segment that ends at its limit has saved at least once."""
-    c = settings.checkpoint
+    c, limit_min = settings.checkpoint, settings.resources.time_limit_min
     write_s, timed = write_time_s(state, c.write_time_s)
     current_s = c.interval_s or 3600.0
-    a = advise(observed(state), settings.resources.nodes, write_s, restart_cost_s(state), current_s)
-    cap_s = settings.resources.time_limit_min * 60 / 2
-    every_s, ettr = a.interval_s, a.ettr_advised
-    capped = every_s > cap_s
-    if capped:
-        lam = 1 / a.mtbf_h
-        every_s, ettr = cap_s, expected_ettr(lam, restart_cost_s(state) / 3600, cap_s / 3600, write_s / 3600)
+    a = advise(observed(state), settings.resources.nodes, write_s, restart_cost_s(state), current_s,
+               max_interval_s=limit_min * 60 / 2)
+    capped = a.interval_s < a.optimum_s
     how = "timed" if timed else "configured"
-    note = (f"checkpoint every {fmt_min(every_s)}"
-            + (f" (half the {settings.resources.time_limit_min} min time limit; the optimum is {fmt_min(a.interval_s)})"
-               if capped else "")
+    note = (f"checkpoint every {fmt_min(a.interval_s)}"
+            + (f" (half the {limit_min} min time limit; the optimum is {fmt_min(a.optimum_s)})" if capped else "")
             + f" (job MTBF {a.mtbf_h:.1f} h, write {write_s:.0f} s {how}): expected effective training time "
-            f"{ettr:.1%}, {a.ettr_now:.1%} at the {'configured' if c.interval_s else 'default'} {fmt_min(current_s)}")
-    return round(every_s), note
+            f"{a.ettr_advised:.1%}, {a.ettr_now:.1%} at the {'configured' if c.interval_s else 'default'} "
+            f"{fmt_min(current_s)}")
+    return round(a.interval_s), note
 
 
 def fmt_min(seconds: float) -> str:

@@ -58,6 +58,11 @@ class SegmentRecord(BaseModel):
     allocation_dir: str = ""  # where the controller and the job's allocation supervisor talk
     checkpoint_write_s: float | None = None  # median checkpoint write time timed from the training's lines
 
+    @property
+    def job_root(self) -> int:
+        """The index of the segment that submitted this segment's job (itself, unless a restart in a job)."""
+        return self.in_job_of if self.in_job_of is not None else self.index
+
 
 class HardwareEvent(BaseModel):
     """A node blamed for a hardware cause, kept a week: CUDA OOM there later is a poisoned GPU."""
@@ -93,6 +98,11 @@ class RunState(BaseModel):
     def best_iteration(self) -> int:
         its = [s.end_iteration for s in self.segments if s.end_iteration is not None]
         return max(its, default=0)
+
+    def blamed_in_job(self, seg: SegmentRecord) -> set[str]:
+        """Nodes blamed by any segment of `seg`'s job: out of its step, and never a spare of that job again, even
+        below the strike threshold (a later job may use them, as the blacklist allows)."""
+        return {n for s in self.segments if s.job_root == seg.job_root for n in s.culprit_nodes}
 
 
 def private_dir(path: Path) -> Path:

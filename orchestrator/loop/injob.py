@@ -66,14 +66,6 @@ def lost_node_verdict(verdict: Verdict, lost: list[str], job_id: str) -> Verdict
                    evidence=ev + verdict.evidence[:20], summary=f"node failure: {','.join(missing)} left the job")
 
 
-def blamed_in_job(state: RunState, seg: SegmentRecord) -> set[str]:
-    """Nodes blamed by any segment of `seg`'s job: dropped from its step, never promoted back as a spare in the
-    same job, even below the strike threshold (a later job may use them again, as the blacklist allows)."""
-    root = seg.in_job_of if seg.in_job_of is not None else seg.index
-    return {n for s in state.segments if (s.in_job_of if s.in_job_of is not None else s.index) == root
-            for n in s.culprit_nodes}
-
-
 def free_spares(seg: SegmentRecord, held: list[str], lost: list[str], banned: set[str]) -> list[str]:
     """Nodes of the allocation that are not in the segment's step, still held by the job, not lost and not
     excluded by the blacklist or blamed in this job (`banned`)."""

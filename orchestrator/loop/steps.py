@@ -25,14 +25,7 @@ from orchestrator.contract import (
 )
 from orchestrator.loop.conclude import Outcome
 from orchestrator.loop.effects import Alert, Cancel, EffectRunner
-from orchestrator.loop.injob import (
-    AfterStep,
-    after_step,
-    blamed_in_job,
-    free_spares,
-    job_submitted_at,
-    step_status,
-)
+from orchestrator.loop.injob import AfterStep, after_step, free_spares, job_submitted_at, step_status
 from orchestrator.loop.submission import FilesystemStall, intent, merged_blacklist, prepare, unloadable
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 from orchestrator.settings import Settings
@@ -111,7 +104,7 @@ class Steps:
         rec, held = self.record, self.held or seg.allocation
         step_ok = rec is not None and bool(rec.ended) and rec.exit_code == 0
         bl = merged_blacklist(self.host.s, state.blacklist).excluding(now, self.host.s.policy.strike_threshold)
-        banned = {e.node for e in bl} | blamed_in_job(state, seg)  # other runs' blacklist included
+        banned = {e.node for e in bl} | state.blamed_in_job(seg)  # other runs' blacklist included
         spares = free_spares(seg, held, self.lost, banned)
         nxt = after_step(state, seg, out.verdict, out.decision, spares, job_ended, step_ok, held)
         log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)

@@ -117,16 +117,11 @@ def summary_text(rows: list[RestartEvent]) -> str:
     return ", ".join(parts)
 
 
-def root(seg: SegmentRecord) -> int:
-    """The index of the segment that submitted `seg`'s job."""
-    return seg.in_job_of if seg.in_job_of is not None else seg.index
-
-
 def job_spares(state: RunState) -> list[JobSpares]:
     """One entry per job that held spare nodes, in submission order."""
     groups: dict[int, list[SegmentRecord]] = {}
     for seg in state.segments:
-        groups.setdefault(root(seg), []).append(seg)
+        groups.setdefault(seg.job_root, []).append(seg)
     out = []
     for segs in groups.values():
         first, last = segs[0], segs[-1]
@@ -135,12 +130,13 @@ def job_spares(state: RunState) -> list[JobSpares]:
         allocation = tuple(last.allocation or first.allocation)
         dropped = {n for p, s in zip(segs, segs[1:], strict=False) for n in swapped(p, s)[0]}
         promoted = tuple(n for p, s in zip(segs, segs[1:], strict=False) for n in swapped(p, s)[1])
+        blamed = state.blamed_in_job(first)  # never a spare of this job again, as the controller decides
         out.append(JobSpares(
             job_id=first.job_id or "", submitted_by=first.index, segments=tuple(s.index for s in segs),
             allocation=allocation, spares=tuple(n for n in allocation if n not in first.nodes),
             spare_count=first.spare_count, promoted=promoted,
             free=tuple(n for n in allocation if n not in last.nodes and n not in dropped
-                       and not any(n in s.culprit_nodes for s in segs))))  # as loop.injob.blamed_in_job
+                       and n not in blamed)))
     return out
 
 

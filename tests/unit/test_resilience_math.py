@@ -48,6 +48,11 @@ def test_advice_at_2048_nodes_shortens_the_hour_long_interval() -> None:
     a = advise(Observed(0, 0.0), nodes=2048, write_s=120, restart_s=600, current_interval_s=3600)
     assert 2.8 < a.mtbf_h < 3.3  # about 3 h between failures of the whole job
     assert 900 < a.interval_s < 2400 and a.ettr_advised > a.ettr_now
+    assert a.optimum_s == a.interval_s  # no maximum given
+    cut = advise(Observed(0, 0.0), nodes=2048, write_s=120, restart_s=600, current_interval_s=3600,
+                 max_interval_s=600)
+    assert cut.interval_s == 600 and cut.optimum_s == a.interval_s
+    assert cut.ettr_advised == pytest.approx(expected_ettr(1 / cut.mtbf_h, 600 / 3600, 600 / 3600, 120 / 3600))
 
 
 def test_spares_poisson_tail() -> None:
