@@ -22,12 +22,14 @@ LOG_SUFFIX = ".log"
 HEARTBEAT_SUFFIX = ".heartbeat.json"
 EXIT_SUFFIX = ".exit.json"
 DUMP_SUFFIX = ".dump.json"
+FACTS_SUFFIX = ".facts.json"
 
 # Marker lines the agent writes into each node's log (the rank column says "agent").
 START_MARKER = "ORCH-AGENT start"
 EXIT_MARKER = "ORCH-AGENT exit"
 PREFLIGHT_MARKER = "ORCH-PREFLIGHT"
 DUMP_MARKER = "ORCH-DUMP"
+NODE_MARKER = "ORCH-NODE"  # the node's own evidence: kernel log, NVML, InfiniBand, cgroup, mounts (nodefacts.py)
 # Regular-expression fragments the scanner uses to recognise the agent's markers.
 START_RE = r"ORCH-AGENT start segment=(?P<seg>\d+) job=(?P<job>\S+)"
 EXIT_OK_RE = r"ORCH-AGENT exit segment=\d+ codes=\[0(?:, 0)*\]"
@@ -78,6 +80,10 @@ class SegmentPaths:
 
     def dump(self, node: str) -> Path:
         return self.nodes / f"{node}{DUMP_SUFFIX}"
+
+    def facts(self, node: str, reason: str = "exit") -> Path:
+        """The node's own evidence at the segment's end (reason "exit") or at a stall dump ("dump")."""
+        return self.nodes / (f"{node}{FACTS_SUFFIX}" if reason == "exit" else f"{node}.{reason}{FACTS_SUFFIX}")
 
     @property
     def spec(self) -> Path:
@@ -165,6 +171,23 @@ class DumpRecord(Record):
     time: str = ""
     request: str = ""
     processes: list[ProcessDump] = []
+
+
+class NodeFact(Record):
+    """One thing the node itself knows: a kernel line, an NVML reading, a port state, a cgroup counter, a mount's
+    answer. severity: "abnormal" (also printed in the node's log after NODE_MARKER), "normal" or "unavailable"
+    (the agent could not look there, and says why)."""
+    source: str
+    text: str
+    severity: str = "normal"
+
+
+class NodeFactsRecord(Record):
+    """The node's own evidence, collected by the agent at the segment's end ("exit") or a stall dump ("dump")."""
+    node: str
+    time: str = ""
+    reason: str = "exit"
+    facts: list[NodeFact] = []
 
 
 class StepRequest(Record):

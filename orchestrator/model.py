@@ -37,6 +37,35 @@ class Cause(StrEnum):
 HARDWARE_CAUSES = frozenset({Cause.GPU_ECC, Cause.GPU_LOST, Cause.GPU_OOM_STARTUP, Cause.NODE_FAIL})
 
 
+class Owner(StrEnum):
+    """Whose fault a segment's end is, by DECISIONS.md; the policy turns it into an action with the history."""
+    NODE = "node"  # strong evidence that a node failed: exclude it at the first occurrence
+    NODE_SUSPECT = "node_suspect"  # weak node evidence: a strike on it
+    JOB = "job"  # the job's own fault, which repeats: stop and say what to change
+    SHARED = "shared"  # the shared environment's passing fault (filesystem outage, requeue): wait
+    NOBODY = "nobody"  # nobody stands out (a collective timeout, a preemption, the time limit): resubmit
+    FINISHED = "finished"  # the training reached its end
+
+
+JOB_CAUSES = frozenset({Cause.USER_BUG, Cause.USER_OOM, Cause.HOST_OOM})
+SUSPECT_CAUSES = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.NETWORK, Cause.NCCL_TIMEOUT, Cause.UNKNOWN})
+
+
+def default_owner(cause: Cause, blame: bool) -> Owner:
+    """Whose fault a cause usually is (DECISIONS.md), when the classifier did not say more."""
+    if cause == Cause.SUCCESS:
+        return Owner.FINISHED
+    if cause in JOB_CAUSES:
+        return Owner.JOB
+    if cause == Cause.FILESYSTEM:
+        return Owner.SHARED
+    if cause in HARDWARE_CAUSES or cause == Cause.HANG:
+        return Owner.NODE if blame else Owner.NOBODY
+    if cause in SUSPECT_CAUSES:
+        return Owner.NODE_SUSPECT if blame else Owner.NOBODY
+    return Owner.NOBODY
+
+
 class Action(StrEnum):
     """What the policy does next."""
     RESUBMIT_EXCLUDE = "resubmit_exclude"
@@ -124,13 +153,15 @@ class JobStatus(Frozen):
 
 
 class Evidence(Frozen):
-    """One line that supports a verdict, with where it was printed and its role (root, secondary)."""
+    """One line that supports a verdict, with where it was printed and its role (root, secondary), and whether
+    the node itself reported it (kernel log, NVML, IB counters, cgroup: the agent's ORCH-NODE lines)."""
     node: str
     file: str = ""
     line: int = 0
     text: str
     role: str = "root"  # root | secondary | context
     cause: Cause = Cause.UNKNOWN
+    source: str = "log"  # log | node
 
 
 class Verdict(Frozen):
@@ -142,6 +173,12 @@ class Verdict(Frozen):
     confidence: float = Field(ge=0.0, le=1.0)
     evidence: tuple[Evidence, ...] = ()
     summary: str = ""
+    owner: Owner | None = None  # None: the cause's usual owner (default_owner)
+    rule: str = ""  # the rule of docs/CAUSES.md that fired
+
+    @property
+    def fault_owner(self) -> Owner:
+        return self.owner if self.owner is not None else default_owner(self.cause, self.blame)
 
 
 class Decision(Frozen):
@@ -152,6 +189,7 @@ class Decision(Frozen):
     hard: bool = False
     wait_s: float = 0.0
     checkpoint_failed: str | None = None  # the segment died loading this checkpoint (counted in the ledger)
+    rule: str = ""  # the policy's rule that decided (docs/CAUSES.md)
 
 
 class BlacklistEntry(Frozen):

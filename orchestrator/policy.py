@@ -1,10 +1,13 @@
-"""Pure: (run state, verdict, now) -> Decision. Budgets, strikes and circuit breakers live here."""
+"""Pure: (run state, verdict, now) -> Decision, by DECISIONS.md (docs/CAUSES.md): a node's fault excludes it at
+the first occurrence on strong evidence and counts a strike on weak evidence; the job's own fault, which repeats,
+stops with what to change; the shared environment's passing fault waits; budgets and circuit breakers on top."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
-from orchestrator.model import HARDWARE_CAUSES, Action, Cause, Decision, Verdict
+from orchestrator.model import Action, Cause, Decision, JobState, Owner, Verdict
 from orchestrator.settings import Goal, Policy
 from orchestrator.state import RunState, SegmentRecord
 
@@ -14,7 +17,20 @@ def _progressed(seg: SegmentRecord) -> bool:
 
 
 LOAD_FAILURES = frozenset({Cause.USER_BUG, Cause.UNKNOWN, Cause.SEGFAULT, Cause.BUS_ERROR})
-CODE_CAUSES = frozenset({Cause.USER_BUG, Cause.USER_OOM})  # the code's, never a node's
+LOAD_TEXT = re.compile(r"PytorchStreamReader|unpickl|zip archive|checkpoint|safetensors|load_state_dict|EOFError"
+                       r"|corrupt|truncated|\.pt\b|\.bin\b|shard", re.IGNORECASE)
+ADVICE = {  # what to change, for the job's own faults
+    Cause.USER_BUG: "fix the code, data or config",
+    Cause.USER_OOM: "the model does not fit: lower the batch size or sequence length, shard more, or checkpoint "
+                    "activations",
+    Cause.HOST_OOM: "host memory: ask for more (--mem) or use less (fewer DataLoader workers, load the checkpoint "
+                    "sharded or on fewer ranks at once)",
+    Cause.FILESYSTEM: "free space or raise the quota where the job writes",
+    Cause.SEGFAULT: "the same crash on every node: a build, library or code problem",
+    Cause.BUS_ERROR: "the same bus error on every node: usually /dev/shm too small for the DataLoader workers "
+                     "(fewer workers, or a larger shared-memory size)",
+}
+CLEAN_ENDS = frozenset({JobState.TIMEOUT, JobState.COMPLETED, JobState.PREEMPTED})
 
 
 def no_progress_streak(segments: list[SegmentRecord]) -> int:
@@ -40,10 +56,33 @@ def _repeats_elsewhere(segments: list[SegmentRecord], verdict: Verdict) -> Segme
     return prev if same else None
 
 
+def lost_progress(state: RunState, checkpoint_dir: str = "") -> str:
+    """Why the run is losing its progress for want of a checkpoint (stop the second time), or ''.
+
+    The current segment started where an earlier one had started (from scratch, or from the same checkpoint)
+    although that one trained past it and ended cleanly (exit 0, time limit, preemption, where a training saves),
+    and it trained again: the progress of both is lost, and the next one would lose its own."""
+    segs = state.segments
+    if len(segs) < 2 or not _progressed(segs[-1]):
+        return ""
+    cur = segs[-1]
+    for prev in reversed(segs[:-1]):
+        if prev.start_iteration != cur.start_iteration or prev.resumed_from != cur.resumed_from:
+            continue
+        if _progressed(prev) and (prev.job_state in CLEAN_ENDS or prev.cause == Cause.SUCCESS):
+            where = f"under {checkpoint_dir}" if checkpoint_dir else "where checkpoint.dir points"
+            start = f"from {cur.resumed_from}" if cur.resumed_from else "from scratch"
+            return (f"segments {prev.index} and {cur.index} both started {start} although segment {prev.index} "
+                    f"reached iteration {prev.end_iteration}: no newer complete checkpoint {where} (check "
+                    "checkpoint.dir and checkpoint.preset against where and how the training saves)")
+    return ""
+
+
 def _blame(state: RunState, verdict: Verdict, policy: Policy, now: datetime) -> tuple[tuple[str, ...], bool, bool]:
     """(nodes to blame, hard, whether the blame excludes at once) for this verdict."""
-    blame = tuple(verdict.culprit_nodes) if verdict.blame and verdict.cause not in CODE_CAUSES else ()
-    hard = verdict.cause in HARDWARE_CAUSES or verdict.cause == Cause.HANG
+    owner = verdict.fault_owner
+    blame = tuple(verdict.culprit_nodes) if verdict.blame and owner in (Owner.NODE, Owner.NODE_SUSPECT) else ()
+    hard = owner == Owner.NODE
 
     def strikes(node: str) -> int:
         e = state.blacklist.get(node)
@@ -58,7 +97,8 @@ def _done(state: RunState, verdict: Verdict, goal: Goal) -> Decision | None:
     if verdict.cause != Cause.SUCCESS or (goal.target_iteration is not None and best < goal.target_iteration):
         return None
     return Decision(action=Action.DONE, reason="the training command exited 0 on every node"
-                    + (f" and iteration {best} >= {goal.target_iteration}" if goal.target_iteration else ""))
+                    + (f" and iteration {best} >= {goal.target_iteration}" if goal.target_iteration else ""),
+                    rule="goal_reached")
 
 
 def _checkpoint_retry(seg: SegmentRecord, state: RunState, verdict: Verdict) -> Decision | None:
@@ -66,67 +106,87 @@ def _checkpoint_retry(seg: SegmentRecord, state: RunState, verdict: Verdict) -> 
     ckpt = seg.resumed_from
     if not ckpt or verdict.cause not in LOAD_FAILURES or _progressed(seg) or seg.first_progress_at is not None:
         return None
+    if verdict.fault_owner == Owner.JOB and not LOAD_TEXT.search(verdict.summary + " ".join(
+            e.text for e in verdict.evidence[:5])):
+        return None  # the job's own error, not the checkpoint's: stop below
     if state.bad_checkpoints.get(ckpt, 0) + 1 >= 2:
-        return Decision(action=Action.RESUBMIT, checkpoint_failed=ckpt,
+        return Decision(action=Action.RESUBMIT, checkpoint_failed=ckpt, rule="checkpoint_fallback",
                         reason=f"{ckpt} failed to load twice ({verdict.cause.value}): falling back to the "
                         "previous complete checkpoint")
-    return Decision(action=Action.RESUBMIT, checkpoint_failed=ckpt,
+    return Decision(action=Action.RESUBMIT, checkpoint_failed=ckpt, rule="checkpoint_retry",
                     reason=f"the segment died before its first iteration after loading {ckpt} "
                     f"({verdict.cause.value}): retrying once before falling back to an older checkpoint")
 
 
-def _bug_stop(state: RunState, verdict: Verdict, policy: Policy) -> str:
-    """Why this ending is the code's (stop, blame nobody), or ''."""
+def _job_stop(state: RunState, verdict: Verdict, policy: Policy) -> Decision | None:
+    """The job's own fault, which repeats: stop, blame nobody, say what to change."""
     seg = state.segments[-1]
-    if verdict.cause == Cause.USER_BUG and policy.stop_on_user_bug:
-        return f"user_bug: {verdict.summary}"[:300]
-    if verdict.cause == Cause.USER_OOM:
-        return "user_oom: the model does not fit; change the config"
     prev = _repeats_elsewhere(state.segments, verdict)
-    if prev is not None and verdict.cause not in HARDWARE_CAUSES:
-        return (f"{verdict.cause.value} at iteration {seg.end_iteration} in segments {prev.index} and "
-                f"{seg.index} on different nodes: code, data or numerics, not a node")
-    return ""
+    if prev is not None and verdict.fault_owner != Owner.NODE:
+        return Decision(action=Action.STOP_AND_ALERT, rule="repeats_on_other_nodes",
+                        reason=f"{verdict.cause.value} at iteration {seg.end_iteration} in segments {prev.index} "
+                        f"and {seg.index} on different nodes: code, data or numerics, not a node")
+    if verdict.fault_owner != Owner.JOB or not policy.stop_on_user_bug:
+        return None
+    advice = ADVICE.get(verdict.cause, "fix the job")
+    return Decision(action=Action.STOP_AND_ALERT, rule=verdict.rule or "job_fault",
+                    reason=f"{verdict.cause.value}: {verdict.summary[:200]}; it will happen again: {advice}"[:400])
 
 
-def _budget_stop(state: RunState, policy: Policy) -> str:
-    """Why the run's budget is spent (stop, but still blame the culprit), or ''."""
-    streak = no_progress_streak(state.segments)
-    if streak >= policy.max_no_progress_segments:
-        return (f"no progress across {streak} consecutive segments (stuck at iteration {state.best_iteration()}): "
-                "a bug or a bad checkpoint")
-    return ""
+def _shared_wait(state: RunState, verdict: Verdict, policy: Policy) -> Decision | None:
+    if verdict.fault_owner != Owner.SHARED:
+        return None
+    segs = state.segments
+    prev = segs[-2] if len(segs) >= 2 else None
+    if verdict.cause == Cause.FILESYSTEM and prev is not None and prev.cause == Cause.FILESYSTEM \
+            and prev.action == Action.WAIT_AND_RESUBMIT and not _progressed(segs[-1]):
+        return Decision(action=Action.STOP_AND_ALERT, rule="filesystem_again_after_wait",
+                        reason="the same filesystem error again after the wait: the job's (its paths, its "
+                        f"quota, its I/O), not a passing outage: {verdict.summary[:200]}")
+    what = "the job was requeued: wait for it" if verdict.cause == Cause.PREEMPTED else \
+        "shared filesystem trouble: wait, then resubmit"
+    return Decision(action=Action.WAIT_AND_RESUBMIT, reason=what, wait_s=policy.wait_before_resubmit_s,
+                    rule=verdict.rule or "shared_fault")
 
 
-def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: datetime) -> Decision:
+def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: datetime,
+           checkpoint_dir: str = "") -> Decision:
     """Decide what to do after the current (last) segment ended with `verdict`.
 
-    A stop for a spent budget (max_segments, no progress) still blames the segment's culprit, so a hardware
-    fault in the last segment allowed is blacklisted like any other (issue 15, data loss 5).
+    A stop for a spent budget (max_segments, no progress, lost checkpoints) still blames the segment's culprit, so
+    a hardware fault in the last segment allowed is blacklisted like any other (issue 15, data loss 5).
     """
     done = _done(state, verdict, goal)
     if done is not None:
         return done
     if verdict.cause == Cause.SUCCESS:
-        verdict = verdict.model_copy(update={"cause": Cause.UNKNOWN})
+        verdict = verdict.model_copy(update={"cause": Cause.UNKNOWN, "owner": Owner.NOBODY})
     blame, hard, excludes = _blame(state, verdict, policy, now)
     if len(state.segments) >= policy.max_segments:
         return Decision(action=Action.STOP_AND_ALERT, reason=f"max_segments={policy.max_segments} reached",
-                        blame_nodes=blame, hard=hard)
+                        blame_nodes=blame, hard=hard, rule="max_segments")
+    lost = lost_progress(state, checkpoint_dir)
+    if lost:
+        return Decision(action=Action.STOP_AND_ALERT, reason=lost, blame_nodes=blame, hard=hard,
+                        rule="no_checkpoint")
     retry = _checkpoint_retry(state.segments[-1], state, verdict)
     if retry is not None:
         return retry
-    why = _bug_stop(state, verdict, policy)
-    if why:
-        return Decision(action=Action.STOP_AND_ALERT, reason=why)
-    why = _budget_stop(state, policy)
-    if why:
-        return Decision(action=Action.STOP_AND_ALERT, reason=why, blame_nodes=blame, hard=hard)
-    if verdict.cause == Cause.FILESYSTEM:
-        return Decision(action=Action.WAIT_AND_RESUBMIT, reason="shared filesystem trouble: wait, then resubmit",
-                        wait_s=policy.wait_before_resubmit_s, blame_nodes=())
+    stop = _job_stop(state, verdict, policy)
+    if stop is not None:
+        return stop
+    streak = no_progress_streak(state.segments)
+    if streak >= policy.max_no_progress_segments:
+        return Decision(action=Action.STOP_AND_ALERT, blame_nodes=blame, hard=hard, rule="no_progress",
+                        reason=f"no progress across {streak} consecutive segments (stuck at iteration "
+                        f"{state.best_iteration()}): a bug or a bad checkpoint")
+    wait = _shared_wait(state, verdict, policy)
+    if wait is not None:
+        return wait
     if blame:
         what = "exclude" if hard else "strike against"
         return Decision(action=Action.RESUBMIT_EXCLUDE if excludes else Action.RESUBMIT,
-                        reason=f"{verdict.cause.value}: {what} {','.join(blame)}", blame_nodes=blame, hard=hard)
-    return Decision(action=Action.RESUBMIT, reason=f"{verdict.cause.value}: resubmit; {verdict.summary}"[:300])
+                        reason=f"{verdict.cause.value}: {what} {','.join(blame)}", blame_nodes=blame, hard=hard,
+                        rule="node_fault" if hard else "node_strike")
+    return Decision(action=Action.RESUBMIT, reason=f"{verdict.cause.value}: resubmit; {verdict.summary}"[:300],
+                    rule="resubmit")

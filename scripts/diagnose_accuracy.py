@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Accuracy of `orchestrator diagnose` on the labelled cases, per split.
 
-Splits: `corpus` (tests/data/corpus/: the project's own cases, real text with sources) and `blind`
-(tests/data/blind/: built by a helper from sources it found itself, without reading the engine; its labels
-were frozen before the engine first ran on them). For every case: cause, culprit set and action against
-expected.json, and nodes that would be excluded wrongly (blamed by an exclusion but not a culprit).
-Usage: python scripts/diagnose_accuracy.py [--json] [--split corpus|blind]
+Splits: `corpus` (tests/data/corpus/: the project's own cases, real text with sources) and `blind`-`blind4`
+(each built by a helper from sources it found itself, without reading the engine; its labels were frozen before
+the engine first ran on them). Labels follow DECISIONS.md (the product's policy). For every case: cause, culprit
+set and action against expected.json, nodes that would be excluded wrongly (blamed by an exclusion but not a
+culprit), and the two costly errors apart: runs stopped on a fault that was not the job's, and repeating failures
+resubmitted. Then the same per rule that fired, and over the whole corpus.
+Usage: python scripts/diagnose_accuracy.py [--json] [--split corpus|blind|blind2|blind3|blind4]
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from orchestrator.diagnose.offline import diagnose_dir
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 CORPUS = DATA / "corpus"
-SPLITS = {"corpus": CORPUS, "blind": DATA / "blind", "blind2": DATA / "blind2", "blind3": DATA / "blind3"}
+SPLITS = {"corpus": CORPUS, "blind": DATA / "blind", "blind2": DATA / "blind2", "blind3": DATA / "blind3",
+          "blind4": DATA / "blind4"}
+STOP, DONE = "stop_and_alert", "done"
 
 
 def evaluate(corpus: Path = CORPUS) -> dict[str, Any]:
@@ -36,7 +40,11 @@ def evaluate(corpus: Path = CORPUS) -> dict[str, Any]:
             "culprit_ok": sorted(got["culprit_nodes"]) == exp["culprit_nodes"],
             "action_ok": got["action"] == exp["action"], "wrongly_excluded": wrong,
             "culprits": got["culprit_nodes"], "expected_culprits": exp["culprit_nodes"],
-            "action": got["action"], "expected_action": exp["action"],
+            "action": got["action"], "expected_action": exp["action"], "rule": got.get("rule", ""),
+            # the two costly errors: a run stopped on a fault that was not the job's (hours until a human looks),
+            # and a failure that repeats resubmitted (a queue wait and a start-up, again)
+            "stopped_wrongly": got["action"] == STOP and exp["action"] != STOP,
+            "repeat_resubmitted": exp["action"] == STOP and got["action"] not in (STOP, DONE),
         })
     n = len(rows)
     return {
@@ -45,6 +53,8 @@ def evaluate(corpus: Path = CORPUS) -> dict[str, Any]:
         "culprit_accuracy": sum(r["culprit_ok"] for r in rows) / n,
         "action_accuracy": sum(r["action_ok"] for r in rows) / n,
         "wrongly_excluded_nodes": sum(len(r["wrongly_excluded"]) for r in rows),
+        "stopped_wrongly": sum(r["stopped_wrongly"] for r in rows),
+        "repeat_resubmitted": sum(r["repeat_resubmitted"] for r in rows),
         "rows": rows,
     }
 
@@ -63,10 +73,36 @@ def table(name: str, res: dict[str, Any]) -> None:
               f"{sum(len(r['wrongly_excluded']) for r in rs):>11}")
     print(f"{'TOTAL':<18}{res['cases']:>6}{res['cause_accuracy']:>8.1%}{res['culprit_accuracy']:>9.1%}"
           f"{res['action_accuracy']:>8.1%}{res['wrongly_excluded_nodes']:>11}")
+    print(f"costly errors: {res['stopped_wrongly']} run(s) stopped on a fault that was not the job's, "
+          f"{res['repeat_resubmitted']} repeating failure(s) resubmitted")
     for r in rows:
         if not (r["cause_ok"] and r["culprit_ok"] and r["action_ok"]):
             print(f"  MISS {r['case']}: expected {r['expected']} {r['expected_culprits']} {r['expected_action']}, "
                   f"got {r['got']} {r['culprits']} {r['action']}")
+
+
+def rule_table(results: dict[str, dict[str, Any]]) -> None:
+    """Per rule that fired (over every split): how often the action it led to was right."""
+    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for res in results.values():
+        for r in res["rows"]:
+            by[str(r["rule"]) or "-"].append(r)
+    print("== per rule (all splits) ==")
+    print(f"{'rule':<44}{'cases':>6}{'cause':>8}{'culprit':>9}{'action':>8}")
+    for rule, rs in sorted(by.items()):
+        k = len(rs)
+        print(f"{rule:<44}{k:>6}{sum(bool(r['cause_ok']) for r in rs) / k:>8.0%}"
+              f"{sum(bool(r['culprit_ok']) for r in rs) / k:>9.0%}{sum(bool(r['action_ok']) for r in rs) / k:>8.0%}")
+
+
+def whole(results: dict[str, dict[str, Any]]) -> None:
+    rows = [r for res in results.values() for r in res["rows"]]
+    n = len(rows) or 1
+    print(f"== whole corpus ({len(rows)} cases) == cause {sum(r['cause_ok'] for r in rows) / n:.1%}, culprit "
+          f"{sum(r['culprit_ok'] for r in rows) / n:.1%}, action {sum(r['action_ok'] for r in rows) / n:.1%}, "
+          f"wrongly excluded {sum(len(r['wrongly_excluded']) for r in rows)}, stopped wrongly "
+          f"{sum(r['stopped_wrongly'] for r in rows)}, repeats resubmitted "
+          f"{sum(r['repeat_resubmitted'] for r in rows)}")
 
 
 def main() -> int:
@@ -77,6 +113,8 @@ def main() -> int:
         return 0
     for name, res in results.items():
         table(name, res)
+    rule_table(results)
+    whole(results)
     return 0
 
 

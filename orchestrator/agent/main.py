@@ -1,9 +1,8 @@
 """The node agent: what submitit runs on every node of a segment.
 
 preflight -> launch the training ranks -> tee their output to <segment>/logs/<host>.log with a
-timestamp and rank prefix -> heartbeat with the last progress -> exit record. On a dump request
-from the controller it records the state of every training process (see dump.py).
-"""
+timestamp and rank prefix -> heartbeat with the last progress -> the node's own evidence (nodefacts.py) -> exit
+record. On a dump request it records the state of every training process (dump.py) and the node's evidence."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.agent import dump, preflight
+from orchestrator.agent import dump, nodefacts, preflight
 from orchestrator.agent.ckpt_timer import CheckpointTimer
 from orchestrator.contract import (
     CANNOT_START_EXIT,
@@ -61,6 +60,7 @@ class NodeAgent:
     def __init__(self, spec: SegmentSpec, node: str, node_rank: int, nnodes: int, job_id: str):
         self.spec, self.node, self.node_rank, self.nnodes, self.job_id = spec, node, node_rank, nnodes, job_id
         self.paths = SegmentPaths(Path(spec.segment_dir))
+        self.facts = nodefacts.NodeFacts(spec, node, lambda text: self.emit("agent", text))
         self.progress = re.compile(spec.progress_regex)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.iteration: int | None = None
@@ -139,8 +139,7 @@ class NodeAgent:
             env = self._env(local_rank)
             proc = subprocess.Popen(  # noqa: S603 - argv list from config, never a shell
                 training_argv(self.spec.command, env), cwd=self.spec.workdir, env=env,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
             self.procs.append(proc)
             self._open_streams += 1
@@ -184,6 +183,7 @@ class NodeAgent:
                 self._outputs_closed.wait(0.5)
 
     def _dump(self, request: str) -> None:
+        self.facts.report("dump")
         records = dump.dump_processes([p.pid for p in self.procs if p.poll() is None])
         write_record(self.paths.dump(self.node), DumpRecord(node=self.node, time=_now(), request=request,
                                                              processes=records))
@@ -204,6 +204,7 @@ class NodeAgent:
             self.emit("agent", f"{PREFLIGHT_MARKER} FAILED: {failed[0].detail}")
             self._exit_record(PREFLIGHT_EXIT, [], results)
             return PREFLIGHT_EXIT
+        self.facts.baseline()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         # Slurm's --signal=USR2@N reaches every process of the step; its default action would kill the
@@ -221,6 +222,7 @@ class NodeAgent:
             t.join(timeout=5)
         codes = [p.wait() for p in self.procs]
         code = next((c for c in codes if c != 0), 0)
+        self.facts.report("exit")
         self.emit("agent", exit_line(self.spec.index, codes))
         self._exit_record(code, codes, results)
         return code
@@ -236,8 +238,7 @@ class NodeAgent:
             self._log = None
 
 
-def srun_task_env(node_rank: int, local_rank: int, per_node: int, nnodes: int,
-                  outer: Any) -> dict[str, str]:
+def srun_task_env(node_rank: int, local_rank: int, per_node: int, nnodes: int, outer: Any) -> dict[str, str]:
     """What srun tells each task it starts: the agent is in srun's place, so a launch line written for srun
     (`--node_rank $SLURM_PROCID`, `RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID`) sees the same values."""
     world = per_node * nnodes

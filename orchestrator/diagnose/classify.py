@@ -1,66 +1,51 @@
-"""Pure: (job end state, per-node evidence, history) -> Verdict. No I/O, no logging."""
+"""Pure: (job end state, per-node evidence, history) -> Verdict. No I/O, no logging.
+
+The verdict says whose fault the end is (`Owner`, by DECISIONS.md) and which rule fired; the policy turns that
+into an action with the run's history. The rules are listed, with a real example each, in docs/CAUSES.md.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from datetime import timedelta
 
+from orchestrator.diagnose.cascade import from_cascade, killed_everywhere
 from orchestrator.diagnose.culprits import (
     all_hosts,
+    as_hosts,
     node_fail_culprits,
     origin,
-    peer_culprits,
     progress_culprit,
     silent,
     stack_outliers,
 )
-from orchestrator.evidence import Match, NodeEvidence
-from orchestrator.model import HARDWARE_CAUSES, Cause, Evidence, JobState, JobStatus, Verdict
+from orchestrator.diagnose.judge import (
+    NodeMatch,
+    earliest_root,
+    hardware_hosts,
+    progress_stopped_early,
+)
+from orchestrator.diagnose.rules import DEVICE_FRAME, judge_root
+from orchestrator.diagnose.verdicts import Context, evs, verdict
+from orchestrator.evidence import NodeEvidence
+from orchestrator.model import HARDWARE_CAUSES, Cause, Evidence, JobState, JobStatus, Owner, Verdict
+
+__all__ = ["Context", "classify", "infer_job_state"]
 
 # Root-cause precedence when several non-cascade causes appear in one segment.
 PRECEDENCE: tuple[Cause, ...] = (
     Cause.GPU_ECC,
     Cause.GPU_LOST,
     Cause.NODE_FAIL,
+    Cause.GPU_OOM_STARTUP,
     Cause.USER_OOM,  # refined into gpu_oom_startup / user_oom below
     Cause.HOST_OOM,
+    Cause.NETWORK,  # an HCA's own error (a root); transport errors of peers are cascade
     Cause.FILESYSTEM,
     Cause.BUS_ERROR,
     Cause.SEGFAULT,
     Cause.HANG,
     Cause.USER_BUG,
 )
-
-@dataclass(frozen=True)
-class Context:
-    """History the classifier may use: nodes with a recent hardware strike, the stall, who cancelled."""
-
-    recent_hardware: frozenset[str] = frozenset()
-    start_iteration: int = 0
-    stalled: bool = False
-    cancelled_by_controller: str = ""
-
-
-def _ev(n: NodeEvidence, m: Match, role: str) -> Evidence:
-    return Evidence(node=origin(n, m) or n.node, file=m.file or n.file, line=m.line, text=m.text, role=role,
-                    cause=Cause(m.cause))
-
-
-def _refine_oom(nodes: list[NodeEvidence], oom_nodes: list[str], ctx: Context) -> tuple[Cause, bool, str]:
-    """CUDA OOM on a node with a recent hardware strike, or at start-up on a subset of nodes: poisoned GPU."""
-    by = {n.node: n for n in nodes}
-    wide = next((n for n in nodes if n.job_wide), None)
-
-    def progressed(host: str) -> int:
-        ev = by.get(host) or wide
-        return (ev.last_iteration or 0) if ev else 0
-
-    at_start = [x for x in oom_nodes if progressed(x) <= ctx.start_iteration]
-    if any(x in ctx.recent_hardware for x in oom_nodes):
-        return Cause.GPU_OOM_STARTUP, True, "CUDA OOM on a node with a recent hardware fault"
-    everyone = all_hosts(nodes)
-    if at_start and 0 < len(oom_nodes) < len(everyone):
-        return Cause.GPU_OOM_STARTUP, True, "CUDA OOM at start-up on some nodes only while the others were fine"
-    return Cause.USER_OOM, False, "CUDA OOM on every node or after training progressed: the model does not fit"
 
 
 def _hang(nodes: list[NodeEvidence], secondary: list[Evidence], stuck_only: bool = False) -> Verdict | None:
@@ -69,23 +54,31 @@ def _hang(nodes: list[NodeEvidence], secondary: list[Evidence], stuck_only: bool
     stuck = [n for n in nodes if n.stuck_detail]
     if stuck:
         fs = any(n.fs_suspect for n in stuck)
-        ev = [Evidence(node=n.node, file=n.file, text=n.stuck_detail, cause=Cause.HANG) for n in stuck]
+        found = [Evidence(node=n.node, file=n.file, text=n.stuck_detail, cause=Cause.HANG) for n in stuck]
         if fs:
-            return _verdict(Cause.FILESYSTEM, [n.node for n in stuck], False, 0.8, ev + secondary,
-                            "a training process is stuck in filesystem I/O: the shared filesystem, not the node")
-        return _verdict(Cause.HANG, [n.node for n in stuck], True, 0.9, ev + secondary,
-                        "a training process was stuck while the others waited")
+            return verdict(Cause.FILESYSTEM, [n.node for n in stuck], False, 0.8, found + secondary,
+                            "a training process is stuck in filesystem I/O: the shared filesystem, not the node",
+                            "stuck_in_filesystem", Owner.SHARED)
+        return verdict(Cause.HANG, [n.node for n in stuck], True, 0.9, found + secondary,
+                        "a training process was stuck while the others waited", "stuck_process", Owner.NODE)
     if stuck_only:
         return None
     odd, common = stack_outliers(nodes)
     if odd:
-        ev = [Evidence(node=n.node, file=n.file, text=f"innermost frames {', '.join(n.top_frames)}; the others "
+        frames = [f for n in nodes if n.node in odd for f in n.top_frames if f and f != common]
+        found = [Evidence(node=n.node, file=n.file, text=f"innermost frames {', '.join(n.top_frames)}; the others "
                        f"wait in {common}", cause=Cause.HANG) for n in nodes if n.node in odd]
-        return _verdict(Cause.HANG, odd, True, 0.8, ev + secondary,
-                        f"ranks on {','.join(odd)} are not in {common}, where all the others wait")
+        if frames and not any(DEVICE_FRAME.search(f) for f in frames):
+            return verdict(Cause.HANG, [], False, 0.7, found + secondary,
+                            f"the rank outside {common} waits in the program's own code ({frames[0]}): a deadlock "
+                            "or a stuck data loader, not a node", "hang_in_program_code", Owner.JOB)
+        return verdict(Cause.HANG, odd, True, 0.8, found + secondary,
+                        f"ranks on {','.join(odd)} are not in {common}, where all the others wait",
+                        "outside_collective", Owner.NODE)
     behind = progress_culprit(nodes)
     if behind:
-        return _verdict(Cause.HANG, behind, True, 0.6, secondary, "progress stopped first on " + ",".join(behind))
+        return verdict(Cause.HANG, behind, True, 0.6, secondary, "progress stopped first on " + ",".join(behind),
+                        "progress_stopped_first", Owner.NODE)
     return None
 
 
@@ -93,6 +86,7 @@ def infer_job_state(nodes: list[NodeEvidence]) -> JobStatus:
     """For logs of jobs the orchestrator did not run: Slurm's end state from the lines it printed."""
     sigs = {m.signature for n in nodes for m in n.matches}
     for name, state in (("job_timelimit", JobState.TIMEOUT), ("job_preempted", JobState.PREEMPTED),
+                        ("spot_termination", JobState.PREEMPTED),
                         ("node_failure_named", JobState.NODE_FAIL), ("job_node_fail", JobState.NODE_FAIL)):
         if name in sigs:
             return JobStatus(state=state)
@@ -110,7 +104,7 @@ def _from_job_state(job: JobStatus) -> Cause | None:
     }.get(job.state)
 
 
-def _finished(nodes: list[NodeEvidence], roots: list[tuple[NodeEvidence, Match]]) -> bool:
+def _finished(nodes: list[NodeEvidence], roots: list[NodeMatch]) -> bool:
     """The training printed its end-of-training line and no hardware fault came before it (same file)."""
     done = {n.file: min(m.line for m in n.matches if m.kind == "done") for n in nodes
             if any(m.kind == "done" for m in n.matches)}
@@ -120,134 +114,116 @@ def _finished(nodes: list[NodeEvidence], roots: list[tuple[NodeEvidence, Match]]
     return not any(Cause(m.cause) in HARDWARE_CAUSES and m.line < done.get(n.file, first_done) for n, m in roots)
 
 
-SYMMETRIC = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.USER_BUG, Cause.NETWORK,
-                       Cause.NCCL_TIMEOUT, Cause.HANG})
-
-
-def _split(nodes: list[NodeEvidence]) -> tuple[list[tuple[NodeEvidence, Match]], list[tuple[NodeEvidence, Match]]]:
-    roots: list[tuple[NodeEvidence, Match]] = []
-    secondary: list[tuple[NodeEvidence, Match]] = []
+def _split(nodes: list[NodeEvidence]) -> tuple[list[NodeMatch], list[NodeMatch], list[NodeMatch]]:
+    """(roots, cascade, other kinds: node hardware reports, framework stops)."""
+    roots: list[NodeMatch] = []
+    secondary: list[NodeMatch] = []
+    kinds: list[NodeMatch] = []
     for n in nodes:
         for m in n.matches:
             if m.kind == "done":
                 continue
-            (secondary if m.cascade else roots).append((n, m))
-    return roots, secondary
+            (kinds if m.kind else secondary if m.cascade else roots).append((n, m))
+    return roots, secondary, kinds
 
 
 def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict:
     all_ok = all(n.exit_code == 0 for n in nodes) and bool(nodes)
-    roots, secondary = _split(nodes)
-    if job.state == JobState.COMPLETED and (all_ok or not any(n.exit_code for n in nodes)) and not roots:
-        return Verdict(cause=Cause.SUCCESS, confidence=0.95, summary="all nodes exited 0")
+    roots, secondary, kinds = _split(nodes)
+    stops = [(n, m) for n, m in kinds if m.kind == "stop"]
+    if job.state == JobState.COMPLETED and (all_ok or not any(n.exit_code for n in nodes)) and not roots \
+            and not stops:
+        return Verdict(cause=Cause.SUCCESS, confidence=0.95, summary="all nodes exited 0", owner=Owner.FINISHED,
+                       rule="all_exited_0")
     if _finished(nodes, roots):
-        return _verdict(Cause.SUCCESS, [], False, 0.8, [_ev(n, m, "secondary") for n, m in (roots + secondary)[:20]],
-                        "the training printed its end and then ended (teardown, or idle until the time limit)")
+        return verdict(Cause.SUCCESS, [], False, 0.8, evs(roots + secondary, "secondary"),
+                        "the training printed its end and then ended (teardown, or idle until the time limit)",
+                        "printed_its_end", Owner.FINISHED)
     if not roots and (ctx.stalled or any(n.stuck_detail for n in nodes)):
-        hung = _hang(nodes, [_ev(n, m, "secondary") for n, m in secondary[:20]], stuck_only=not ctx.stalled)
+        hung = _hang(nodes, evs(secondary, "secondary"), stuck_only=not ctx.stalled)
         if hung is not None:
             return hung
     state_cause = _from_job_state(job)
     hardware_roots = [(n, m) for n, m in roots if Cause(m.cause) in HARDWARE_CAUSES]
+    spot = [(n, m) for n, m in secondary if m.signature == "spot_termination"]
+    if spot and all(Cause(m.cause) == Cause.NODE_FAIL for _, m in hardware_roots):
+        return verdict(Cause.PREEMPTED, [], False, 0.75, evs(spot, "root", 10) + evs(roots, "secondary"),
+                        "the cloud reclaimed the instances (spot termination / preemption notice): resubmit",
+                        "preempted", Owner.NOBODY)
+    if stops and not hardware_roots:
+        return verdict(Cause.TIMELIMIT, [], False, 0.85, evs(stops, "root") + evs(roots + secondary, "secondary"),
+                        f"the framework stopped itself ahead of the wall time: {stops[0][1].text[:160]}",
+                        "stopped_before_walltime", Owner.NOBODY)
     if state_cause in (Cause.TIMELIMIT, Cause.PREEMPTED) and not hardware_roots:
-        return _verdict(state_cause, [], False, 0.9, [_ev(n, m, "secondary") for n, m in (roots + secondary)[:20]],
-                        f"Slurm ended the job: {job.state.value}")
+        return _scheduler_end(job, state_cause, nodes, roots, secondary)
     if roots:
-        return _from_roots(nodes, roots, secondary, ctx)
+        return _from_roots(nodes, roots, secondary, kinds, ctx)
+    killed = killed_everywhere(nodes, secondary, kinds, state_cause)
+    if killed is not None:
+        return killed
     if state_cause is not None:
         culprits = node_fail_culprits(nodes) if state_cause == Cause.NODE_FAIL else []
-        return _verdict(state_cause, culprits, bool(culprits), 0.8 if culprits else 0.6,
-                        [_ev(n, m, "secondary") for n, m in secondary[:20]], f"Slurm job state {job.state.value}")
-    return _from_cascade(nodes, secondary, ctx, job)
+        return verdict(state_cause, culprits, bool(culprits), 0.8 if culprits else 0.6,
+                        evs(secondary, "secondary"), f"Slurm job state {job.state.value}", "scheduler_state")
+    return from_cascade(nodes, secondary, kinds, ctx, job)
 
 
-def _from_roots(nodes: list[NodeEvidence], roots: list[tuple[NodeEvidence, Match]],
-                secondary: list[tuple[NodeEvidence, Match]], ctx: Context) -> Verdict:
+def _scheduler_end(job: JobStatus, cause: Cause, nodes: list[NodeEvidence], roots: list[NodeMatch],
+                   secondary: list[NodeMatch]) -> Verdict:
+    """Slurm ended the job (time limit, preemption). If progress had stopped long before, that was a hang."""
+    found = evs(roots + secondary, "secondary")
+    requeue = [(n, m) for n, m in secondary if m.signature == "job_requeue"]
+    if requeue and cause == Cause.PREEMPTED:
+        return verdict(cause, [], False, 0.8, evs(requeue, "root") + found, "the job was requeued: the same job "
+                        "comes back", "requeued", Owner.SHARED)
+    gap = progress_stopped_early(nodes, secondary) if cause == Cause.TIMELIMIT else None
+    if gap is not None:
+        behind = progress_culprit(nodes) or silent(nodes, [(n, m) for n, m in secondary
+                                                          if m.signature != "job_timelimit"])
+        return verdict(Cause.HANG, behind, bool(behind), 0.6, found,
+                        f"progress stopped {_mins(gap)} before the time limit: a hang, not the time limit"
+                        + (f"; it stopped first on {','.join(behind)}" if behind else ""),
+                        "progress_stopped_before_limit", Owner.NODE if behind else Owner.NOBODY)
+    return verdict(cause, [], False, 0.9, found, f"Slurm ended the job: {job.state.value}", "scheduler_ended",
+                    Owner.NOBODY)
+
+
+def _mins(d: timedelta) -> str:
+    return f"{d.total_seconds() / 60:.0f} min"
+
+
+def _best_root(roots: list[NodeMatch]) -> tuple[NodeMatch, str]:
     rank = {c: i for i, c in enumerate(PRECEDENCE)}
     best = min(roots, key=lambda nm: rank.get(Cause(nm[1].cause), len(rank)))
+    first = earliest_root(roots, best)
+    return (first, "earliest_error") if first is not None else (best, "")
+
+
+def _from_roots(nodes: list[NodeEvidence], roots: list[NodeMatch], secondary: list[NodeMatch],
+                kinds: list[NodeMatch], ctx: Context) -> Verdict:
+    best, order_rule = _best_root(roots)
     cause = Cause(best[1].cause)
     culprit_matches = [(n, m) for n, m in roots if Cause(m.cause) == cause]
+    if order_rule:  # time order picked a root: later errors of the same cause elsewhere are its cascade
+        culprit_matches = [(n, m) for n, m in culprit_matches if origin(n, m) == origin(*best)]
     named = [(n, m) for n, m in culprit_matches if m.named_node]
     if named:  # a line that names the failed host outranks where the line was printed
         culprit_matches = named
-    culprits = sorted({h for n, m in culprit_matches if (h := origin(n, m))})
-    blame = any(m.blame for _, m in culprit_matches)
-    note = ""
+    culprits = as_hosts(sorted({h for n, m in culprit_matches if (h := origin(n, m))}), nodes)
     everyone = all_hosts(nodes)
     symmetric = len(everyone) > 1 and set(culprits) >= everyone
-    if cause == Cause.USER_OOM:
-        cause, blame, note = _refine_oom(nodes, culprits, ctx)
-    elif symmetric and (cause in SYMMETRIC or best[1].signature == "gpu_unavailable"):
-        if best[1].signature == "gpu_unavailable":
-            cause = Cause.USER_BUG
-        culprits, blame, note = [], False, f"the same {cause.value} on every node: the job's, not a node's"
-    if cause == Cause.USER_BUG:
-        blame = False
+    hw = hardware_hosts(kinds)
+    judged = judge_root(cause, best[1], culprits, symmetric, hw, nodes, ctx)
+    cause, culprits, owner, rule, note = judged
     if not culprits and cause in (Cause.HANG, Cause.NODE_FAIL):  # e.g. a ps listing with no host on its lines
         culprits = silent(nodes, secondary)
-        blame = bool(culprits)
-    evidence = [_ev(n, m, "root") for n, m in culprit_matches[:20]]
-    evidence += [_ev(n, m, "secondary") for n, m in (roots + secondary) if (n, m) not in culprit_matches][:30]
-    conf = 0.9 if blame or cause in (Cause.USER_BUG, Cause.USER_OOM) else 0.7
-    return _verdict(cause, culprits, blame, conf, evidence, note or f"first-rank error: {best[1].text[:160]}")
+    evidence = evs(culprit_matches, "root")
+    evidence += evs([(n, m) for n, m in kinds if m.kind == "hw" and origin(n, m) in culprits], "root", 10)
+    evidence += evs([nm for nm in roots + secondary if nm not in culprit_matches], "secondary", 30)
+    blame = owner in (Owner.NODE, Owner.NODE_SUSPECT) and bool(culprits)
+    conf = 0.9 if blame or owner == Owner.JOB else 0.7
+    rule = f"{rule}+{order_rule}" if order_rule else rule
+    return verdict(cause, culprits, blame, conf, evidence, note or f"first-rank error: {best[1].text[:160]}",
+                    rule, owner)
 
 
-def _cascade_cause(secondary: list[tuple[NodeEvidence, Match]]) -> Cause:
-    """IB completion errors, or transport errors with no collective timeout, are the network's; otherwise the
-    peers only saw a collective time out."""
-    if any(m.signature == "nccl_ib_peer" for _, m in secondary):
-        return Cause.NETWORK
-    causes = {Cause(m.cause) for _, m in secondary}
-    timed_out = any("timeout" in m.text.lower() or "timed out" in m.text.lower() for _, m in secondary)
-    return Cause.NETWORK if Cause.NETWORK in causes and not timed_out else Cause.NCCL_TIMEOUT
-
-
-def _from_cascade(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]], ctx: Context,
-                  job: JobStatus) -> Verdict:
-    requeue = [(n, m) for n, m in secondary if m.signature == "job_requeue"]
-    if requeue:
-        return _verdict(Cause.PREEMPTED, [], False, 0.7, [_ev(n, m, "secondary") for n, m in requeue[:10]],
-                        "the job was requeued: the same job comes back")
-    peers = peer_culprits(nodes, secondary)
-    if peers:
-        ev = [_ev(n, m, "root") for n, m in secondary if m.peer_ip][:10]
-        ev += [_ev(n, m, "secondary") for n, m in secondary if not m.peer_ip][:20]
-        return _verdict(Cause.NETWORK, peers, True, 0.7, ev,
-                        f"transport errors point at {','.join(peers)} (IB completion errors, refused connections; "
-                        "addresses from NCCL INFO)")
-    quiet = silent(nodes, secondary)
-    if quiet:
-        by = {n.node: n for n in nodes}
-        dead = [h for h in quiet if h in by and by[h].abrupt_end]
-        cause = Cause.NODE_FAIL if dead else Cause.HANG
-        names = dead or quiet
-        return _verdict(cause, names, True, 0.7, [_ev(n, m, "secondary") for n, m in secondary[:30]],
-                        f"the peers timed out waiting; {','.join(names)} printed no error"
-                        + (" and its output ends abruptly" if dead else " (it stopped making progress)"))
-    if secondary:
-        cause = _cascade_cause(secondary)
-        behind = progress_culprit(nodes)
-        return _verdict(cause, behind, False, 0.5, [_ev(n, m, "secondary") for n, m in secondary[:30]],
-                        "only cascade errors: the initiating fault left no line"
-                        + (f"; progress stopped first on {','.join(behind)}" if behind else ""))
-    if ctx.stalled:
-        return _verdict(Cause.HANG, [], False, 0.5, [], "no progress before the stall timeout; no node stood out")
-    failing = [n for n in nodes if n.exit_code not in (0, None)]
-    ev = [Evidence(node=n.node, file=n.file, line=ln, text=t, role="context") for n in failing for ln, t in n.tail[-3:]]
-    return _verdict(Cause.UNKNOWN, [], False, 0.3, ev[:20],
-                    f"job {job.state.value}; no known error signature"
-                    + (f"; non-zero exit on {','.join(n.node for n in failing)}" if failing else ""))
-
-
-NOT_A_NODE = frozenset({Cause.USER_BUG, Cause.USER_OOM, Cause.FILESYSTEM, Cause.TIMELIMIT, Cause.PREEMPTED,
-                        Cause.SUCCESS})
-
-
-def _verdict(cause: Cause, culprits: list[str], blame: bool, conf: float, evidence: list[Evidence],
-             summary: str) -> Verdict:
-    """Causes that are not a node's fault name no culprit (the evidence still says where it was printed)."""
-    if cause in NOT_A_NODE:
-        culprits, blame = [], False
-    blame = blame and bool(culprits)
-    return Verdict(cause=cause, culprit_nodes=tuple(culprits), blame=blame, confidence=conf,
-                   evidence=tuple(evidence), summary=summary)

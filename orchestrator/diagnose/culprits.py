@@ -4,6 +4,7 @@ everyone else waits in, and the host transport errors point at."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from orchestrator.evidence import Match, NodeEvidence
@@ -66,20 +67,40 @@ def stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
     return (odd, common) if 0 < len(odd) < len(nodes) else ([], "")
 
 
-def peer_culprits(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> list[str]:
-    """The host the transport errors point at. Several hosts naming one peer (NCCL INFO maps addresses to
-    hosts): that peer. A single host reporting IB completion errors: that host's own link is as suspect as
-    the peer, and it is the one with evidence; a refused connection: the peer, which is not listening."""
+IPV4 = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+
+
+def address_owners(nodes: list[NodeEvidence]) -> dict[str, str]:
+    """IP address -> host, from what the hosts announced (NCCL INFO, localGid) and job-wide files' ties."""
     owner = {ip: n.node for n in nodes if not n.job_wide for ip in n.addresses}
     owner.update({ip: h for n in nodes for ip, h in n.address_hosts})
+    return owner
+
+
+def as_hosts(names: list[str], nodes: list[NodeEvidence]) -> list[str]:
+    """Culprits named by address (Ray names dead nodes by IP) as the hosts that own those addresses."""
+    if not any(IPV4.match(x) for x in names):
+        return names
+    owner = address_owners(nodes)
+    return sorted({owner.get(x, x) for x in names})
+
+
+def peer_culprits(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> tuple[list[str], int]:
+    """The host the transport errors point at, and how many hosts name it. Several hosts naming one peer (NCCL
+    INFO maps addresses to hosts): that peer. A single host reporting IB completion errors: that host's own link is
+    as suspect as the peer, and it is the one with evidence; a refused connection: the peer, which is not listening."""
+    owner = address_owners(nodes)
     reports = {(r, owner.get(m.peer_ip or ""), m.signature) for n, m in secondary
                if m.peer_ip and (r := origin(n, m))}
     votes: Counter[str] = Counter(peer for r, peer, _ in {(r, p, "") for r, p, _ in reports} if peer and peer != r)
     reporters = {r for r, _, _ in reports}
     if len(reporters) == 1 and all(sig == "nccl_ib_peer" for _, _, sig in reports):
-        return sorted(reporters) if len(all_hosts(nodes)) > 1 else []
+        if len(all_hosts(nodes)) < 2:
+            return [], 0
+        named = sorted({p for r, p, _ in reports if p and p != r})
+        return (named, 1) if len(named) == 1 else (sorted(reporters), 1)  # one report: the peer it names
     if not votes:
-        return []
+        return [], 0
     top = max(votes.values())
     named = [h for h, v in votes.items() if v == top]  # the host most peers name (others may name a reporter back)
-    return sorted(named) if len(named) < len(all_hosts(nodes)) else []
+    return (sorted(named), top) if len(named) < len(all_hosts(nodes)) else ([], 0)

@@ -23,12 +23,12 @@ DEFAULT_PROGRESS = PROGRESS_REGEX  # the run's default: progress lines of a doze
 T0 = datetime(2000, 1, 1, tzinfo=UTC)
 
 
-def action_without_history(verdict: Verdict) -> tuple[str, str]:
-    """(action, reason) that `policy.decide` picks for this verdict in a fresh run."""
+def action_without_history(verdict: Verdict) -> tuple[str, str, str]:
+    """(action, reason, policy rule) that `policy.decide` picks for this verdict in a fresh run."""
     state = RunState(run="offline", created_at=T0, updated_at=T0,
                      segments=[SegmentRecord(index=1, job_name="offline")])
     d = decide(state, verdict, Policy(), Goal(), T0)
-    return d.action.value, d.reason
+    return d.action.value, d.reason, d.rule
 
 
 @functools.lru_cache(maxsize=8)
@@ -67,10 +67,20 @@ def diagnose_dir(directory: Path, progress_regex: str = DEFAULT_PROGRESS,
              for f in files]
     stalled = any(n.top_frames or n.stuck_detail for n in nodes)
     v = classify(infer_job_state(nodes), nodes, Context(stalled=stalled))
-    action, reason = action_without_history(v)
+    action, reason, policy_rule = action_without_history(v)
     return {
         "cause": v.cause.value, "culprit_nodes": list(v.culprit_nodes), "blame": v.blame,
+        "owner": v.fault_owner.value, "rule": v.rule, "policy_rule": policy_rule,
         "action": action, "reason": reason, "confidence": v.confidence, "summary": v.summary,
-        "evidence": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text, "role": e.role}
-                     for e in v.evidence],
+        "evidence": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text, "role": e.role,
+                      "source": e.source} for e in v.evidence],
+        "node_evidence": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text, "role": e.role}
+                          for e in v.evidence if e.source == "node" or _node_file(e.file)],
     }
+
+
+def _node_file(path: str) -> bool:
+    """A file of what a node reported about itself (dmesg, nvidia-smi, counters), beside its output."""
+    name = Path(path).name.lower()
+    return any(k in name for k in ("dmesg", "nvidia-smi", "kern", "syslog", "ibstat", "counters", "memory.events",
+                                   "epilog", "prolog", "nvml", ".df"))

@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from orchestrator.contract import EXIT_OK_RE, START_RE
 from orchestrator.diagnose.blocks import block_progress, group_int
+from orchestrator.diagnose.judge import banner_time
 from orchestrator.diagnose.origin import JOB_WIDE, HostMap, Prefixes, parse_line, parse_prefix
 from orchestrator.diagnose.prefilter import ALLOC_START_RE, Prefilter
 from orchestrator.diagnose.signatures import Signature
@@ -23,6 +24,7 @@ ALLOC_MARK = re.compile(
 )
 # NCCL tells which address each host uses: "host:pid:tid [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:IP<0>"
 NCCL_ADDR = re.compile(r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using .*?(?P<ip>\d+\.\d+\.\d+\.\d+)<\d+>")
+LOCAL_GID = re.compile(r"localGid ::ffff:(\d+\.\d+\.\d+\.\d+)")
 COMPLETED = re.compile(r"submitit INFO \([^)]*\) - Job completed successfully|" + EXIT_OK_RE)
 PYSPY_THREAD = re.compile(r"^Thread (?:0x)?[0-9a-f]+ \((?:idle|active)[^)]*\)")
 PYSPY_FRAME = re.compile(r"^\s*(?P<fn>[\w<>.]+) \((?P<file>[^():]+):\d+\)\s*$")
@@ -30,6 +32,8 @@ PYSPY_STUCK = re.compile(r"Error: Failed to suspend process|py-spy timed out")
 # After Slurm ended a job (a JOB-level banner), these start the next allocation appended to the same file.
 JOB_END = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT|DUE TO JOB REQUEUE")
 ALLOC_START = re.compile(ALLOC_START_RE)
+TEARDOWN = timedelta(minutes=5)
+TEARDOWN_LINES = 200
 MAX_MATCHES = 400
 MAX_LINE_DECODE = 64 * 1024
 MAX_TEXT = 500
@@ -64,6 +68,8 @@ class NodeScan:
     hosts: set[str] = field(default_factory=set)  # hosts named by line prefixes
     host_map: HostMap = field(default_factory=HostMap)
     _ended: bool = False  # Slurm printed a JOB-level end banner: what follows may be the next allocation
+    _ended_at: datetime | None = None  # when (the banner's own time, else the line's)
+    _ended_line: int = 0
     top_frames: list[str] = field(default_factory=list)  # from py-spy dumps found in the log
     stuck: str = ""
     _frame_next: bool = False
@@ -184,17 +190,33 @@ class NodeScan:
                 continue
             if sig.kind == "info" or (sig.node_group and by_rank):
                 return  # a rank quoting `srun: error: Node failure on X` is not Slurm saying it
-            if self._ended and not sig.cascade and not sig.kind:
+            if self._ended and not sig.cascade and not sig.kind and not self._teardown(p.ts or self.last_ts,
+                                                                                           line_no):
                 self._new_allocation()  # a fresh error after Slurm ended the job: the next allocation
             groups = m.groupdict()
             named = groups.get(sig.node_group) if sig.node_group else None
             peer = groups.get(sig.peer_group) if sig.peer_group else None
+            if peer and "localGid" in body:  # NCCL names this host's own address in the same warning
+                gid = LOCAL_GID.search(body)
+                if gid:
+                    self.addresses.add(gid.group(1))
+                    self.host_map.learn_address(gid.group(1), p.host)
             self._add(Match(line_no, body[:MAX_TEXT], sig.name, sig.cause.value, sig.blame, sig.cascade,
-                            p.rank if p.rank is not None else p.task, p.ts, named, self.file, peer, p.host,
+                            p.rank if p.rank is not None else p.task, p.ts or self.last_ts, named, self.file,
+                            peer, p.host,
                             sig.kind, p.task))
             if JOB_END.search(body):
                 self._ended = True
+                self._ended_at = banner_time(body) or p.ts or self.last_ts
+                self._ended_line = line_no
             return
+
+    def _teardown(self, ts: datetime | None, line_no: int) -> bool:
+        """An error printed within minutes of Slurm's end banner (or, without times, within a few hundred
+        lines of it) belongs to that job's teardown."""
+        if ts is not None and self._ended_at is not None:
+            return ts - self._ended_at < TEARDOWN
+        return line_no - self._ended_line < TEARDOWN_LINES
 
     def _stack_line(self, body: str) -> bool:  # noqa: C901
         """py-spy dumps in the log: the innermost frame of each thread dump, and failures to suspend."""

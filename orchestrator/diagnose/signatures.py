@@ -41,10 +41,29 @@ C = Cause
 # Order matters: specific hardware text first, generic Python exceptions last.
 BUILTIN: tuple[Signature, ...] = (
     # Informational events: printed on healthy nodes, never a failure by themselves.
-    Signature("info_xid_remap", r"NVRM: Xid \([^)]*\): (?:63|64)\b|row remapping (?:event|pending)", C.UNKNOWN,
-              kind="info", source="NVIDIA Xid catalog: 63/64 are row-remapping notices"),
+    Signature("info_xid_remap", r"NVRM: Xid \([^)]*\): 63\b|row remapping (?:event|pending)"
+              r"|NVRM: Xid \([^)]*\): (?:13|31|43)\b", C.UNKNOWN, kind="info",
+              source="NVIDIA Xid catalog: 63 is a row-remapping/page-retirement notice; 13/31/43 follow the "
+              "application's own error (judge the program's exception)"),
+    # The node's own hardware reports: not a failure by themselves, but they make a crash on that node the node's.
+    Signature("node_hw_gpu", r"NVRM: Xid \([^)]*\): 64\b|row remap(?:ping)? failure|pages? pending retirement",
+              C.GPU_ECC, blame=True, kind="hw",
+              source="NVIDIA Xid catalog: 64 row-remap failure; nvidia-smi -q 'Pending Page Blacklist'"),
+    Signature("node_hw_memory",
+              r"EDAC (?:MC\d+|\w+): .*(?:\bUE\b|[Uu]ncorrected)|mce: \[Hardware Error\]|Machine check events logged"
+              r"|Uncorrected (?:hardware )?memory error|Memory failure: .*(?:recover|hardware)"
+              r"|HANDLING MCE MEMORY ERROR|\[Hardware Error\]: .*(?:[Uu]ncorrect|fatal)",
+              C.UNKNOWN, blame=True, kind="hw",
+              source="Linux EDAC/MCE drivers (kernel log): uncorrected host memory errors"),
+    Signature("node_hw_disk",
+              r"critical medium error|\bMedium Error\b|blk_update_request: (?:critical )?(?:medium|I/O) error"
+              r"|nvme\d+(?:n\d+)?: .*(?:I/O error|timeout, aborting|controller is down|Removing after probe failure)"
+              r"|Buffer I/O error on dev|I/O error, dev (?:nvme|sd)\w*",
+              C.FILESYSTEM, blame=True, kind="hw",
+              source="Linux block layer and nvme driver (kernel log): medium and I/O errors of a local disk"),
     Signature("ib_port_error", r"Got async event ?: (?:port error|local catastrophic error|device fatal)"
-              r"|IBV_EVENT_PORT_ERR|IBV_EVENT_DEVICE_FATAL|IBV_EVENT_QP_FATAL",
+              r"|IBV_EVENT_PORT_ERR|IBV_EVENT_DEVICE_FATAL|IBV_EVENT_QP_FATAL|catastrophic error|health compromised"
+              r"|mlx5_core \S+: .*(?:internal error|fatal|firmware is not responsive)",
               C.NETWORK, blame=True, source="NCCL net_ib async event thread: this host's HCA or link failed"),
     Signature("info_ib_async", r"Got async event|GID table change|client re-?registration|IBV_EVENT_GID_CHANGE"
               r"|IBV_EVENT_CLIENT_REREGISTER|IBV_EVENT_PORT_ACTIVE", C.UNKNOWN, kind="info",
@@ -66,6 +85,19 @@ BUILTIN: tuple[Signature, ...] = (
               r"|Done training\b",
               C.SUCCESS, kind="done",
               source="torchtitan, HF Trainer, Lightning, Megatron, submitit end-of-training lines"),
+    # The framework stopped itself ahead of the wall time: not a failure, not the end of the training.
+    Signature("framework_time_stop",
+              r"exiting program after [\d.]+ minutes|Time limit reached\. Elapsed time is|Signaling Trainer to stop"
+              r"|exit(?:ing)? (?:early )?(?:due to|because of) (?:the )?(?:time|wall ?clock|walltime) limit"
+              r"|Job has timed out\. Ran \d+ minutes out of requested",
+              C.TIMELIMIT, kind="stop",
+              source="Megatron --exit-duration-in-mins; Lightning Timer callback; submitit's timeout handling"),
+    Signature("spot_termination",
+              r"[Ss]pot (?:[Ii]nstance )?(?:[Ii]nterruption|[Tt]ermination)(?: [Nn]otice| [Ww]arning)?"
+              r"|instance-action.*(?:terminate|stop)|[Pp]reemption notice|[Ii]nstance (?:was|is being) preempted"
+              r"|received (?:a )?preemption (?:signal|notice)|spot/instance-action -> 200"
+              r"|\{\s*\"action\": \"(?:terminate|stop|hibernate)\", \"time\"|\"EventType\": ?\"Preempt\"",
+              C.PREEMPTED, cascade=True, source="AWS spot interruption notice, GCE preemption"),
     Signature("orch_fs_probe", r"ORCH-FS-PROBE FAILED", C.FILESYSTEM, source="the agent's filesystem probe"),
     Signature(
         "cuda_ecc",
@@ -100,6 +132,15 @@ BUILTIN: tuple[Signature, ...] = (
         blame=True,
         source="CUDA runtime: a GPU held by another process or missing on this node",
     ),
+    Signature("nvml_mismatch",
+              r"Failed to initialize NVML: (?:Driver/library version mismatch|Unknown Error)"
+              r"|NVML library version mismatch|Driver/library version mismatch|No devices were found"
+              r"|nvml: \d+ GPUs? visible, \d+ expected",
+              C.GPU_LOST, blame=True, source="nvidia-smi / NVML on a node whose driver and library differ"),
+    Signature("gpu_mem_held",
+              r"Process \d+ has [\d.]+ [GMK]iB memory in use|held by pid \d+ that is not the job's",
+              C.GPU_OOM_STARTUP, blame=True,
+              source="PyTorch OOM message lists other processes on the GPU; the agent's NVML reading"),
     Signature(
         "cuda_oom",
         r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError: CUDA|cudaErrorMemoryAllocation"
@@ -139,6 +180,21 @@ BUILTIN: tuple[Signature, ...] = (
         node_group="node",
         source="srun(1) task exit report",
     ),
+    Signature("slurm_mem_limit",
+              r"exceeded (?:job |step )?memory limit \(\d+ > \d+\),? being killed|Exceeded job memory limit$"
+              r"|srun: Exceeded (?:job|step) memory limit",
+              C.HOST_OOM, source="slurmstepd: 'Job N exceeded memory limit (X > Y), being killed' (bcbio#2393)"),
+    Signature("unkillable",
+              r"(?:STEPD TERMINATED ON |node\(s\)=)(?P<node>[\w.-]+)(?: AT \S+ DUE TO JOB NOT ENDING WITH SIGNALS"
+              r"|: Kill task failed)|Kill task failed|UnkillableStep|DUE TO JOB NOT ENDING WITH SIGNALS",
+              C.NODE_FAIL, blame=True, node_group="node",
+              source="slurmstepd/slurmctld: processes that did not end with signals (UnkillableStepTimeout)"),
+    Signature("ray_node_dead",
+              r"node name: (?P<node>[\w.-]+) has been marked dead|has been marked dead because the detector has missed"
+              r"|NodeDiedError|node (?:\S+ )?(?:has )?died unexpectedly",
+              C.NODE_FAIL, blame=True, node_group="node",
+              source="Ray GCS: 'The node with node id ... has been marked dead because the detector has missed "
+              "too many heartbeats' (ray-project/ray#15128)"),
     Signature("job_node_fail", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO NODE FAILURE", C.NODE_FAIL,
               cascade=True, source="slurmstepd job cancel banner"),
     Signature("job_timelimit", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT",
@@ -164,7 +220,9 @@ BUILTIN: tuple[Signature, ...] = (
     Signature(
         "filesystem",
         r"Stale file handle|Transport endpoint is not connected|Input/output error|Read-only file system"
-        r"|LustreError|lustre.*(?:evicted|timeout)|GPFS.*(?:error|unmounted)|ORCH-FS-PROBE FAILED",
+        r"|LustreError|lustre.*(?:evicted|timeout)|GPFS.*(?:error|unmounted)|ORCH-FS-PROBE FAILED"
+        r"|Cannot send after transport endpoint shutdown|Errno 108\b|nfs: server \S+ not responding"
+        r"|did not answer a stat within",
         C.FILESYSTEM,
         source="errno strings ESTALE/ENOTCONN/EIO/EROFS",
     ),
@@ -187,10 +245,13 @@ BUILTIN: tuple[Signature, ...] = (
               r"ORCH-AGENT cannot start the training command|: command not found$|can't open file .*No such file"
               r"|exec format error|^bash: \S+: (?:No such file or directory|Permission denied)$",
               C.USER_BUG, source="the agent; bash and python when the program or script does not exist"),
-    Signature("no_space", r"No space left on device|Disk quota exceeded|ENOSPC\b|EDQUOT\b", C.USER_BUG,
-              source="errno ENOSPC/EDQUOT: a full /dev/shm, disk or quota: the job's settings, not a node"),
-    Signature("segfault", r"Segmentation fault|SIGSEGV|signal 11\b|Signals\.SIGSEGV", C.SEGFAULT, blame=True),
-    Signature("bus_error", r"Bus error|SIGBUS|signal 7\b|Signals\.SIGBUS", C.BUS_ERROR, blame=True),
+    Signature("no_space", r"No space left on device|Disk quota exceeded|ENOSPC\b|EDQUOT\b", C.FILESYSTEM,
+              source="errno ENOSPC/EDQUOT: a full /dev/shm, shared filesystem or quota is the job's; a node-local "
+              "disk full on one node is the node's (classify tells them apart)"),
+    Signature("segfault", r"Segmentation fault|SIGSEGV|signal 11\b|Signals\.SIGSEGV|return code = -11\b"
+              r"|exitcode\s*:\s*-11\b", C.SEGFAULT, blame=True),
+    Signature("bus_error", r"Bus error|SIGBUS|signal 7\b|Signals\.SIGBUS|return code = -7\b|exitcode\s*:\s*-7\b",
+              C.BUS_ERROR, blame=True),
     Signature(
         "nccl_timeout",
         r"Watchdog caught collective operation timeout|collective operation timeout|NCCL.*[Tt]imeout"
@@ -225,6 +286,11 @@ BUILTIN: tuple[Signature, ...] = (
         cascade=True,
         source="NCCL net plugin warnings; errno ECONNRESET/EPIPE",
     ),
+    Signature("rank_exit", r"failed \(exitcode: [1-9]\d*\) local_rank: \d+", C.UNKNOWN, blame=True, kind="crash",
+              source="torchrun 'failed (exitcode: 1) local_rank: N (pid: P) of binary'"),
+    Signature("task_exit", r"srun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Exited with exit code [1-9]",
+              C.UNKNOWN, blame=True, kind="crash", node_group="node",
+              source="srun(1): 'srun: error: NODE: task N: Exited with exit code 1'"),
     Signature("elastic_child", r"ChildFailedError|torch\.distributed\.elastic\.multiprocessing\.errors",
               C.UNKNOWN, cascade=True),
     Signature(
@@ -237,6 +303,11 @@ BUILTIN: tuple[Signature, ...] = (
         cascade=True,
         source="torch.distributed store/rendezvous/elastic errors printed after a peer failed",
     ),
+    Signature("sigkill",
+              r"exitcode\s*:\s*-9\b|Signals\.SIGKILL|died with <Signals\.SIGKILL|killed by signal 9\b"
+              r"|tasks? [\d,-]+: Killed$|^Killed$|signal: killed$|return code = -9\b",
+              C.HOST_OOM, blame=True, kind="killed",
+              source="torchrun 'exitcode: -9', bash 'Killed', srun 'task N: Killed': SIGKILL with no error of its own"),
     Signature("nan", r"loss is nan|nan loss|Detected (?:inf|nan)|FloatingPointError|found NaN|non-finite loss"
               r"|loss scale already at minimum", C.USER_BUG),
     Signature(

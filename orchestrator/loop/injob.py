@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from orchestrator.contract import STEP_SIGNAL_NOTE, StepRecord
-from orchestrator.model import Action, Cause, Decision, Evidence, JobState, JobStatus, Verdict
-from orchestrator.policy import CODE_CAUSES
+from orchestrator.model import Action, Cause, Decision, Evidence, JobState, JobStatus, Owner, Verdict
 from orchestrator.spares import Restart, restart_in_allocation
 from orchestrator.state import RunState, SegmentRecord
 
@@ -47,23 +46,25 @@ def lost_node_verdict(verdict: Verdict, lost: list[str], job_id: str) -> Verdict
     verdict does not already blame joins the culprits (a node failure when nobody was blamed). A verdict on the
     code (the same bug everywhere) stands: the run stops, and the job with it."""
     missing = [n for n in lost if not (verdict.blame and n in verdict.culprit_nodes)]
-    if verdict.cause in CODE_CAUSES or not lost:
+    if verdict.fault_owner == Owner.JOB or not lost:
         return verdict
     if verdict.cause in SYMPTOMS:  # a dead node is silent: its peers time out, its agent answers no dump
         culprits = tuple(sorted({*lost, *(verdict.culprit_nodes if verdict.blame else ())}))
         ev = tuple(Evidence(node=n, text=f"Slurm removed {n} from job {job_id} and killed the step on it (node "
                             "failure)", role="root", cause=Cause.NODE_FAIL) for n in lost)
         return Verdict(cause=Cause.NODE_FAIL, culprit_nodes=culprits, blame=True, confidence=0.95,
-                       evidence=ev + verdict.evidence[:20], summary=f"node failure: {','.join(lost)} left the job")
+                       evidence=ev + verdict.evidence[:20], summary=f"node failure: {','.join(lost)} left the job",
+                       owner=Owner.NODE, rule="left_the_allocation")
     if not missing:
         return verdict
     ev = tuple(Evidence(node=n, text=f"Slurm removed {n} from job {job_id} and killed the step on it (node failure)",
                         role="root", cause=Cause.NODE_FAIL) for n in missing)
     if verdict.blame:
         return verdict.model_copy(update={"culprit_nodes": tuple(sorted({*verdict.culprit_nodes, *missing})),
-                                          "evidence": verdict.evidence + ev})
+                                          "evidence": verdict.evidence + ev, "owner": Owner.NODE})
     return Verdict(cause=Cause.NODE_FAIL, culprit_nodes=tuple(missing), blame=True, confidence=0.95,
-                   evidence=ev + verdict.evidence[:20], summary=f"node failure: {','.join(missing)} left the job")
+                   evidence=ev + verdict.evidence[:20], summary=f"node failure: {','.join(missing)} left the job",
+                   owner=Owner.NODE, rule="left_the_allocation")
 
 
 def free_spares(seg: SegmentRecord, held: list[str], lost: list[str], banned: set[str]) -> list[str]:

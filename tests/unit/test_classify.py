@@ -5,11 +5,12 @@ import re
 import pytest
 
 from orchestrator.diagnose.classify import Context, classify
+from orchestrator.diagnose.offline import action_without_history
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import NodeScan, node_evidence
 from orchestrator.diagnose.signatures import build_table
 from orchestrator.evidence import NodeEvidence
-from orchestrator.model import Cause, JobState, JobStatus
+from orchestrator.model import Cause, JobState, JobStatus, Owner
 
 SIGS = build_table()
 PROG = re.compile(r"iteration\s+(\d+)\s*/\s*\d+")
@@ -119,10 +120,13 @@ def test_silent_node_with_abrupt_end_is_a_node_failure() -> None:
     assert v.cause == Cause.NODE_FAIL and v.culprit_nodes == ("n3",) and v.blame
 
 
-def test_only_cascade_everywhere_names_the_node_behind_without_blame() -> None:
+def test_only_cascade_everywhere_names_the_node_behind_with_a_strike() -> None:
+    """DECISIONS.md: in a collective timeout the node whose progress stopped first is the culprit; with nothing
+    else against it that is weak evidence: a strike (resubmit), not an exclusion."""
     nodes = [node("n1", progress(40) + [NCCL]), node("n2", progress(40) + [NCCL]), node("n3", progress(37) + [NCCL])]
     v = classify(CANCELLED, nodes, Context())
-    assert v.cause == Cause.NCCL_TIMEOUT and v.culprit_nodes == ("n3",) and not v.blame
+    assert v.cause == Cause.NCCL_TIMEOUT and v.culprit_nodes == ("n3",) and v.blame
+    assert v.fault_owner == Owner.NODE_SUSPECT and action_without_history(v)[0] == "resubmit"
 
 
 def test_success() -> None:

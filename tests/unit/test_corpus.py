@@ -50,7 +50,8 @@ def test_diagnose_cli_json_shape() -> None:
     assert v["cause"] == "gpu_ecc" and v["culprit_nodes"] == ["gpu-a012"] and v["blame"]
     roles = {e["role"] for e in v["evidence"]}
     assert roles == {"root", "secondary"}
-    assert all(set(e) == {"node", "file", "line", "text", "role"} for e in v["evidence"])
+    assert all(set(e) == {"node", "file", "line", "text", "role", "source"} for e in v["evidence"])
+    assert v["rule"] == "node_hardware" and v["owner"] == "node" and v["policy_rule"] == "node_fault"
 
 
 def test_diagnose_bad_dirs(tmp_path: Path) -> None:

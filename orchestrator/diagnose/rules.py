@@ -1,0 +1,86 @@
+"""Whose fault a segment's root error is, by DECISIONS.md (docs/CAUSES.md): a node's, the job's, the shared
+environment's or nobody's, and the rule that says so. Pure functions of the matches."""
+
+from __future__ import annotations
+
+import re
+
+from orchestrator.diagnose.judge import local_disk, refine_oom
+from orchestrator.diagnose.verdicts import Context
+from orchestrator.evidence import Match, NodeEvidence
+from orchestrator.model import Cause, Owner
+
+SHM = re.compile(r"/dev/shm|\bshm\b|shared memory", re.IGNORECASE)
+DEVICE_FRAME = re.compile(r"cuda|synchron|nccl|cudnn|cublas|driver|ioctl|\.so\b|<native>|write|flush|fsync|"
+                          r"read\b|open\b|stat\b|os\.|io\.|(?:^|\W)(?:print|emit|log)\w*", re.IGNORECASE)
+
+SYMMETRIC = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.USER_BUG, Cause.NETWORK,
+                       Cause.NCCL_TIMEOUT, Cause.HANG, Cause.FILESYSTEM, Cause.USER_OOM})
+JOB_WHEN_SYMMETRIC = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.USER_BUG, Cause.USER_OOM,
+                                Cause.FILESYSTEM})
+
+Judged = tuple[Cause, list[str], Owner, str, str]
+
+
+def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool, hw: dict[str, Cause],
+                nodes: list[NodeEvidence], ctx: Context) -> Judged:
+    """Whose fault the root is, by DECISIONS.md: (cause, culprits, owner, rule, note)."""
+    explained = [h for h in culprits if h in hw] or ([] if culprits else sorted(hw))
+    if cause in (Cause.USER_OOM, Cause.GPU_OOM_STARTUP):
+        return judge_oom(cause, best, culprits, symmetric, nodes, ctx)
+    if cause in (Cause.GPU_ECC, Cause.GPU_LOST, Cause.NODE_FAIL):
+        if symmetric and best.signature == "gpu_unavailable":
+            return Cause.USER_BUG, [], Owner.JOB, "same_on_every_node", (
+                "no GPU usable on any node: the job's device settings, not a node")
+        return cause, culprits, Owner.NODE, "node_hardware" if cause != Cause.NODE_FAIL else "node_failed", ""
+    if explained and cause in (Cause.USER_BUG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.FILESYSTEM, Cause.HOST_OOM,
+                               Cause.UNKNOWN):
+        hw_cause = hw[explained[0]]
+        new = hw_cause if hw_cause != Cause.UNKNOWN else (cause if cause in (Cause.SEGFAULT, Cause.BUS_ERROR)
+                                                           else Cause.NODE_FAIL)
+        return new, explained, Owner.NODE, "node_reports_hardware", (
+            f"{cause.value} on {','.join(explained)}, whose own hardware report explains it")
+    if cause == Cause.FILESYSTEM:
+        return judge_fs(best, culprits, symmetric)
+    if cause == Cause.HOST_OOM and best.signature == "sigkill" and not symmetric:
+        return cause, culprits, Owner.NODE_SUSPECT, "one_off_crash", (
+            f"ranks on {','.join(culprits)} were killed (SIGKILL) with no error of their own: a strike")
+    if symmetric and cause in JOB_WHEN_SYMMETRIC:
+        return cause, [], Owner.JOB, "same_on_every_node", f"the same {cause.value} on every node: the job's, " \
+            "not a node's; it will happen again"
+    if symmetric and cause in SYMMETRIC:
+        return cause, [], Owner.NOBODY, "same_on_every_node", f"the same {cause.value} on every node: nobody " \
+            "stands out"
+    if cause in (Cause.USER_BUG, Cause.HOST_OOM):
+        rule = "program_error" if cause == Cause.USER_BUG else "job_memory"
+        return cause, [], Owner.JOB, rule, ""
+    if cause == Cause.NETWORK:
+        return cause, culprits, Owner.NODE, "hca_error", ""
+    if cause == Cause.HANG:
+        return cause, culprits, Owner.NODE, "stuck_process", ""
+    return cause, culprits, Owner.NODE_SUSPECT, "one_off_crash", ""
+
+
+def judge_oom(cause: Cause, best: Match, culprits: list[str], symmetric: bool, nodes: list[NodeEvidence],
+               ctx: Context) -> Judged:
+    at_start = max((n.last_iteration or 0 for n in nodes), default=0) <= ctx.start_iteration
+    if best.signature == "gpu_mem_held" and not symmetric and at_start:
+        return Cause.GPU_OOM_STARTUP, culprits, Owner.NODE, "gpu_memory_held", (
+            "GPU memory held by another process on " + ",".join(culprits))
+    refined, poisoned, note = refine_oom(nodes, culprits, ctx.recent_hardware, ctx.start_iteration)
+    if poisoned and not symmetric:
+        return refined, culprits, Owner.NODE, "poisoned_gpu", note
+    return Cause.USER_OOM, [], Owner.JOB, "job_cuda_oom", note
+
+
+def judge_fs(best: Match, culprits: list[str], symmetric: bool) -> Judged:
+    if best.signature == "no_space":
+        if SHM.search(best.text):
+            return Cause.USER_BUG, [], Owner.JOB, "shared_memory_exhausted", (
+                "shared memory (/dev/shm) is full: fewer DataLoader workers or a larger shm size")
+        if not symmetric and culprits and local_disk(best.text):
+            return Cause.FILESYSTEM, culprits, Owner.NODE, "local_disk_full", (
+                f"a node-local disk is full on {','.join(culprits)} only")
+        return Cause.FILESYSTEM, [], Owner.JOB, "disk_full", (
+            f"no space or quota: free space or raise the quota ({best.text[:120]})")
+    return Cause.FILESYSTEM, [], Owner.SHARED, "filesystem_outage", ""

@@ -1,0 +1,48 @@
+"""Building verdicts: evidence from matches (whether the node itself reported the line), and the one constructor
+that drops the culprits an owner does not allow."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.diagnose.culprits import origin
+from orchestrator.evidence import Match, NodeEvidence
+from orchestrator.model import Cause, Evidence, Owner, Verdict
+
+NodeMatch = tuple[NodeEvidence, Match]
+
+
+@dataclass(frozen=True)
+class Context:
+    """History the classifier may use: nodes with a recent hardware strike, the stall, who cancelled."""
+
+    recent_hardware: frozenset[str] = frozenset()
+    start_iteration: int = 0
+    stalled: bool = False
+    cancelled_by_controller: str = ""
+NODE_MARKER = "ORCH-NODE"  # lines the agent writes for what the node itself reported (contract.NODE_MARKER)
+
+
+def ev(n: NodeEvidence, m: Match, role: str) -> Evidence:
+    return Evidence(node=origin(n, m) or n.node, file=m.file or n.file, line=m.line, text=m.text, role=role,
+                    cause=Cause(m.cause), source="node" if m.text.startswith(NODE_MARKER) else "log")
+
+
+def evs(pairs: list[NodeMatch], role: str, limit: int = 20) -> list[Evidence]:
+    return [ev(n, m, role) for n, m in pairs[:limit]]
+
+
+NOT_A_NODE = frozenset({Cause.USER_BUG, Cause.USER_OOM, Cause.TIMELIMIT, Cause.PREEMPTED, Cause.SUCCESS})
+
+
+def verdict(cause: Cause, culprits: list[str], blame: bool, conf: float, evidence: list[Evidence],
+             summary: str, rule: str = "", owner: Owner | None = None) -> Verdict:
+    """Causes that are not a node's fault name no culprit (the evidence still says where it was printed); the
+    job's and the shared environment's faults name none either."""
+    if cause in NOT_A_NODE or owner in (Owner.JOB, Owner.SHARED, Owner.FINISHED):
+        culprits, blame = [], False
+    blame = blame and bool(culprits)
+    if owner in (Owner.NODE, Owner.NODE_SUSPECT) and not culprits:
+        owner = Owner.NOBODY
+    return Verdict(cause=cause, culprit_nodes=tuple(culprits), blame=blame, confidence=conf,
+                   evidence=tuple(evidence), summary=summary, owner=owner, rule=rule)
