@@ -89,7 +89,8 @@ def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: l
         return verdict(Cause.HANG, [], False, 0.5, [], "no progress before the stall timeout; no node stood out",
                         "stalled_nobody", Owner.NOBODY)
     failing = [n for n in nodes if n.exit_code not in (0, None)]
-    found = [Evidence(node=n.node, file=n.file, line=ln, text=t, role="context") for n in failing for ln, t in n.tail[-3:]]
+    found = [Evidence(node=n.node, file=n.file, line=ln, text=t, role="context")
+             for n in failing for ln, t in n.tail[-3:]]
     return verdict(Cause.UNKNOWN, [], False, 0.3, found[:20],
                     f"job {job.state.value}; no known error signature"
                     + (f"; non-zero exit on {','.join(n.node for n in failing)}" if failing else ""),

@@ -67,6 +67,7 @@ def stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
     return (odd, common) if 0 < len(odd) < len(nodes) else ([], "")
 
 
+RETRY = re.compile(r"status=12\b|RETRY_EXC|retry.?exceeded|vendor err 129\b", re.IGNORECASE)
 IPV4 = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
 
 
@@ -82,7 +83,13 @@ def as_hosts(names: list[str], nodes: list[NodeEvidence]) -> list[str]:
     if not any(IPV4.match(x) for x in names):
         return names
     owner = address_owners(nodes)
-    return sorted({owner.get(x, x) for x in names})
+    hosts = all_hosts(nodes)
+
+    def host(x: str) -> str:  # cloud hosts are often named after their address (ip-10-0-3-192)
+        aws = "ip-" + x.replace(".", "-")
+        return owner.get(x) or (aws if aws in hosts else x)
+
+    return sorted({host(x) for x in names})
 
 
 def peer_culprits(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> tuple[list[str], int]:
@@ -97,8 +104,11 @@ def peer_culprits(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence,
     if len(reporters) == 1 and all(sig == "nccl_ib_peer" for _, _, sig in reports):
         if len(all_hosts(nodes)) < 2:
             return [], 0
+        retry = any(RETRY.search(m.text) for _, m in secondary if m.peer_ip)
         named = sorted({p for r, p, _ in reports if p and p != r})
-        return (named, 1) if len(named) == 1 else (sorted(reporters), 1)  # one report: the peer it names
+        # a retry-exceeded completion (status 12) names a peer that stopped answering; other statuses (a local
+        # protection or length error) are the reporter's own
+        return (named, 1) if retry and len(named) == 1 else (sorted(reporters), 1)
     if not votes:
         return [], 0
     top = max(votes.values())

@@ -20,10 +20,13 @@ PREFIX = re.compile(
 HOST = r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)[A-Za-z][\w-]*\d[\w.-]*"
 # "host: " (pdsh, after an optional "[tag] "), or "[host] " / "[tag host] " (an epilog or a wrapper naming the host)
 HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?)?(?P<h>{HOST}): (?=\S)|^\[(?:\w+ )?(?P<b>{HOST})\] ?")
-HOST_IN_LINE = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\]|(?:^|\s)(?P<k>{HOST}) kernel: ")
+# NCCL's "host:pid:tid [dev]" is distinctive enough to take a host name without digits from it
+HOST_IN_LINE = re.compile(rf"(?:^|\s)(?P<h>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL|(?:^|\s)(?P<k>{HOST}) kernel: ")
 SRUN_TASK = re.compile(rf"srun: error: (?P<h>{HOST}): tasks? (?P<t>\d+)(?:-\d+)?: ")
 SUMMARY = re.compile(r"^\s*(?P<key>host|rank)\s+: (?P<val>\S.*)$")  # torchrun's ChildFailedError summary
 NCCL_RANK = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\] NCCL INFO comm \S+ rank (?P<r>\d+) ")
+NCCL_PID = re.compile(r"^(?P<h>[A-Za-z][\w.-]*):(?P<p>\d+):\d+ \[\d+\] ")
+PID_IN_LINE = re.compile(r"\bpid[=: ]+(\d+)")
 JOB_WIDE = re.compile(r"^(?:slurm|job|output|train|log|stdout|stderr)[-_.]?\d*(?:[-_.]\d+)*$", re.IGNORECASE)
 MAX_TIES = 8192
 
@@ -90,6 +93,7 @@ class HostMap:
     tasks: dict[int, str] = field(default_factory=dict)
     ranks: dict[int, str] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)
+    pids: dict[str, str] = field(default_factory=dict)  # process id -> host, from NCCL's "host:pid:tid" prefix
     _summary_host: str = ""
 
     def learn(self, body: str, task: int | None) -> None:
@@ -99,6 +103,9 @@ class HostMap:
         if tm:
             self.tasks.setdefault(int(tm.group("t")), tm.group("h"))
             return
+        pm = NCCL_PID.match(body) if "NCCL" in body and len(self.pids) < MAX_TIES else None
+        if pm:
+            self.pids.setdefault(pm.group("p"), pm.group("h"))
         nm = NCCL_RANK.match(body) if "NCCL INFO comm" in body else None
         if nm and task is not None:
             self.tasks.setdefault(task, nm.group("h"))
@@ -113,6 +120,11 @@ class HostMap:
     def learn_address(self, ip: str, host: str | None) -> None:
         if host and len(self.addresses) < MAX_TIES:
             self.addresses.setdefault(ip, host)
+
+    def host_of_text(self, text: str) -> str | None:
+        """The host of the process a line names (`NVRM: Xid (...): 95, pid=873918`), when NCCL announced it."""
+        m = PID_IN_LINE.search(text) if self.pids else None
+        return self.pids.get(m.group(1)) if m else None
 
     def host_of(self, task: int | None, rank: int | None) -> str | None:
         if task is not None and task in self.tasks:

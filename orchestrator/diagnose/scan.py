@@ -24,6 +24,7 @@ ALLOC_MARK = re.compile(
 )
 # NCCL tells which address each host uses: "host:pid:tid [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:IP<0>"
 NCCL_ADDR = re.compile(r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using .*?(?P<ip>\d+\.\d+\.\d+\.\d+)<\d+>")
+NODE_IP = re.compile(r"--node-ip-address[= ](\d+\.\d+\.\d+\.\d+)")
 LOCAL_GID = re.compile(r"localGid ::ffff:(\d+\.\d+\.\d+\.\d+)")
 COMPLETED = re.compile(r"submitit INFO \([^)]*\) - Job completed successfully|" + EXIT_OK_RE)
 PYSPY_THREAD = re.compile(r"^Thread (?:0x)?[0-9a-f]+ \((?:idle|active)[^)]*\)")
@@ -33,6 +34,7 @@ PYSPY_STUCK = re.compile(r"Error: Failed to suspend process|py-spy timed out")
 JOB_END = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT|DUE TO JOB REQUEUE")
 ALLOC_START = re.compile(ALLOC_START_RE)
 TEARDOWN = timedelta(minutes=5)
+QUOTED_OK = frozenset({"ray_node_dead"})  # printed by the rank that drives the job (Ray's driver), not quoted
 TEARDOWN_LINES = 200
 MAX_MATCHES = 400
 MAX_LINE_DECODE = 64 * 1024
@@ -168,6 +170,11 @@ class NodeScan:
                 self.host_map.learn_address(am.group("ip"), host)
             return
         self.tail.append((line_no, raw[:MAX_TEXT]))
+        if "node-ip-address" in body:  # Ray: the address this host joined the cluster with
+            ip = NODE_IP.search(body)
+            if ip:
+                self.addresses.add(ip.group(1))
+                self.host_map.learn_address(ip.group(1), host)
         if self._stack_line(body):
             return
         pm = self.progress.search(body)
@@ -188,7 +195,7 @@ class NodeScan:
             m = sig.regex.search(probe)
             if not m:
                 continue
-            if sig.kind == "info" or (sig.node_group and by_rank):
+            if sig.kind == "info" or (sig.node_group and by_rank and sig.name not in QUOTED_OK):
                 return  # a rank quoting `srun: error: Node failure on X` is not Slurm saying it
             if self._ended and not sig.cascade and not sig.kind and not self._teardown(p.ts or self.last_ts,
                                                                                            line_no):
@@ -277,8 +284,9 @@ def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: st
     job_wide = bool(JOB_WIDE.match(scan.node))
     matches = tuple(scan.matches)
     hm = scan.host_map
-    if job_wide and (hm.tasks or hm.ranks):
-        matches = tuple(replace(m, host=m.host or hm.host_of(m.task, m.rank)) for m in matches)
+    if job_wide and (hm.tasks or hm.ranks or hm.pids):
+        matches = tuple(replace(m, host=m.host or hm.host_of(m.task, m.rank) or hm.host_of_text(m.text))
+                        for m in matches)
     return NodeEvidence(
         node=scan.node,
         file=scan.file,

@@ -46,7 +46,9 @@ BUILTIN: tuple[Signature, ...] = (
               source="NVIDIA Xid catalog: 63 is a row-remapping/page-retirement notice; 13/31/43 follow the "
               "application's own error (judge the program's exception)"),
     # The node's own hardware reports: not a failure by themselves, but they make a crash on that node the node's.
-    Signature("node_hw_gpu", r"NVRM: Xid \([^)]*\): 64\b|row remap(?:ping)? failure|pages? pending retirement",
+    Signature("node_hw_gpu", r"NVRM: Xid \([^)]*\): 64\b|row remap(?:ping)? failure|pages? pending retirement"
+              r"|(?:SRAM|DRAM|Double Bit ECC|Device Memory|Register File)(?: Uncorrectable)?\s*: *[1-9]"
+              r"|Remapping Failure Occurred\s*: Yes|Pending Page Blacklist\s*: Yes|uncorrectable ECC errors rose",
               C.GPU_ECC, blame=True, kind="hw",
               source="NVIDIA Xid catalog: 64 row-remap failure; nvidia-smi -q 'Pending Page Blacklist'"),
     Signature("node_hw_memory",
@@ -102,7 +104,7 @@ BUILTIN: tuple[Signature, ...] = (
     Signature(
         "cuda_ecc",
         r"uncorrectable ECC error|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE"
-        r"|ECC uncorrectable|double bit ECC|DBE \(double bit error\)|uncorrectable (?:DRAM|memory|SRAM) error"
+        r"|ECC uncorrectable|double bit ECC error|DBE \(double bit error\)|uncorrectable (?:DRAM|memory|SRAM) error"
         r"|row.?remap(?:ping)? failure",
         C.GPU_ECC,
         blame=True,
@@ -190,7 +192,8 @@ BUILTIN: tuple[Signature, ...] = (
               C.NODE_FAIL, blame=True, node_group="node",
               source="slurmstepd/slurmctld: processes that did not end with signals (UnkillableStepTimeout)"),
     Signature("ray_node_dead",
-              r"node name: (?P<node>[\w.-]+) has been marked dead|has been marked dead because the detector has missed"
+              r"The node with node id: \w+ and (?:ip|address): (?P<node>[\w.-]+)(?: and node name: \S+)? has been marked"
+              r" dead|has been marked dead because the detector has missed"
               r"|NodeDiedError|node (?:\S+ )?(?:has )?died unexpectedly",
               C.NODE_FAIL, blame=True, node_group="node",
               source="Ray GCS: 'The node with node id ... has been marked dead because the detector has missed "
