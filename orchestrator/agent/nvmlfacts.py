@@ -27,6 +27,7 @@ Owner = Callable[[int], str]
 
 @dataclass
 class GpuReading:
+    """One GPU as NVML saw it at one moment: reachable or not, its memory-error counters, who uses it."""
     index: int
     lost: str = ""  # why its handle could not be had, or why a call said the GPU is lost
     denied: str = ""  # NVML_ERROR_NO_PERMISSION: a GPU this job was not given
@@ -42,6 +43,7 @@ class GpuReading:
 
 @dataclass
 class NvmlReading:
+    """Every GPU of the node at one moment (nvmlDeviceGetCount and a GpuReading per index)."""
     count: int
     gpus: list[GpuReading]
 

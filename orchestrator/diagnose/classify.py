@@ -24,7 +24,7 @@ from orchestrator.diagnose.judge import (
     hardware_hosts,
     progress_stopped_early,
 )
-from orchestrator.diagnose.rules import DEVICE_FRAME, judge_root
+from orchestrator.diagnose.rules import COLLECTIVE, DEVICE_FRAME, judge_root
 from orchestrator.diagnose.verdicts import Context, evs, verdict
 from orchestrator.evidence import NodeEvidence
 from orchestrator.model import HARDWARE_CAUSES, Cause, Evidence, JobState, JobStatus, Owner, Verdict
@@ -75,6 +75,11 @@ def _hang(nodes: list[NodeEvidence], secondary: list[Evidence], stuck_only: bool
         return verdict(Cause.HANG, odd, True, 0.8, found + secondary,
                         f"ranks on {','.join(odd)} are not in {common}, where all the others wait",
                         "outside_collective", Owner.NODE)
+    frames = {f for n in nodes for f in n.top_frames if f}
+    if len(frames) == 1 and not COLLECTIVE.search(next(iter(frames))) and not DEVICE_FRAME.search(next(iter(frames))):
+        return verdict(Cause.HANG, [], False, 0.6, secondary, f"every rank waits in the program's own code "
+                       f"({next(iter(frames))}), none in a collective: the program's hang", "hang_in_program_code",
+                       Owner.JOB)
     behind = progress_culprit(nodes)
     if behind:
         return verdict(Cause.HANG, behind, True, 0.6, secondary, "progress stopped first on " + ",".join(behind),

@@ -14,8 +14,9 @@ NodeMatch = tuple[NodeEvidence, Match]
 EARLIER_BY = timedelta(seconds=1)  # clocks of different hosts differ a little: a lead smaller than this is a tie
 HANG_GAP = timedelta(minutes=20)  # progress stopped this long before the time limit: a hang, not the time limit
 CANCELLED_AT = re.compile(r"CANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
-LOCAL_PATH = re.compile(r"(?:^|[\s'\"(=:])/(?:tmp|var/tmp|local|scratch/local|localscratch|lscratch|raid\d*|nvme\w*"
-                        r"|mnt/(?:local|nvme|ssd)\w*|scratch_local|ssd)\b")
+LOCAL_PATH = re.compile(r"(?:^|[\s'\"(=:\[])/(?:tmp|var/tmp)\b"
+                        r"|/(?:[\w.-]+/)*(?:nvme\w*|local(?:scratch|_?disk|_?ssd)?|scratch_local|lscratch|raid\d*|ssd\d*)"
+                        r"(?:/|\b)")
 
 
 def earliest_root(roots: list[NodeMatch], best: NodeMatch) -> NodeMatch | None:
@@ -71,7 +72,7 @@ def progress_stopped_early(nodes: list[NodeEvidence], secondary: list[NodeMatch]
 
 
 def refine_oom(nodes: list[NodeEvidence], oom_nodes: list[str], recent_hardware: frozenset[str],
-               start_iteration: int) -> tuple[Cause, bool, str]:
+               start_iteration: int, underway: bool = False) -> tuple[Cause, bool, str]:
     """CUDA OOM on a node with a recent hardware strike, or at start-up (no progress anywhere in the job yet) on
     some nodes only: a poisoned GPU. After the job trained, an OOM is the job's own allocations (an eval, an
     optimizer step, a gather), whichever rank raised it."""
@@ -79,7 +80,7 @@ def refine_oom(nodes: list[NodeEvidence], oom_nodes: list[str], recent_hardware:
         return Cause.GPU_OOM_STARTUP, True, "CUDA OOM on a node with a recent hardware fault"
     progressed = max((n.last_iteration or 0 for n in nodes), default=0)
     everyone = all_hosts(nodes)
-    if progressed <= start_iteration and 0 < len(oom_nodes) < len(everyone):
+    if progressed <= start_iteration and not underway and 0 < len(oom_nodes) < len(everyone):
         return Cause.GPU_OOM_STARTUP, True, "CUDA OOM at start-up on some nodes only while the others were fine"
     return Cause.USER_OOM, False, ("CUDA OOM of the job's own allocations (on every node, or after training "
                                    "progressed): change the batch size, sharding or activation checkpointing")

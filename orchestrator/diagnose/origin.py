@@ -21,7 +21,8 @@ HOST = r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)[A-Za-z][\w-]*\
 # "host: " (pdsh, after an optional "[tag] "), or "[host] " / "[tag host] " (an epilog or a wrapper naming the host)
 HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?)?(?P<h>{HOST}): (?=\S)|^\[(?:\w+ )?(?P<b>{HOST})\] ?")
 # NCCL's "host:pid:tid [dev]" is distinctive enough to take a host name without digits from it
-HOST_IN_LINE = re.compile(rf"(?:^|\s)(?P<h>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL|(?:^|\s)(?P<k>{HOST}) kernel: ")
+HOST_IN_LINE = re.compile(rf"(?:^|\s)(?P<h>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL"
+                          rf"|(?:^|\s)(?P<k>{HOST}) kernel: ")
 SRUN_TASK = re.compile(rf"srun: error: (?P<h>{HOST}): tasks? (?P<t>\d+)(?:-\d+)?: ")
 SUMMARY = re.compile(r"^\s*(?P<key>host|rank)\s+: (?P<val>\S.*)$")  # torchrun's ChildFailedError summary
 NCCL_RANK = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\] NCCL INFO comm \S+ rank (?P<r>\d+) ")

@@ -28,7 +28,8 @@ SPECIAL = (
     (r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using|NCCL INFO comm \S+ rank \d+ ", False),
     (r"srun: error: \S+: tasks? \d|^\s*(?:host|rank)\s+: |--node-ip-address", False),  # hosts, tasks, ranks
     (ALLOC_START_RE, False),
-    (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|Failed to suspend process|py-spy timed out", False),
+    (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|hread 0x[0-9a-f]+ \(most recent call first|Failed to suspend "
+     r"process|py-spy timed out", False),
 )
 _NAMED = re.compile(r"\(\?P<\w+>")
 

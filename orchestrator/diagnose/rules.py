@@ -10,7 +10,10 @@ from orchestrator.diagnose.verdicts import Context
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.model import Cause, Owner
 
-SHM = re.compile(r"/dev/shm|\bshm\b|shared memory", re.IGNORECASE)
+# /dev/shm, NCCL's shm segments, PyTorch's shared-memory tensors ("unable to write to file </torch_...>")
+SHM = re.compile(r"/dev/shm|\bshm\b|shared memory|</torch_\d+", re.IGNORECASE)
+COLLECTIVE = re.compile(r"all_?reduce|barrier|broadcast|all_?gather|reduce_scatter|all_to_all|_?wait\b.*distributed"
+                        r"|distributed_c10d|c10d|nccl|gloo|monitored_barrier|recv|send", re.IGNORECASE)
 DEVICE_FRAME = re.compile(r"cuda|synchron|nccl|cudnn|cublas|driver|ioctl|\.so\b|<native>|write|flush|fsync|"
                           r"read\b|open\b|stat\b|os\.|io\.|(?:^|\W)(?:print|emit|log)\w*", re.IGNORECASE)
 
@@ -63,11 +66,12 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool, 
 
 def judge_oom(cause: Cause, best: Match, culprits: list[str], symmetric: bool, nodes: list[NodeEvidence],
                ctx: Context) -> Judged:
-    at_start = max((n.last_iteration or 0 for n in nodes), default=0) <= ctx.start_iteration
+    underway = any(m.kind == "phase" for n in nodes for m in n.matches)  # a training-loop frame raised it
+    at_start = max((n.last_iteration or 0 for n in nodes), default=0) <= ctx.start_iteration and not underway
     if best.signature == "gpu_mem_held" and not symmetric and at_start:
         return Cause.GPU_OOM_STARTUP, culprits, Owner.NODE, "gpu_memory_held", (
             "GPU memory held by another process on " + ",".join(culprits))
-    refined, poisoned, note = refine_oom(nodes, culprits, ctx.recent_hardware, ctx.start_iteration)
+    refined, poisoned, note = refine_oom(nodes, culprits, ctx.recent_hardware, ctx.start_iteration, underway)
     if poisoned and not symmetric:
         return refined, culprits, Owner.NODE, "poisoned_gpu", note
     return Cause.USER_OOM, [], Owner.JOB, "job_cuda_oom", note

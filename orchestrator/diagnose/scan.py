@@ -27,14 +27,19 @@ NCCL_ADDR = re.compile(r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using .*?(?P<ip>\d+\
 NODE_IP = re.compile(r"--node-ip-address[= ](\d+\.\d+\.\d+\.\d+)")
 LOCAL_GID = re.compile(r"localGid ::ffff:(\d+\.\d+\.\d+\.\d+)")
 COMPLETED = re.compile(r"submitit INFO \([^)]*\) - Job completed successfully|" + EXIT_OK_RE)
-PYSPY_THREAD = re.compile(r"^Thread (?:0x)?[0-9a-f]+ \((?:idle|active)[^)]*\)")
-PYSPY_FRAME = re.compile(r"^\s*(?P<fn>[\w<>.]+) \((?P<file>[^():]+):\d+\)\s*$")
+# py-spy's "Thread N (idle): ..." and faulthandler's "Thread 0x... (most recent call first):" headers; the
+# innermost frame is on the next line: py-spy "fn (file:line)" (a native frame has no line), faulthandler
+# 'File "path", line N in fn'
+PYSPY_THREAD = re.compile(r"^(?:Thread (?:0x)?[0-9a-f]+ \((?:idle|active)[^)]*\)"
+                          r"|(?:Current )?[Tt]hread 0x[0-9a-f]+ \(most recent call first\):)")
+PYSPY_FRAME = re.compile(r"^\s*(?P<fn>[\w<>.:~]+) \((?P<file>[^():]+)(?::\d+)?\)\s*$"
+                         r"|^\s*File \"(?:[^\"]*/)?(?P<ffile>[^\"/]+/[^\"/]+|[^\"/]+)\", line \d+ in (?P<ffn>\S+)")
 PYSPY_STUCK = re.compile(r"Error: Failed to suspend process|py-spy timed out")
 # After Slurm ended a job (a JOB-level banner), these start the next allocation appended to the same file.
 JOB_END = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT|DUE TO JOB REQUEUE")
 ALLOC_START = re.compile(ALLOC_START_RE)
 TEARDOWN = timedelta(minutes=5)
-QUOTED_OK = frozenset({"ray_node_dead"})  # printed by the rank that drives the job (Ray's driver), not quoted
+QUOTED_OK = frozenset({"ray_node_dead", "sigkill"})  # printed by the rank that drives the job, not quoted
 TEARDOWN_LINES = 200
 MAX_MATCHES = 400
 MAX_LINE_DECODE = 64 * 1024
@@ -231,9 +236,10 @@ class NodeScan:
             self._frame_next = False
             fm = PYSPY_FRAME.match(body)
             if fm:
-                self.top_frames.append(f"{fm.group('fn')} ({fm.group('file')})")
+                fn, file = fm.group("fn") or fm.group("ffn"), fm.group("file") or fm.group("ffile")
+                self.top_frames.append(f"{fn} ({file})")
                 return True
-        if body.startswith("Thread ") and PYSPY_THREAD.match(body):
+        if ("hread " in body[:16]) and PYSPY_THREAD.match(body):
             self._frame_next = True
             return True
         if PYSPY_STUCK.search(body):

@@ -192,8 +192,8 @@ BUILTIN: tuple[Signature, ...] = (
               C.NODE_FAIL, blame=True, node_group="node",
               source="slurmstepd/slurmctld: processes that did not end with signals (UnkillableStepTimeout)"),
     Signature("ray_node_dead",
-              r"The node with node id: \w+ and (?:ip|address): (?P<node>[\w.-]+)(?: and node name: \S+)? has been marked"
-              r" dead|has been marked dead because the detector has missed"
+              r"The node with node id: \w+ and (?:ip|address): (?P<node>[\w.-]+)(?: and node name: \S+)? "
+              r"has been marked dead|has been marked dead because the detector has missed"
               r"|NodeDiedError|node (?:\S+ )?(?:has )?died unexpectedly",
               C.NODE_FAIL, blame=True, node_group="node",
               source="Ray GCS: 'The node with node id ... has been marked dead because the detector has missed "
@@ -215,6 +215,7 @@ BUILTIN: tuple[Signature, ...] = (
     Signature(
         "host_oom",
         r"oom[_-]kill event|Out of memory: Killed process|oom-kill:|Killed process \d+ .*total-vm"
+        r"|^oom_kill [1-9]\d*$|oom_kill \d+ -> [1-9]"
         r"|Some of your processes may have been killed by the cgroup out-of-memory handler",
         C.HOST_OOM,
         blame=True,
@@ -248,7 +249,8 @@ BUILTIN: tuple[Signature, ...] = (
               r"ORCH-AGENT cannot start the training command|: command not found$|can't open file .*No such file"
               r"|exec format error|^bash: \S+: (?:No such file or directory|Permission denied)$",
               C.USER_BUG, source="the agent; bash and python when the program or script does not exist"),
-    Signature("no_space", r"No space left on device|Disk quota exceeded|ENOSPC\b|EDQUOT\b", C.FILESYSTEM,
+    Signature("no_space", r"No space left on device|Disk quota exceeded|ENOSPC\b|EDQUOT\b"
+              r"|No usable temporary directory found", C.FILESYSTEM,
               source="errno ENOSPC/EDQUOT: a full /dev/shm, shared filesystem or quota is the job's; a node-local "
               "disk full on one node is the node's (classify tells them apart)"),
     Signature("segfault", r"Segmentation fault|SIGSEGV|signal 11\b|Signals\.SIGSEGV|return code = -11\b"
@@ -307,10 +309,17 @@ BUILTIN: tuple[Signature, ...] = (
         source="torch.distributed store/rendezvous/elastic errors printed after a peer failed",
     ),
     Signature("sigkill",
-              r"exitcode\s*:\s*-9\b|Signals\.SIGKILL|died with <Signals\.SIGKILL|killed by signal 9\b"
-              r"|tasks? [\d,-]+: Killed$|^Killed$|signal: killed$|return code = -9\b",
-              C.HOST_OOM, blame=True, kind="killed",
+              r"srun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Killed$|exitcode\s*:\s*-9\b|Signals\.SIGKILL"
+              r"|died with <Signals\.SIGKILL|killed by signal 9\b|tasks? [\d,-]+: Killed$|^Killed$|signal: killed$"
+              r"|return code = -9\b",
+              C.HOST_OOM, blame=True, kind="killed", node_group="node",
               source="torchrun 'exitcode: -9', bash 'Killed', srun 'task N: Killed': SIGKILL with no error of its own"),
+    # Where a traceback was raised: the training loop was running (an OOM there is not a start-up fault).
+    Signature("training_underway",
+              r"in (?:training_step|train_step|_inner_training_loop|evaluation_loop|evaluate|_maybe_log_save_evaluate"
+              r"|gather_for_metrics|optimizer_step|_exec_backward_pass|train_batch|validation_step)\b"
+              r"|^\s*(?:training_step|train_step|evaluate|evaluation_loop|validation_step) \(",
+              C.UNKNOWN, kind="phase", source="PyTorch/HF/Lightning/DeepSpeed training-loop frames in tracebacks"),
     Signature("nan", r"loss is nan|nan loss|Detected (?:inf|nan)|FloatingPointError|found NaN|non-finite loss"
               r"|loss scale already at minimum", C.USER_BUG),
     Signature(
