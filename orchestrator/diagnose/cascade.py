@@ -40,8 +40,8 @@ def cascade_cause(secondary: list[NodeMatch]) -> Cause:
     return Cause.NETWORK if Cause.NETWORK in causes and not timed_out else Cause.NCCL_TIMEOUT
 
 
-def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: list[NodeMatch], ctx: Context,
-                  job: JobStatus) -> Verdict:
+def _named_by_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch]) -> Verdict | None:
+    """A requeue, a spot notice, or transport errors that point at one host."""
     requeue = [(n, m) for n, m in secondary if m.signature == "job_requeue"]
     if requeue:
         return verdict(Cause.PREEMPTED, [], False, 0.7, evs(requeue, "secondary", 10),
@@ -59,6 +59,14 @@ def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: l
                         f"transport errors point at {','.join(peers)} ({votes} host(s) name it; addresses from "
                         "NCCL INFO)", "peers_name_host" if strong else "one_peer_names_host",
                         Owner.NODE if strong else Owner.NODE_SUSPECT)
+    return None
+
+
+def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: list[NodeMatch], ctx: Context,
+                  job: JobStatus) -> Verdict:
+    named = _named_by_cascade(nodes, secondary)
+    if named is not None:
+        return named
     hw = hardware_hosts(kinds)
     quiet = silent(nodes, secondary)
     if quiet:

@@ -89,7 +89,7 @@ def as_hosts(names: list[str], nodes: list[NodeEvidence]) -> list[str]:
         aws = "ip-" + x.replace(".", "-")
         return owner.get(x) or (aws if aws in hosts else x)
 
-    return sorted({host(x) for x in names})
+    return sorted({h for x in names if not IPV4.match(h := host(x))})  # an address no host owns names nobody
 
 
 def peer_culprits(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> tuple[list[str], int]:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.diagnose.classify import Context, classify, infer_job_state
+from orchestrator.diagnose.nodes import node_evidence, scan_file
 from orchestrator.diagnose.prefilter import Prefilter
-from orchestrator.diagnose.scan import node_evidence, scan_file
 from orchestrator.diagnose.signatures import Signature, build_table
 from orchestrator.model import Verdict
 from orchestrator.policy import decide

@@ -26,7 +26,7 @@ ALLOC_START_RE = (r"NCCL INFO NCCL version \d|Starting elastic_operator|Initiali
 SPECIAL = (
     (r"ORCH-AGENT (?:start|exit)|ORCH-ALLOCATION|Starting with JobEnvironment|Job completed successfully", False),
     (r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using|NCCL INFO comm \S+ rank \d+ ", False),
-    (r"srun: error: \S+: tasks? \d|^\s*(?:host|rank)\s+: |--node-ip-address", False),  # hosts, tasks, ranks
+    (r"srun: error: \S+: tasks? \d|^\s*(?:host|rank)\s+: |--node-ip-address|scontrol show hostnames", False),
     (ALLOC_START_RE, False),
     (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|hread 0x[0-9a-f]+ \(most recent call first|Failed to suspend "
      r"process|py-spy timed out", False),

@@ -4,40 +4,30 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 
-from orchestrator.contract import EXIT_OK_RE, START_RE
 from orchestrator.diagnose.blocks import block_progress, group_int
 from orchestrator.diagnose.judge import banner_time
-from orchestrator.diagnose.origin import JOB_WIDE, HostMap, Prefixes, parse_line, parse_prefix
-from orchestrator.diagnose.prefilter import ALLOC_START_RE, Prefilter
-from orchestrator.diagnose.signatures import Signature
-from orchestrator.evidence import Match, NodeEvidence
-
-# Our agent marks the start of every allocation in the per-node log; earlier ones are history.
-ALLOC_MARK = re.compile(
-    START_RE  # our agent
-    + r"|submitit INFO \([^)]*\) - Starting with JobEnvironment\(job_id=(?P<sjob>\d+)"  # submitit
-    r"|^ORCH-ALLOCATION (?P<mjob>\S+)"  # a marker users can echo from a prologue
+from orchestrator.diagnose.lines import (
+    ALLOC_MARK,
+    ALLOC_START,
+    BARE_HOST,
+    COMPLETED,
+    HOSTNAMES_CMD,
+    JOB_END,
+    LOCAL_GID,
+    NCCL_ADDR,
+    NODE_IP,
+    PYSPY_FRAME,
+    PYSPY_STUCK,
+    PYSPY_THREAD,
 )
-# NCCL tells which address each host uses: "host:pid:tid [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:IP<0>"
-NCCL_ADDR = re.compile(r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using .*?(?P<ip>\d+\.\d+\.\d+\.\d+)<\d+>")
-NODE_IP = re.compile(r"--node-ip-address[= ](\d+\.\d+\.\d+\.\d+)")
-LOCAL_GID = re.compile(r"localGid ::ffff:(\d+\.\d+\.\d+\.\d+)")
-COMPLETED = re.compile(r"submitit INFO \([^)]*\) - Job completed successfully|" + EXIT_OK_RE)
-# py-spy's "Thread N (idle): ..." and faulthandler's "Thread 0x... (most recent call first):" headers; the
-# innermost frame is on the next line: py-spy "fn (file:line)" (a native frame has no line), faulthandler
-# 'File "path", line N in fn'
-PYSPY_THREAD = re.compile(r"^(?:Thread (?:0x)?[0-9a-f]+ \((?:idle|active)[^)]*\)"
-                          r"|(?:Current )?[Tt]hread 0x[0-9a-f]+ \(most recent call first\):)")
-PYSPY_FRAME = re.compile(r"^\s*(?P<fn>[\w<>.:~]+) \((?P<file>[^():]+)(?::\d+)?\)\s*$"
-                         r"|^\s*File \"(?:[^\"]*/)?(?P<ffile>[^\"/]+/[^\"/]+|[^\"/]+)\", line \d+ in (?P<ffn>\S+)")
-PYSPY_STUCK = re.compile(r"Error: Failed to suspend process|py-spy timed out")
-# After Slurm ended a job (a JOB-level banner), these start the next allocation appended to the same file.
-JOB_END = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT|DUE TO JOB REQUEUE")
-ALLOC_START = re.compile(ALLOC_START_RE)
+from orchestrator.diagnose.origin import HostMap, Prefixes, parse_line, parse_prefix
+from orchestrator.diagnose.prefilter import Prefilter
+from orchestrator.diagnose.signatures import Signature
+from orchestrator.evidence import Match
+
 TEARDOWN = timedelta(minutes=5)
 QUOTED_OK = frozenset({"ray_node_dead", "sigkill"})  # printed by the rank that drives the job, not quoted
 TEARDOWN_LINES = 200
@@ -99,6 +89,8 @@ class NodeScan:
             self._raw_line(pos_line, data[start:end])
             if self.allocations != before:
                 last_alloc = end
+            if HOSTNAMES_CMD.search(data[start:end].decode("utf-8", "replace")):
+                self._learn_hostnames(data, end)
             if self._frame_next and end + 1 < len(data):  # a py-spy thread header: the frame is on the next line
                 nxt = data.find(b"\n", end + 1)
                 _, _, body = parse_prefix(_decode(data[end + 1 : len(data) if nxt < 0 else nxt]))
@@ -117,6 +109,19 @@ class NodeScan:
             text = _decode(raw)
             if text:
                 self.tail.append((n_total - len(lines) + 1 + i, text[:MAX_TEXT]))
+
+    def _learn_hostnames(self, data: bytes, end: int) -> None:
+        """The bare host names printed after `scontrol show hostnames` (at most a few thousand)."""
+        pos = end + 1
+        for _ in range(4096):
+            nxt = data.find(b"\n", pos)
+            name = _decode(data[pos: len(data) if nxt < 0 else nxt]).strip()
+            if not BARE_HOST.match(name):
+                return
+            self.hosts.add(name)
+            if nxt < 0:
+                return
+            pos = nxt + 1
 
     def _raw_line(self, line_no: int, raw: bytes) -> None:
         text = _decode(raw)
@@ -268,46 +273,3 @@ class NodeScan:
         self.completed, self.top_frames, self.stuck = False, [], ""
         self.nul_padding = False
         self._ended = False
-
-
-def scan_file(path: Path, node: str, signatures: tuple[Signature, ...], progress: re.Pattern[str],
-              prefilter: Prefilter) -> NodeScan:
-    """A whole file, block by block (bounded memory whatever its size)."""
-    from orchestrator.tail import LogTail
-
-    scan = NodeScan(node, str(path), signatures, progress)
-    tail = LogTail(path)
-    while True:
-        blocks = tail.read_chunks(final=True)
-        if not blocks:
-            return scan
-        for first, block, newlines in blocks:
-            scan.feed_bytes(first, block, prefilter, newlines)
-
-
-def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: str = "",
-              top_frames: tuple[str, ...] = (), fs_suspect: bool = False) -> NodeEvidence:
-    job_wide = bool(JOB_WIDE.match(scan.node))
-    matches = tuple(scan.matches)
-    hm = scan.host_map
-    if job_wide and (hm.tasks or hm.ranks or hm.pids):
-        matches = tuple(replace(m, host=m.host or hm.host_of(m.task, m.rank) or hm.host_of_text(m.text))
-                        for m in matches)
-    return NodeEvidence(
-        node=scan.node,
-        file=scan.file,
-        matches=matches,
-        first_iteration=scan.first_iteration,
-        last_iteration=scan.last_iteration,
-        last_progress_ts=scan.last_progress_ts,
-        exit_code=exit_code if exit_code is not None else (0 if scan.completed else None),
-        tail=tuple(scan.tail),
-        stuck_detail=stuck_detail or scan.stuck,
-        top_frames=top_frames or tuple(scan.top_frames),
-        fs_suspect=fs_suspect,
-        addresses=frozenset(scan.addresses),
-        address_hosts=tuple(sorted(hm.addresses.items())),
-        abrupt_end=scan.nul_padding,
-        hosts=frozenset(scan.hosts | hm.hosts()),
-        job_wide=job_wide,
-    )

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.contract import DumpRecord, ExitRecord, R, SegmentPaths, node_of_log, read_record
+from orchestrator.diagnose.nodes import node_evidence
 from orchestrator.diagnose.prefilter import Prefilter
-from orchestrator.diagnose.scan import NodeScan, node_evidence
+from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.tail import LogTail

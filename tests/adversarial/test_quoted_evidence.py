@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 
 from orchestrator.diagnose.classify import Context, classify
+from orchestrator.diagnose.nodes import node_evidence
 from orchestrator.diagnose.prefilter import Prefilter
-from orchestrator.diagnose.scan import MATCH_CHARS, NodeScan, node_evidence
+from orchestrator.diagnose.scan import MATCH_CHARS, NodeScan
 from orchestrator.diagnose.signatures import build_table
 from orchestrator.model import Cause, JobState, JobStatus
 

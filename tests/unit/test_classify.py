@@ -5,9 +5,10 @@ import re
 import pytest
 
 from orchestrator.diagnose.classify import Context, classify
+from orchestrator.diagnose.nodes import node_evidence
 from orchestrator.diagnose.offline import action_without_history
 from orchestrator.diagnose.prefilter import Prefilter
-from orchestrator.diagnose.scan import NodeScan, node_evidence
+from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import build_table
 from orchestrator.evidence import NodeEvidence
 from orchestrator.model import Cause, JobState, JobStatus, Owner

@@ -1,0 +1,56 @@
+"""A whole file scanned block by block, and the evidence value a scan gives the classifier."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+from orchestrator.diagnose.origin import JOB_WIDE
+from orchestrator.diagnose.prefilter import Prefilter
+from orchestrator.diagnose.scan import NodeScan
+from orchestrator.diagnose.signatures import Signature
+from orchestrator.evidence import NodeEvidence
+
+
+def scan_file(path: Path, node: str, signatures: tuple[Signature, ...], progress: re.Pattern[str],
+              prefilter: Prefilter) -> NodeScan:
+    """A whole file, block by block (bounded memory whatever its size)."""
+    from orchestrator.tail import LogTail
+
+    scan = NodeScan(node, str(path), signatures, progress)
+    tail = LogTail(path)
+    while True:
+        blocks = tail.read_chunks(final=True)
+        if not blocks:
+            return scan
+        for first, block, newlines in blocks:
+            scan.feed_bytes(first, block, prefilter, newlines)
+
+
+def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: str = "",
+              top_frames: tuple[str, ...] = (), fs_suspect: bool = False) -> NodeEvidence:
+    job_wide = bool(JOB_WIDE.match(scan.node))
+    matches = tuple(scan.matches)
+    hm = scan.host_map
+    if job_wide and (hm.tasks or hm.ranks or hm.pids):
+        matches = tuple(replace(m, host=m.host or hm.host_of(m.task, m.rank) or hm.host_of_text(m.text))
+                        for m in matches)
+    return NodeEvidence(
+        node=scan.node,
+        file=scan.file,
+        matches=matches,
+        first_iteration=scan.first_iteration,
+        last_iteration=scan.last_iteration,
+        last_progress_ts=scan.last_progress_ts,
+        exit_code=exit_code if exit_code is not None else (0 if scan.completed else None),
+        tail=tuple(scan.tail),
+        stuck_detail=stuck_detail or scan.stuck,
+        top_frames=top_frames or tuple(scan.top_frames),
+        fs_suspect=fs_suspect,
+        addresses=frozenset(scan.addresses),
+        address_hosts=tuple(sorted(hm.addresses.items())),
+        abrupt_end=scan.nul_padding,
+        hosts=frozenset(scan.hosts | hm.hosts()),
+        job_wide=job_wide,
+    )

@@ -1,0 +1,28 @@
+"""One signature: a pattern and what a line it matches means (cause, blame, cascade, or an event kind)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from orchestrator.model import Cause
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One pattern and what a matching line means: cause, blame, cascade, or its kind (info, done)."""
+    name: str
+    pattern: str
+    cause: Cause
+    blame: bool = False
+    cascade: bool = False
+    node_group: str | None = None  # named group holding the culprit host, if the line names it
+    peer_group: str | None = None  # named group holding a peer IP address (mapped to a host via NCCL INFO)
+    source: str = ""
+    ignore_case: bool = True
+    kind: str = ""  # "" (evidence), "info" (informational: not a failure), "done" (training reached its end)
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "regex", re.compile(self.pattern, re.IGNORECASE if self.ignore_case else 0))
+
