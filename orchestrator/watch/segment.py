@@ -1,8 +1,6 @@
-"""Watching one running segment: per-node logs (incrementally), exit records, stack dumps, progress.
-
-Every read of the shared filesystem goes through a worker with a timeout, so a hung file (a frozen
-filesystem, a FIFO with no writer) never hangs the controller; the stall is recorded instead.
-"""
+"""Watching one running segment: per-node logs (incrementally), exit records, stack dumps, progress. Every read
+of the shared filesystem goes through a worker with a timeout, so a hung file (a frozen filesystem, a FIFO with no
+writer) never hangs the controller; the stall is recorded instead."""
 
 from __future__ import annotations
 
