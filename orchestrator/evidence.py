@@ -44,3 +44,4 @@ class NodeEvidence:
     hosts: frozenset[str] = frozenset()  # hosts named by line prefixes (a job-wide file holds several)
     job_wide: bool = False  # one file for the whole job: its name is not a host
     address_hosts: tuple[tuple[str, str], ...] = ()  # (IP, host) pairs a job-wide file announced
+    signalled_at: datetime | None = None  # when the training was told to stop (its own clock)

@@ -45,7 +45,7 @@ EVENTS: tuple[Signature, ...] = (
     Signature("info_killed",
               r"SignalException: Process \d+ got signal: (?:15|2|1)\b"
               r"|Received Signals\.SIG(?:TERM|INT|HUP) death signal|exitcode\s*: -15\b"
-              r"|Signal 15 \(SIGTERM\) received|^Terminated$|^KeyboardInterrupt",
+              r"|Signal 15 \(SIGTERM\) received|(?:^|: )Terminated$|(?:^|: )KeyboardInterrupt\s*$",
               C.UNKNOWN, kind="info", source="torch.distributed.elastic SignalException; Slurm step cancel"),
     # The training reached its end: a crash or hang after this is teardown, the run succeeded.
     Signature("train_done",

@@ -67,6 +67,9 @@ def progress_stopped_early(nodes: list[NodeEvidence], secondary: list[NodeMatch]
     last = max((n.last_progress_ts for n in nodes if n.last_progress_ts), default=None)
     if end is None or last is None:
         return None
+    signalled = [n.signalled_at for n in nodes if n.signalled_at]
+    if any(abs(s - last) < HANG_GAP for s in signalled):
+        return None  # the ranks were told to stop right after their last progress: that was the end, on their clock
     gap = end - last
     return gap if gap > HANG_GAP else None
 

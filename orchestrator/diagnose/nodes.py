@@ -51,6 +51,7 @@ def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: st
         addresses=frozenset(scan.addresses),
         address_hosts=tuple(sorted(hm.addresses.items())),
         abrupt_end=scan.nul_padding,
+        signalled_at=scan.signalled_at,
         hosts=frozenset(scan.hosts | hm.hosts()),
         job_wide=job_wide,
     )

@@ -23,7 +23,7 @@ HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?)?(?P<h>{HOST}): (?=\S)|^\[(?:\w+ )
 # NCCL's "host:pid:tid [dev]" is distinctive enough to take a host name without digits from it
 HOST_IN_LINE = re.compile(rf"(?:^|\s)(?P<h>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL"
                           rf"|(?:^|\s)(?P<k>{HOST}) kernel: ")
-SRUN_TASK = re.compile(rf"srun: error: (?P<h>{HOST}): tasks? (?P<t>\d+)(?:-\d+)?: ")
+SRUN_TASK = re.compile(rf"srun: error: (?P<h>{HOST}): tasks? (?P<t>\d+)(?:-(?P<t2>\d+))?: ")
 SUMMARY = re.compile(r"^\s*(?P<key>host|rank)\s+: (?P<val>\S.*)$")  # torchrun's ChildFailedError summary
 NCCL_RANK = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\] NCCL INFO comm \S+ rank (?P<r>\d+) ")
 NCCL_PID = re.compile(r"^(?P<h>[A-Za-z][\w.-]*):(?P<p>\d+):\d+ \[\d+\] ")
@@ -102,7 +102,10 @@ class HostMap:
             return
         tm = SRUN_TASK.search(body)
         if tm:
-            self.tasks.setdefault(int(tm.group("t")), tm.group("h"))
+            first = int(tm.group("t"))
+            last = int(tm.group("t2") or first)
+            for task in range(first, min(last, first + 1024) + 1):  # "tasks 16-23": every task of the range
+                self.tasks.setdefault(task, tm.group("h"))
             return
         pm = NCCL_PID.match(body) if "NCCL" in body and len(self.pids) < MAX_TIES else None
         if pm:
@@ -130,7 +133,9 @@ class HostMap:
     def host_of(self, task: int | None, rank: int | None) -> str | None:
         if task is not None and task in self.tasks:
             return self.tasks[task]
-        return self.ranks.get(rank) if rank is not None else None
+        if rank is None:
+            return None
+        return self.ranks.get(rank) or (self.tasks.get(rank) if not self.ranks else None)  # one srun task a rank
 
     def hosts(self) -> set[str]:
         return set(self.tasks.values()) | set(self.ranks.values())

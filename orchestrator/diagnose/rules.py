@@ -52,6 +52,7 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool, 
         return cause, [], Owner.JOB, "same_on_every_node", f"the same {cause.value} on every node: the job's, " \
             "not a node's; it will happen again"
     if symmetric and cause in SYMMETRIC:
+        cause = Cause.NCCL_TIMEOUT if cause == Cause.HANG else cause  # every watchdog fired: a collective timeout
         return cause, [], Owner.NOBODY, "same_on_every_node", f"the same {cause.value} on every node: nobody " \
             "stands out"
     if cause in (Cause.USER_BUG, Cause.HOST_OOM):

@@ -70,6 +70,7 @@ class NodeScan:
     top_frames: list[str] = field(default_factory=list)  # from py-spy dumps found in the log
     stuck: str = ""
     _frame_next: bool = False
+    signalled_at: datetime | None = None  # when the training was told to stop (SIGTERM, KeyboardInterrupt)
 
     def feed_bytes(self, first_line: int, data: bytes, prefilter: Prefilter, newlines: int | None = None) -> None:
         """Scan a block of complete lines: only the lines the prefilter flags are decoded and matched;
@@ -205,6 +206,8 @@ class NodeScan:
             m = sig.regex.search(probe)
             if not m:
                 continue
+            if sig.name == "info_killed":
+                self.signalled_at = p.ts or self.last_ts or self.signalled_at
             if sig.kind == "info" or (sig.node_group and by_rank and sig.name not in QUOTED_OK):
                 return  # a rank quoting `srun: error: Node failure on X` is not Slurm saying it
             if self._ended and not sig.cascade and not sig.kind and not self._teardown(p.ts or self.last_ts,
