@@ -183,7 +183,8 @@ def _scheduler_end(job: JobStatus, cause: Cause, nodes: list[NodeEvidence], root
                         "comes back", "requeued", Owner.SHARED)
     gap = progress_stopped_early(nodes, secondary) if cause == Cause.TIMELIMIT else None
     if gap is not None:
-        behind = progress_culprit(nodes) or silent(nodes, [(n, m) for n, m in secondary
+        stuck = sorted({h for n, m in roots if Cause(m.cause) == Cause.HANG and (h := origin(n, m))})
+        behind = stuck or progress_culprit(nodes) or silent(nodes, [(n, m) for n, m in secondary
                                                           if m.signature != "job_timelimit"])
         return verdict(Cause.HANG, behind, bool(behind), 0.6, found,
                         f"progress stopped {_mins(gap)} before the time limit: a hang, not the time limit"

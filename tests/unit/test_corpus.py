@@ -23,11 +23,11 @@ def _score(results: list[dict[str, Any]]) -> tuple[float, float, float, int]:
 
 
 def test_corpus_accuracy_and_no_wrongly_excluded_node() -> None:
-    """Issue 11's bar: >= 97% cause, culprit and action on the whole labelled set, >= 90% on each blind split,
-    and no healthy node excluded anywhere."""
+    """Issue 20's bar (labels by DECISIONS.md): >= 97% cause, culprit and action on the whole labelled set, >= 93%
+    on each blind split, no healthy node excluded anywhere and no run stopped on a fault that was not the job's."""
     own = evaluate(CORPUS)
     blinds = [evaluate(path) for name, path in SPLITS.items() if name.startswith("blind")]
-    assert own["cases"] + sum(b["cases"] for b in blinds) >= 150 and all(b["cases"] >= 40 for b in blinds)
+    assert own["cases"] + sum(b["cases"] for b in blinds) >= 360 and all(b["cases"] >= 40 for b in blinds)
     causes = {json.loads((c / "expected.json").read_text())["cause"] for c in CORPUS.iterdir() if c.is_dir()}
     assert causes >= {"gpu_ecc", "gpu_lost", "gpu_oom_startup", "user_oom", "nccl_timeout", "network", "hang",
                       "node_fail", "filesystem", "host_oom", "preempted", "timelimit", "user_bug", "segfault",
@@ -38,8 +38,9 @@ def test_corpus_accuracy_and_no_wrongly_excluded_node() -> None:
     assert all(a >= 0.97 for a in whole), (whole, misses)
     for b in blinds:
         *blind_acc, _ = _score([b])
-        assert all(a >= 0.90 for a in blind_acc), (blind_acc, misses)
+        assert all(a >= 0.93 for a in blind_acc), (blind_acc, misses)
     assert wrong == 0, misses
+    assert sum(r["stopped_wrongly"] for res in (own, *blinds) for r in res["rows"]) == 0, misses
 
 
 def test_diagnose_cli_json_shape() -> None:
