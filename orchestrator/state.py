@@ -46,6 +46,8 @@ class SegmentRecord(BaseModel):
     culprit_nodes: list[str] = Field(default_factory=list)
     action: Action | None = None
     reason: str = ""
+    rule: str = ""  # the diagnosis rule that fired (docs/CAUSES.md)
+    decision_rule: str = ""  # the policy rule that chose the action
     confidence: float | None = None
     evidence: list[Evidence] = Field(default_factory=list)
     cancelled_by_controller: str = ""

@@ -75,11 +75,11 @@ def _hang(nodes: list[NodeEvidence], secondary: list[Evidence], stuck_only: bool
         return verdict(Cause.HANG, odd, True, 0.8, found + secondary,
                         f"ranks on {','.join(odd)} are not in {common}, where all the others wait",
                         "outside_collective", Owner.NODE)
-    frames = {f for n in nodes for f in n.top_frames if f}
-    if len(frames) == 1 and not COLLECTIVE.search(next(iter(frames))) and not DEVICE_FRAME.search(next(iter(frames))):
+    shared = {f for n in nodes for f in n.top_frames if f}
+    only = next(iter(shared)) if len(shared) == 1 else ""
+    if only and not COLLECTIVE.search(only) and not DEVICE_FRAME.search(only):
         return verdict(Cause.HANG, [], False, 0.6, secondary, f"every rank waits in the program's own code "
-                       f"({next(iter(frames))}), none in a collective: the program's hang", "hang_in_program_code",
-                       Owner.JOB)
+                       f"({only}), none in a collective: the program's hang", "hang_in_program_code", Owner.JOB)
     behind = progress_culprit(nodes)
     if behind:
         return verdict(Cause.HANG, behind, True, 0.6, secondary, "progress stopped first on " + ",".join(behind),

@@ -15,7 +15,7 @@ from orchestrator.diagnose.classify import Context, classify
 from orchestrator.evidence import NodeEvidence
 from orchestrator.loop.effects import Alert, Drain, Effect, Publish
 from orchestrator.loop.injob import lost_node_verdict
-from orchestrator.model import HARDWARE_CAUSES, Action, Cause, Decision, JobStatus, RunStatus, Verdict
+from orchestrator.model import HARDWARE_CAUSES, Action, Cause, Decision, JobStatus, Owner, RunStatus, Verdict
 from orchestrator.policy import decide
 from orchestrator.settings import Goal, Policy
 from orchestrator.state import HardwareEvent, RunState, SegmentRecord
@@ -36,7 +36,8 @@ def judge(status: JobStatus, evidence: list[NodeEvidence], fs_stalls: list[str],
                   cancelled_by_controller=seg.cancelled_by_controller)
     verdict = classify(status, evidence, ctx)
     if fs_stalls and verdict.cause in (Cause.UNKNOWN, Cause.HANG) and not verdict.blame:
-        verdict = verdict.model_copy(update={"cause": Cause.FILESYSTEM, "summary": "; ".join(fs_stalls[:3])})
+        verdict = verdict.model_copy(update={"cause": Cause.FILESYSTEM, "summary": "; ".join(fs_stalls[:3]),
+                                             "owner": Owner.SHARED, "rule": "segment_files_did_not_answer"})
     return verdict
 
 
@@ -82,11 +83,13 @@ def ledger(state: RunState, job_id: str, verdict: Verdict, decision: Decision, p
 
 
 def conclude(state: RunState, seg: SegmentRecord, status: JobStatus, evidence: list[NodeEvidence],
-             fs_stalls: list[str], policy: Policy, goal: Goal, now: datetime, lost: tuple[str, ...] = ()) -> Outcome:
-    """`lost`: nodes Slurm removed from the segment's --no-kill job (first-hand evidence of a node failure)."""
+             fs_stalls: list[str], policy: Policy, goal: Goal, now: datetime, lost: tuple[str, ...] = (),
+             checkpoint_dir: str = "") -> Outcome:
+    """`lost`: nodes Slurm removed from the segment's --no-kill job (first-hand evidence of a node failure);
+    `checkpoint_dir`: where the config looks for checkpoints (named when progress is lost for want of one)."""
     verdict = judge(status, evidence, fs_stalls, seg, recent_hardware(state.hardware_events, now))
     verdict = lost_node_verdict(verdict, [n for n in lost if n in seg.nodes], seg.job_id or "")
-    decision = decide(state, verdict, policy, goal, now)
+    decision = decide(state, verdict, policy, goal, now, checkpoint_dir)
     bl, hw, effects = ledger(state, seg.job_id or "", verdict, decision, policy, now)
     culprits = ",".join(verdict.culprit_nodes) or "-"
     alerts: list[Effect] = [Alert(f"{state.run}: segment {seg.index} ended ({verdict.cause.value})",
@@ -110,6 +113,7 @@ def apply_outcome(state: RunState, seg: SegmentRecord, status: JobStatus, out: O
     seg.cause, seg.culprit_nodes = v.cause, list(v.culprit_nodes)
     seg.confidence, seg.evidence = v.confidence, list(v.evidence)
     seg.action, seg.reason = d.action, d.reason
+    seg.rule, seg.decision_rule = v.rule, d.rule
     state.blacklist, state.hardware_events = out.blacklist, list(out.hardware)
     if d.checkpoint_failed:
         state.bad_checkpoints[d.checkpoint_failed] = state.bad_checkpoints.get(d.checkpoint_failed, 0) + 1

@@ -261,7 +261,7 @@ class Controller:
         now = self.clock.now()
         lost = tuple(self.steps.lost) if in_allocation(seg) else ()
         out = conclude(state, seg, status, self._watch.evidence(), self._watch.fs_stalls, self.s.policy,
-                       self.s.goal, now, lost)
+                       self.s.goal, now, lost, str(self.s.checkpoint.dir))
         self.failpoint("before_decide")
         log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)
         v, d = out.verdict, out.decision
