@@ -14,6 +14,9 @@ Faults (--fault, repeatable) print the error text real stacks print, on the name
   exception:NODE|all:ITER  a Python exception at ITER on every matching rank (a user bug)
   keyerror:NODE|all:ITER   the same KeyError at ITER, printed as torchrun prints it ([rankN]: prefixes)
   segfault:NODE|all:ITER   a native crash (Python's faulthandler text, then SIGSEGV)
+  cudaerr:NODE:ITER    a generic CUDA error ('an illegal memory access'); with an NVML stand-in
+                       (ORCH_NVML_STANDIN, tests/nvml_standin.py) the node's volatile uncorrectable ECC
+                       counters rise first, as on a GPU whose memory failed
   nan:all:ITER         the loss becomes NaN at ITER
 
 A collective that times out (--collective-timeout) prints what PyTorch's NCCL watchdog prints: the
@@ -139,6 +142,28 @@ def die_segfault(it: int) -> None:
     os.kill(os.getpid(), signal.SIGSEGV)
 
 
+def die_cuda_generic(node: str, it: int) -> None:
+    standin = os.environ.get("ORCH_NVML_STANDIN")
+    if standin:  # the GPU's own counters say what the program's error does not
+        import json
+
+        path = Path(standin)
+        data = json.loads(path.read_text())
+        for gpu in data.get(node, data.get("*", [])):
+            gpu["ecc_volatile_uncorrected"] = int(gpu.get("ecc_volatile_uncorrected", 0)) + 2
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+    sys.stderr.write(
+        "Traceback (most recent call last):\n"
+        f'  File "pretrain_gpt.py", line 212 in train_step (iteration {it})\n'
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+        "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1.\n")
+    sys.stderr.flush()
+    sys.exit(1)
+
+
 def die_oom_barrier() -> None:
     sys.stderr.write(
         "Traceback (most recent call last):\n"
@@ -257,6 +282,8 @@ def main() -> int:
                 die_keyerror(rank, it)
             if kind == "segfault":
                 die_segfault(it)
+            if kind == "cudaerr":
+                die_cuda_generic(node, it)
             if kind == "exception":
                 raise ValueError(f"could not broadcast input array from shape (8,{DIM}) into shape (8,{DIM + 1}) "
                                  f"(batch at iteration {it})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator.contract import NODE_MARKER
 from orchestrator.diagnose.culprits import origin
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.model import Cause, Evidence, Owner, Verdict
@@ -20,12 +21,11 @@ class Context:
     start_iteration: int = 0
     stalled: bool = False
     cancelled_by_controller: str = ""
-NODE_MARKER = "ORCH-NODE"  # lines the agent writes for what the node itself reported (contract.NODE_MARKER)
 
 
 def ev(n: NodeEvidence, m: Match, role: str) -> Evidence:
     return Evidence(node=origin(n, m) or n.node, file=m.file or n.file, line=m.line, text=m.text, role=role,
-                    cause=Cause(m.cause), source="node" if m.text.startswith(NODE_MARKER) else "log")
+                    cause=Cause(m.cause), source="node" if NODE_MARKER in m.text[:32] else "log")
 
 
 def evs(pairs: list[NodeMatch], role: str, limit: int = 20) -> list[Evidence]:

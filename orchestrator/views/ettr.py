@@ -6,7 +6,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from orchestrator.model import RunStatus
+from orchestrator.model import Action, Cause, RunStatus
 from orchestrator.state import RunState, SegmentRecord
 
 
@@ -18,6 +18,20 @@ def _rate(s: SegmentRecord) -> float | None:
         if span > 0 and done > 0:
             return done / span
     return None
+
+
+LOST_NO_CHECKPOINT = "lost: no checkpoint"
+EXIT_BEFORE_GOAL = "exit 0 before the goal"
+
+
+def segment_label(s: SegmentRecord) -> str:
+    """What a segment's time was, for the views: its cause, except that a segment whose progress was thrown away
+    for want of a checkpoint, or that exited 0 short of the goal, is lost time, never 'success'."""
+    if s.decision_rule == "no_checkpoint":
+        return LOST_NO_CHECKPOINT
+    if s.cause == Cause.SUCCESS and s.action is not None and s.action != Action.DONE:
+        return EXIT_BEFORE_GOAL
+    return s.cause.value if s.cause else "in progress"
 
 
 def run_metrics(state: RunState, now: datetime) -> dict[str, Any]:
@@ -44,7 +58,7 @@ def run_metrics(state: RunState, now: datetime) -> dict[str, Any]:
         useful = (max(kept_to - s.start_iteration, 0) / rate) if rate else 0.0
         useful = min(useful, span)
         productive += useful
-        lost[s.cause.value if s.cause else "in progress"] += span - useful
+        lost[segment_label(s)] += span - useful
         rate_now = rate or rate_now
     best = state.best_iteration()
     eta = None

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.state import RunState, SegmentRecord
-from orchestrator.views.ettr import human, run_metrics
+from orchestrator.views.ettr import human, run_metrics, segment_label
 from orchestrator.views.restarts import RestartEvent, job_cell, job_spares, restarts, summary_text
 from orchestrator.views.status import drain_commands, lost_text
 from orchestrator.views.text import clean, cut
@@ -26,7 +26,7 @@ COLOURS = {
     "gpu_lost": "#ad1457", "gpu_oom_startup": "#d84315", "node_fail": "#6a1b9a", "hang": "#ef6c00",
     "nccl_timeout": "#f9a825", "network": "#fbc02d", "filesystem": "#0277bd", "host_oom": "#8d6e63",
     "user_bug": "#212121", "user_oom": "#424242", "segfault": "#5d4037", "bus_error": "#4e342e",
-    "unknown": "#9e9e9e", "running": "#1e88e5",
+    "unknown": "#9e9e9e", "running": "#1e88e5", "lost: no checkpoint": "#b71c1c", "exit 0 before the goal": "#e57373",
 }
 
 
@@ -35,7 +35,7 @@ def _end(s: SegmentRecord, now: datetime) -> datetime:
 
 
 def _cause(s: SegmentRecord) -> str:
-    return s.cause.value if s.cause else "running"
+    return segment_label(s) if s.cause else "running"
 
 
 def render_png(state: RunState, now: datetime) -> bytes:

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from orchestrator.model import BlacklistEntry
 from orchestrator.state import RunState, SegmentRecord
-from orchestrator.views.ettr import human, run_metrics
+from orchestrator.views.ettr import human, run_metrics, segment_label
 from orchestrator.views.restarts import job_cell, job_spares, restarts, spares_cell, summary, summary_text, uses_spares
 from orchestrator.views.text import cut, plain, shell_dq
 
@@ -71,6 +71,8 @@ def _segment_json(s: SegmentRecord) -> dict[str, Any]:
         "culprit_nodes": s.culprit_nodes,
         "action": s.action.value if s.action else None,
         "reason": s.reason,
+        "rule": s.rule,
+        "decision_rule": s.decision_rule,
         "in_job_of": s.in_job_of,
         "spare_count": s.spare_count,
         "allocation": s.allocation,
@@ -78,6 +80,7 @@ def _segment_json(s: SegmentRecord) -> dict[str, Any]:
         "first_progress_at": _ts(s.first_progress_at),
         "ended_at": _ts(s.ended_at),
         "evidence": [e.model_dump(mode="json") for e in s.evidence if e.role == "root"][:5],
+        "node_evidence": [e.model_dump(mode="json") for e in s.evidence if e.source == "node"][:5],
     }
 
 
@@ -215,7 +218,7 @@ def timeline_table(state: RunState, last: int | None = None) -> Table:
             (s.resumed_from or "-").rsplit("/", 1)[-1],
             f"{s.start_iteration}->{s.end_iteration if s.end_iteration is not None else '?'}",
             _end_text(s),
-            s.cause.value if s.cause else "-",
+            segment_label(s) if s.cause else "-",
             ",".join(s.culprit_nodes) or "-",
             s.action.value if s.action else "-",
         )))

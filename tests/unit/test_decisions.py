@@ -17,7 +17,7 @@ G = Goal(target_iteration=1000)
 
 def seg(i: int, start: int, end: int | None, **kw: object) -> SegmentRecord:
     return SegmentRecord(index=i, job_name=f"t.seg{i}", start_iteration=start, end_iteration=end,
-                         nodes=["n1", "n2", "n3"], **kw)  # type: ignore[arg-type]
+                         nodes=["n1", "n2", "n3"], **kw)
 
 
 def state(*segs: SegmentRecord, bl: Blacklist | None = None) -> RunState:
