@@ -7,7 +7,8 @@ the engine first ran on them). Labels follow DECISIONS.md (the product's policy)
 set and action against expected.json, nodes that would be excluded wrongly (blamed by an exclusion but not a
 culprit), and the two costly errors apart: runs stopped on a fault that was not the job's, and repeating failures
 resubmitted. Then the same per rule that fired, and over the whole corpus.
-Usage: python scripts/diagnose_accuracy.py [--json] [--split corpus|blind|blind2|blind3|blind4]
+Usage: python scripts/diagnose_accuracy.py [--json] [--baseline] [--split corpus|blind|blind2|blind3|blind4|blind5]
+(--baseline: also the floor, a first-regex-wins grep over the same signature table, per split)
 """
 
 from __future__ import annotations
@@ -81,6 +82,36 @@ def table(name: str, res: dict[str, Any]) -> None:
                   f"got {r['got']} {r['culprits']} {r['action']}")
 
 
+NAIVE_ACTION = {"gpu_ecc": "resubmit_exclude", "gpu_lost": "resubmit_exclude", "gpu_oom_startup": "resubmit_exclude",
+                "node_fail": "resubmit_exclude", "user_bug": "stop_and_alert", "user_oom": "stop_and_alert",
+                "filesystem": "wait_and_resubmit", "success": "done"}
+
+
+def grep_baseline(corpus: Path) -> dict[str, float]:
+    """The floor: a one-line first-regex-wins grep over the same signature table. The first line (file by file,
+    in order) that any non-informational signature matches names the cause, the file's host is the culprit when
+    the signature blames, and the action follows the cause alone."""
+    from orchestrator.diagnose.signatures import build_table
+
+    table = [s for s in build_table() if s.kind in ("", "done")]
+    rows = []
+    for case in sorted(p for p in corpus.iterdir() if p.is_dir()):
+        exp = json.loads((case / "expected.json").read_text())
+        cause, culprits = "unknown", []
+        for f in sorted((case / "logs").iterdir()):
+            hit = next((s for line in f.read_text(errors="replace").splitlines() for s in table
+                        if s.regex.search(line[:8192])), None)
+            if hit is not None:
+                cause = hit.cause.value
+                culprits = [f.name.split(".")[0]] if hit.blame and not f.name.startswith("slurm") else []
+                break
+        action = NAIVE_ACTION.get(cause, "resubmit")
+        rows.append((cause == exp["cause"], sorted(culprits) == exp["culprit_nodes"], action == exp["action"]))
+    n = len(rows) or 1
+    return {"cause": sum(r[0] for r in rows) / n, "culprit": sum(r[1] for r in rows) / n,
+            "action": sum(r[2] for r in rows) / n}
+
+
 def rule_table(results: dict[str, dict[str, Any]]) -> None:
     """Per rule that fired (over every split): how often the action it led to was right."""
     by: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -115,6 +146,12 @@ def main() -> int:
         table(name, res)
     rule_table(results)
     whole(results)
+    if "--baseline" in sys.argv:
+        print("== the floor: first-regex-wins grep with the same signatures ==")
+        for name, path in SPLITS.items():
+            if only in (None, name) and path.is_dir():
+                b = grep_baseline(path)
+                print(f"{name:<8} cause {b['cause']:.1%}  culprit {b['culprit']:.1%}  action {b['action']:.1%}")
     return 0
 
 
