@@ -20,6 +20,10 @@ EVENTS: tuple[Signature, ...] = (
               r"|Remapping Failure Occurred\s*: Yes|Pending Page Blacklist\s*: Yes|uncorrectable ECC errors rose",
               C.GPU_ECC, blame=True, kind="hw",
               source="NVIDIA Xid catalog: 64 row-remap failure; nvidia-smi -q 'Pending Page Blacklist'"),
+    Signature("node_hw_ib", r"ib: \S+ port \d+: state (?:DOWN|INIT|ARMED)\b.*was ACTIVE|ib: \S+ port \d+: "
+              r"(?:link_downed|symbol_error|link_error_recovery|port_rcv_errors|local_link_integrity_errors) \+\d+",
+              C.NETWORK, blame=True, kind="hw",
+              source="the agent's reading of /sys/class/infiniband/*/ports/*/{state,counters}"),
     Signature("node_hw_memory",
               r"EDAC (?:MC\d+|\w+): .*(?:\bUE\b|[Uu]ncorrected)|mce: \[Hardware Error\]|Machine check events logged"
               r"|Uncorrected (?:hardware )?memory error|Memory failure: .*(?:recover|hardware)"
