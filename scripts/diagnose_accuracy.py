@@ -24,7 +24,7 @@ from orchestrator.diagnose.offline import diagnose_dir
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 CORPUS = DATA / "corpus"
 SPLITS = {"corpus": CORPUS, "blind": DATA / "blind", "blind2": DATA / "blind2", "blind3": DATA / "blind3",
-          "blind4": DATA / "blind4"}
+          "blind4": DATA / "blind4", "blind5": DATA / "blind5"}
 STOP, DONE = "stop_and_alert", "done"
 
 

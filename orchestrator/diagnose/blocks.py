@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from orchestrator.settings.run import NOT_PROGRESS_BYTES
+
 SEARCH_LINES = 400
 
 
@@ -31,7 +33,14 @@ def last_int(rx: re.Pattern[bytes], line: bytes) -> int | None:
     for m in rx.finditer(line):
         it = group_int(m)
         found = it if it is not None else found
+    if found is not None and b"|" in line and NOT_PROGRESS_BYTES.search(line):
+        return None  # a loading bar (checkpoint shards, a dataset map), not training
     return found
+
+
+def first_int(rx: re.Pattern[bytes], line: bytes) -> int | None:
+    it = group_int(rx.search(line))
+    return None if it is not None and b"|" in line and NOT_PROGRESS_BYTES.search(line) else it
 
 
 def iter_lines_backwards(data: bytes, stop: int, limit: int) -> Iterator[bytes]:
@@ -80,5 +89,5 @@ def block_progress(data: bytes, after: int, rx: re.Pattern[bytes],
     first = None
     if want_first:
         first = next((it for ln in iter_lines_forward(data, after, SEARCH_LINES)
-                      if (it := group_int(rx.search(ln))) is not None), None)
+                      if (it := first_int(rx, ln)) is not None), None)
     return first, last[1], last[0]

@@ -50,6 +50,12 @@ def _named_by_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch]) -> 
     if spot:
         return verdict(Cause.PREEMPTED, [], False, 0.7, evs(spot, "root", 10),
                         "the cloud reclaimed the instances (spot termination): resubmit", "preempted", Owner.NOBODY)
+    local = sorted({h for n, m in secondary if m.signature == "nccl_ib_peer" and not m.peer_ip
+                    and (h := origin(n, m))})
+    if len(local) == 1 and len(all_hosts(nodes)) > 1:  # a local completion error (protection, length): its HCA
+        return verdict(Cause.NETWORK, local, True, 0.6, evs(secondary, "root", 10),
+                       f"IB completion errors on {local[0]} with no peer named: its own link", "local_ib_error",
+                       Owner.NODE_SUSPECT)
     peers, votes = peer_culprits(nodes, secondary)
     if peers:
         found = [ev(n, m, "root") for n, m in secondary if m.peer_ip][:10]

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 PREFIX = re.compile(
     r"^\s*(?:\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?\s*)?"
-    r"(?:(?P<r1>\d+): |\[rank(?P<r2>\d+)\]:? ?|\[default(?P<r3>\d+)\]:? ?)?"
+    r"(?:(?P<r1>\d+): |\[rank(?P<r2>\d+)\]:? ?|\[default(?P<r3>\d+)\]:? ?|\[\d+,(?P<r4>\d+)\]<std(?:out|err)>: ?)?"
 )
 HOST = r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)[A-Za-z][\w-]*\d[\w.-]*"
 # "host: " (pdsh, after an optional "[tag] "), or "[host] " / "[tag host] " (an epilog or a wrapper naming the host)
@@ -63,7 +63,7 @@ def parse_prefixes(line: str) -> Prefixes:
         ts = ts or _stamp(m.group("ts"))
         if m.group("r1") is not None and task is None:
             task = int(m.group("r1"))
-        r = m.group("r2") or m.group("r3")
+        r = m.group("r2") or m.group("r3") or m.group("r4")  # r4: OpenMPI --tag-output "[job,rank]<stdout>:"
         if r is not None and rank is None:
             rank = int(r)
         body = body[m.end():]

@@ -12,6 +12,9 @@ from orchestrator.model import Cause, Owner
 
 # /dev/shm, NCCL's shm segments, PyTorch's shared-memory tensors ("unable to write to file </torch_...>")
 SHM = re.compile(r"/dev/shm|\bshm\b|shared memory|</torch_\d+", re.IGNORECASE)
+# The CUDA runtime's own error, not PyTorch's allocator ("CUDA out of memory. Tried to allocate"): at start-up,
+# in a barrier or NCCL init, it means the GPU was unusable (BigScience tr1-13B, CONTEXT.md)
+RUNTIME_OOM = re.compile(r"CUDA error: out of memory|cudaErrorMemoryAllocation|Cuda failure \d* ?'out of memory'")
 COLLECTIVE = re.compile(r"all_?reduce|barrier|broadcast|all_?gather|reduce_scatter|all_to_all|_?wait\b.*distributed"
                         r"|distributed_c10d|c10d|nccl|gloo|monitored_barrier|recv|send", re.IGNORECASE)
 DEVICE_FRAME = re.compile(r"cuda|synchron|nccl|cudnn|cublas|driver|ioctl|\.so\b|<native>|write|flush|fsync|"
@@ -35,6 +38,8 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool, 
         if symmetric and best.signature == "gpu_unavailable":
             return Cause.USER_BUG, [], Owner.JOB, "same_on_every_node", (
                 "no GPU usable on any node: the job's device settings, not a node")
+        if cause == Cause.GPU_LOST and any(hw.get(h) == Cause.GPU_ECC for h in culprits):
+            cause = Cause.GPU_ECC  # a generic launch failure on a GPU whose own counters show uncorrectable ECC
         return cause, culprits, Owner.NODE, "node_hardware" if cause != Cause.NODE_FAIL else "node_failed", ""
     if explained and cause in (Cause.USER_BUG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.FILESYSTEM, Cause.HOST_OOM,
                                Cause.UNKNOWN):
@@ -72,6 +77,12 @@ def judge_oom(cause: Cause, best: Match, culprits: list[str], symmetric: bool, n
     if best.signature == "gpu_mem_held" and not symmetric and at_start:
         return Cause.GPU_OOM_STARTUP, culprits, Owner.NODE, "gpu_memory_held", (
             "GPU memory held by another process on " + ",".join(culprits))
+    if culprits and not symmetric and at_start and RUNTIME_OOM.search(best.text):
+        return Cause.GPU_OOM_STARTUP, culprits, Owner.NODE, "poisoned_gpu", (
+            "the CUDA runtime itself ran out of memory at start-up (nothing allocated yet) on " + ",".join(culprits))
+    if not culprits and not symmetric and at_start:
+        return Cause.GPU_OOM_STARTUP, [], Owner.NOBODY, "oom_at_start_unplaced", (
+            "CUDA OOM at start-up on ranks no line ties to a host: resubmit (a repeat stops by the breakers)")
     refined, poisoned, note = refine_oom(nodes, culprits, ctx.recent_hardware, ctx.start_iteration, underway)
     if poisoned and not symmetric:
         return refined, culprits, Owner.NODE, "poisoned_gpu", note

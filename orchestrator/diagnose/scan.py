@@ -27,6 +27,7 @@ from orchestrator.diagnose.origin import HostMap, Prefixes, parse_line, parse_pr
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match
+from orchestrator.settings.run import NOT_PROGRESS
 
 TEARDOWN = timedelta(minutes=5)
 QUOTED_OK = frozenset({"ray_node_dead", "sigkill"})  # printed by the rank that drives the job, not quoted
@@ -179,7 +180,8 @@ class NodeScan:
             if am:
                 self.addresses.add(am.group("ip"))
                 self.host_map.learn_address(am.group("ip"), host)
-            return
+            if "async event" not in body:  # NCCL reports an HCA's own async events at INFO level
+                return
         self.tail.append((line_no, raw[:MAX_TEXT]))
         if "node-ip-address" in body:  # Ray: the address this host joined the cluster with
             ip = NODE_IP.search(body)
@@ -189,7 +191,7 @@ class NodeScan:
         if self._stack_line(body):
             return
         pm = self.progress.search(body)
-        it = group_int(pm)
+        it = group_int(pm) if pm is None or "|" not in body or not NOT_PROGRESS.search(body) else None
         if it is not None:  # an error line may say "at iteration N" too: it is still matched below
             if self.first_iteration is None:
                 self.first_iteration = it

@@ -146,6 +146,9 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
         blame=True,
         source="slurmstepd cgroup OOM message; kernel OOM killer",
     ),
+    Signature("nccl_ibv_failed", r"NCCL WARN .*\bibv_\w+ failed with error",
+              C.NETWORK, blame=True, source="NCCL ibvwrap: 'Call to ibv_poll_cq failed with error Input/output "
+              "error' (this host's verbs call failed: its HCA, not a filesystem)"),
     Signature(
         "filesystem",
         r"Stale file handle|Transport endpoint is not connected|Input/output error|Read-only file system"
@@ -200,7 +203,7 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
     ),
     Signature(
         "nccl_ib_peer",
-        r"NET/IB\w* ?: Got completion from peer (?P<peer>\d+\.\d+\.\d+\.\d+)<\d+> with (?:status|error)",
+        r"NET/IB\w* ?: Got completion (?:from peer (?P<peer>\d+\.\d+\.\d+\.\d+)<\d+> )?with (?:status|error)",
         C.NETWORK,
         cascade=True,
         peer_group="peer",

@@ -39,12 +39,21 @@ PROGRESS_REGEX = (
     r")(\d+)"
 )
 
+# A tqdm bar of loading, not training (`Loading checkpoint shards: 100%|####| 4/4 [...]`, datasets' `Map:`):
+# never progress, whatever the progress regex says.
+LOADING_BAR = r"(?:[Ll]oading|[Dd]ownloading|[Ff]etching|[Rr]esolving|[Ee]xtracting|[Gg]enerating|[Tt]okeniz\w*|Map|" \
+    r"Filter|shards)[^|\r\n]*\|"
+NOT_PROGRESS = re.compile(LOADING_BAR)
+NOT_PROGRESS_BYTES = re.compile(LOADING_BAR.encode())
+
 
 def last_iteration(rx: re.Pattern[str], text: str) -> int | None:
     """The iteration of the last progress match in `text`; tqdm bars rewrite one line with carriage returns,
     so each `\\r`-separated part counts as a line and the last match wins."""
     found = None
     for part in re.split(r"[\r\n]", text):
+        if "|" in part and NOT_PROGRESS.search(part):
+            continue
         for m in rx.finditer(part):
             try:
                 found = int(m.group(1))

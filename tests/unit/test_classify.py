@@ -158,3 +158,50 @@ def test_later_allocation_replaces_earlier_one() -> None:
     s.feed(list(enumerate(["agent: ORCH-AGENT start segment=1 job=5", ECC,
                            "agent: ORCH-AGENT start segment=2 job=6", " iteration 3/ 9"], 1)))
     assert s.matches == [] and s.history and s.last_iteration == 3
+
+
+TQDM = re.compile(r"\|\s*(\d+)/\d+\s*\[")
+
+
+def test_a_loading_bar_is_not_progress() -> None:
+    """`Loading checkpoint shards: 100%|...| 4/4 [...]` looks like a tqdm progress bar: it is not training."""
+    s = NodeScan("n1", "n1.log", SIGS, TQDM)
+    s.feed([(1, "Loading checkpoint shards: 100%|##########| 4/4 [00:21<00:00,  5.31s/it]"),
+            (2, "Map: 100%|##########| 1000/1000 [00:01<00:00, 900 examples/s]")])
+    assert s.last_iteration is None
+    s.feed([(3, " 12%|#         | 120/1000 [01:00<07:20,  2.00it/s]")])
+    assert s.last_iteration == 120
+
+
+def test_cuda_runtime_oom_at_start_on_one_node_is_a_poisoned_gpu_and_the_allocators_after_progress_the_jobs() -> None:
+    oom = "RuntimeError: CUDA error: out of memory"
+    nodes = [node("n1", ["0: starting"]), node("n2", [f"3: {oom}"], 1), node("n3", ["5: starting"])]
+    v = classify(FAILED, nodes, Context())
+    assert v.cause == Cause.GPU_OOM_STARTUP and v.culprit_nodes == ("n2",) and v.fault_owner == Owner.NODE
+    mine = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+            "79.1 GiB of which 1.2 GiB is free.")
+    nodes = [node("n1", progress(30)), node("n2", progress(30) + [mine], 1), node("n3", progress(30))]
+    v = classify(FAILED, nodes, Context())
+    assert v.cause == Cause.USER_OOM and v.culprit_nodes == () and action_without_history(v)[0] == "stop_and_alert"
+
+
+def test_an_hca_event_logged_at_info_level_is_that_hosts_fault() -> None:
+    port = "dgx-05:5822:5954 [2] NCCL INFO NET/IB : mlx5_2:1 Got async event : port error"
+    nodes = [node("dgx-04", progress(20) + [NCCL]), node("dgx-05", progress(20) + [port]),
+             node("dgx-06", progress(20) + [NCCL])]
+    v = classify(FAILED, nodes, Context())
+    assert v.cause == Cause.NETWORK and v.culprit_nodes == ("dgx-05",) and v.rule == "hca_error"
+    assert action_without_history(v)[0] == "resubmit_exclude"
+
+
+def test_the_node_own_ecc_reading_explains_a_generic_cuda_error() -> None:
+    generic = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    reading = "agent: ORCH-NODE nvml: GPU 0: volatile uncorrectable ECC errors rose 0 -> 2 during the segment"
+    nodes = [node("n1", progress(20) + [NCCL]), node("n2", progress(20) + [generic, reading], 1),
+             node("n3", progress(20) + [NCCL])]
+    v = classify(FAILED, nodes, Context())
+    assert v.cause == Cause.GPU_ECC and v.culprit_nodes == ("n2",) and v.rule == "node_reports_hardware"
+    assert any(e.source == "node" for e in v.evidence) and action_without_history(v)[0] == "resubmit_exclude"
+    without = [node("n1", progress(20) + [generic]), node("n2", progress(20) + [generic]),
+               node("n3", progress(20) + [generic])]
+    assert action_without_history(classify(FAILED, without, Context()))[0] == "stop_and_alert"
