@@ -163,7 +163,8 @@ def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict
         return _scheduler_end(job, state_cause, nodes, roots, secondary)
     if roots:
         return _from_roots(nodes, roots, secondary, kinds, ctx)
-    killed = killed_everywhere(nodes, secondary, kinds, state_cause)
+    cancelled = job.state == JobState.CANCELLED or bool(ctx.cancelled_by_controller)  # a cancel kills too
+    killed = None if cancelled else killed_everywhere(nodes, secondary, kinds, state_cause)
     if killed is not None:
         return killed
     if state_cause is not None:

@@ -205,3 +205,13 @@ def test_the_node_own_ecc_reading_explains_a_generic_cuda_error() -> None:
     without = [node("n1", progress(20) + [generic]), node("n2", progress(20) + [generic]),
                node("n3", progress(20) + [generic])]
     assert action_without_history(classify(FAILED, without, Context()))[0] == "stop_and_alert"
+
+
+def test_every_rank_killed_is_the_oom_killer_unless_the_job_was_cancelled() -> None:
+    line = "torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) local_rank: 0 (pid: 1)"
+    killed = [node(h, progress(3) + [line]) for h in ("n1", "n2")]
+    v = classify(FAILED, killed, Context())
+    assert v.cause == Cause.HOST_OOM and v.rule == "killed_everywhere"
+    assert action_without_history(v)[0] == "stop_and_alert"
+    assert classify(CANCELLED, killed, Context()).rule != "killed_everywhere"
+    assert classify(FAILED, killed, Context(cancelled_by_controller="stall")).rule != "killed_everywhere"
