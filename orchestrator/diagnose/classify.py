@@ -24,7 +24,7 @@ from orchestrator.diagnose.judge import (
     hardware_hosts,
     progress_stopped_early,
 )
-from orchestrator.diagnose.rules import COLLECTIVE, DEVICE_FRAME, judge_root
+from orchestrator.diagnose.rules import COLLECTIVE, DEVICE_FRAME, PROGRAM_WAIT, judge_root
 from orchestrator.diagnose.verdicts import Context, evs, verdict
 from orchestrator.evidence import NodeEvidence
 from orchestrator.model import HARDWARE_CAUSES, Cause, Evidence, JobState, JobStatus, Owner, Verdict
@@ -68,7 +68,8 @@ def _hang(nodes: list[NodeEvidence], secondary: list[Evidence], stuck_only: bool
         frames = [f for n in nodes if n.node in odd for f in n.top_frames if f and f != common]
         found = [Evidence(node=n.node, file=n.file, text=f"innermost frames {', '.join(n.top_frames)}; the others "
                        f"wait in {common}", cause=Cause.HANG) for n in nodes if n.node in odd]
-        if frames and not any(DEVICE_FRAME.search(f) for f in frames):
+        if frames and not any(DEVICE_FRAME.search(f) for f in frames) and any(PROGRAM_WAIT.search(f)
+                                                                             for f in frames):
             return verdict(Cause.HANG, [], False, 0.7, found + secondary,
                             f"the rank outside {common} waits in the program's own code ({frames[0]}): a deadlock "
                             "or a stuck data loader, not a node", "hang_in_program_code", Owner.JOB)
@@ -77,7 +78,7 @@ def _hang(nodes: list[NodeEvidence], secondary: list[Evidence], stuck_only: bool
                         "outside_collective", Owner.NODE)
     shared = {f for n in nodes for f in n.top_frames if f}
     only = next(iter(shared)) if len(shared) == 1 else ""
-    if only and not COLLECTIVE.search(only) and not DEVICE_FRAME.search(only):
+    if only and PROGRAM_WAIT.search(only) and not COLLECTIVE.search(only) and not DEVICE_FRAME.search(only):
         return verdict(Cause.HANG, [], False, 0.6, secondary, f"every rank waits in the program's own code "
                        f"({only}), none in a collective: the program's hang", "hang_in_program_code", Owner.JOB)
     behind = progress_culprit(nodes)

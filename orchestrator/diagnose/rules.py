@@ -15,6 +15,11 @@ SHM = re.compile(r"/dev/shm|\bshm\b|shared memory|</torch_\d+", re.IGNORECASE)
 # The CUDA runtime's own error, not PyTorch's allocator ("CUDA out of memory. Tried to allocate"): at start-up,
 # in a barrier or NCCL init, it means the GPU was unusable (BigScience tr1-13B, CONTEXT.md)
 RUNTIME_OOM = re.compile(r"CUDA error: out of memory|cudaErrorMemoryAllocation|Cuda failure \d* ?'out of memory'")
+# Positive evidence that a rank waits in the program's own machinery (a queue, a lock, a data loader), not in
+# an unknown frame: an unknown frame outside the collective is the node's (the stuck-rank rule)
+PROGRAM_WAIT = re.compile(r"queue|_try_get_data|_get_data|dataloader|\block\b|acquire|Condition|Semaphore|"
+                          r"\bwait \(threading|\bjoin \(|selectors|\bselect \(|\bpoll \(|Barrier \(threading",
+                          re.IGNORECASE)
 COLLECTIVE = re.compile(r"all_?reduce|barrier|broadcast|all_?gather|reduce_scatter|all_to_all|_?wait\b.*distributed"
                         r"|distributed_c10d|c10d|nccl|gloo|monitored_barrier|recv|send", re.IGNORECASE)
 DEVICE_FRAME = re.compile(r"cuda|synchron|nccl|cudnn|cublas|driver|ioctl|\.so\b|<native>|write|flush|fsync|"

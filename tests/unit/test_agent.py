@@ -93,13 +93,18 @@ def test_rank_outside_the_collective_in_a_device_call_is_the_culprit() -> None:
 
 
 def test_rank_outside_the_collective_in_program_code_is_the_jobs() -> None:
-    """DECISIONS.md: a hang whose stuck rank sits in the program's own code, with no node-side evidence, stops."""
+    """DECISIONS.md: a hang whose stuck rank waits in the program's own code (a queue, a lock), with no node-side
+    evidence, stops; an unknown frame is not that evidence: the stuck rank's node is the culprit."""
     coll = "barrier (torch/distributed/distributed_c10d.py)"
     nodes = [NodeEvidence(node=f"n{i}", top_frames=(coll,) * 8) for i in range(1, 8)]
-    nodes.append(NodeEvidence(node="n8", top_frames=(coll,) * 7 + ("_do_batch (engine.py)",)))
+    nodes.append(NodeEvidence(node="n8", top_frames=(coll,) * 7 + ("get (queue.py)",)))
     v = classify(CANCELLED, nodes, STALL)
     assert v.cause == Cause.HANG and v.culprit_nodes == () and not v.blame and v.rule == "hang_in_program_code"
     assert action_without_history(v)[0] == "stop_and_alert"
+    nodes[-1] = NodeEvidence(node="n8", top_frames=(coll,) * 7 + ("_do_batch (engine.py)",))  # an unknown frame
+    v = classify(CANCELLED, nodes, STALL)
+    assert v.culprit_nodes == ("n8",) and v.rule == "outside_collective"
+    assert action_without_history(v)[0] == "resubmit_exclude"
 
 
 def test_d_state_on_filesystem_is_not_the_nodes_fault() -> None:
