@@ -28,15 +28,54 @@ def job_name(run_name: str, index: int) -> str:
 PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}|\{([a-z_]+)\}")
 
 
+# What a placeholder becomes inside a shell script (`bash -c SCRIPT`): the environment variable that holds its
+# value, so no value (a run_dir holding `$(...)`, a path with spaces) is ever read by the shell as code or split.
+SHELL_VARS = {"checkpoint_interval": "ORCH_CHECKPOINT_INTERVAL_S", "checkpoint": "ORCH_RESUME_FROM",
+              "checkpoint_root": "ORCH_RESUME_ROOT", "segment": "ORCH_SEGMENT", "run_dir": "ORCH_RUN_DIR",
+              "python": "ORCH_PYTHON", "config_dir": "ORCH_CONFIG_DIR"}
+
+
 def render(argv: list[str], values: dict[str, str]) -> tuple[str, ...]:
     """Substitute {placeholders} in each argv element in one pass (a value is never substituted again);
-    `{{name}}` is the escape for a literal `{name}`. Never joins or splits arguments."""
+    `{{name}}` is the escape for a literal `{name}`. Never joins or splits arguments. In the script of a shell
+    launch (`bash -c SCRIPT ...`) a placeholder becomes a quoted reference to its environment variable."""
     def sub(m: re.Match[str]) -> str:
         if m.group(1) is not None:
             return "{" + m.group(1) + "}"
         return values.get(m.group(2), m.group(0))
 
-    return tuple(PLACEHOLDER.sub(sub, arg) for arg in argv)
+    out = [PLACEHOLDER.sub(sub, arg) for arg in argv]
+    if len(argv) >= 3 and Path(argv[0]).name in ("bash", "sh") and argv[1] == "-c":
+        out[2] = shell_refs(argv[2], set(values))
+    return tuple(out)
+
+
+def shell_refs(script: str, known: set[str]) -> str:
+    """Each known placeholder of a shell script as `"${VAR}"`, quoted for where it stands: unquoted, inside
+    double quotes (`${VAR}`) or inside single quotes (`'"${VAR}"'`, closing and reopening them)."""
+    out: list[str] = []
+    quote, i = "", 0
+    while i < len(script):
+        m = PLACEHOLDER.match(script, i)
+        if m and m.group(2) in known and m.group(2) in SHELL_VARS:
+            ref = "${" + SHELL_VARS[m.group(2)] + "}"
+            out.append(ref if quote == '"' else f"'\"{ref}\"'" if quote == "'" else f'"{ref}"')
+            i = m.end()
+            continue
+        if m and m.group(1) is not None:
+            out.append("{" + m.group(1) + "}")
+            i = m.end()
+            continue
+        c = script[i]
+        if c == "\\" and quote != "'" and i + 1 < len(script):
+            out.append(script[i:i + 2])
+            i += 2
+            continue
+        if c in ("'", '"') and quote in ("", c):
+            quote = "" if quote == c else c
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def interval(settings: Settings, state: RunState) -> tuple[int, str]:
@@ -98,7 +137,8 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
     }
     # Megatron's --load and DeepSpeed's load_dir take the checkpoint root (ORCH_RESUME_ROOT) and read its tracker
     env = {**settings.env, "ORCH_RESUME_FROM": ckpt.path if ckpt else "", "ORCH_CHECKPOINT_INTERVAL_S": str(every_s),
-           "ORCH_RESUME_ROOT": values["checkpoint_root"], "ORCH_SEGMENT": str(index), "ORCH_RUN_DIR": str(run_dir)}
+           "ORCH_RESUME_ROOT": values["checkpoint_root"], "ORCH_SEGMENT": str(index), "ORCH_RUN_DIR": str(run_dir),
+           "ORCH_PYTHON": python, "ORCH_CONFIG_DIR": values["config_dir"]}
     r = settings.resources
     k = spares(settings, state) if spare_nodes is None else spare_nodes
     return SegmentSpec(
