@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from orchestrator.blacklist import Blacklist
 from orchestrator.settings.sections import SAFE_NAME
-from orchestrator.state import atomic_write, private_dir
+from orchestrator.state import atomic_write, private_dir, read_regular
 
 REQUESTS_DIR = "requests"
 STOP_REQUEST = "stop-request"
@@ -88,8 +88,7 @@ def write_request(run_dir: Path, request: BlacklistAdd | BlacklistRemove | Black
 
 
 def _read_request(path: Path) -> BlacklistAdd | BlacklistRemove | BlacklistClear:
-    with path.open("rb") as fh:
-        raw = fh.read(MAX_REQUEST_BYTES + 1)
+    raw = read_regular(path, MAX_REQUEST_BYTES + 1)  # a FIFO or symlink in the queue is refused, never waited on
     if len(raw) > MAX_REQUEST_BYTES:
         raise ValueError(f"over {MAX_REQUEST_BYTES} bytes")
     return _ADAPTER.validate_python(json.loads(raw.decode("utf-8")))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from datetime import datetime
@@ -170,6 +172,29 @@ def run_traces(run_dir: Path) -> list[str]:
     return traces
 
 
+def read_regular(path: Path, limit: int | None = None) -> bytes:
+    """A regular file's bytes (at most `limit`), opened without blocking and without following a symlink: a
+    FIFO, device, socket, directory or symlink in its place is refused with an OSError that names it, never
+    waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a special file"
+            raise OSError(errno.EINVAL, f"{kind}, not a regular file", str(path))
+        chunks: list[bytes] = []
+        left = -1 if limit is None else limit
+        while left != 0:
+            chunk = os.read(fd, 1 << 20 if left < 0 else min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left = left - len(chunk) if left > 0 else left
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 class StateStore:
     """Owns the state file: atomic replace with fsync, a .bak of the previous version, 0600."""
     def __init__(self, run_dir: Path, failpoint: Callable[[str], None] | None = None, start_over: bool = False):
@@ -183,7 +208,7 @@ class StateStore:
     def load(self) -> RunState | None:
         """The run's state; None only for a run directory with no trace of a run (or with start_over)."""
         try:
-            raw = self.path.read_text(encoding="utf-8")
+            raw = read_regular(self.path).decode("utf-8")
         except FileNotFoundError:
             traces = [] if self.start_over else run_traces(self.run_dir)
             if traces:
@@ -217,7 +242,7 @@ class StateStore:
         try:
             private_dir(self.run_dir)
             if self.path.exists():
-                atomic_write(self.run_dir / BACKUP_FILE, self.path.read_text(encoding="utf-8"))
+                atomic_write(self.run_dir / BACKUP_FILE, read_regular(self.path).decode("utf-8"))
             atomic_write(self.path, text, self.failpoint)
         except (OSError, UnicodeDecodeError) as exc:
             raise StateError(f"{self.path}: cannot write the run state ({exc}); the previous state is intact") \

@@ -1,0 +1,44 @@
+"""Issue 21, files opened as what they should be: a FIFO (or a symlink) in place of the run state or of a
+queued request is refused with a line that names it, and never blocks the reader."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.requests import REQUESTS_DIR, take_requests
+from orchestrator.state import STATE_FILE, StateError, StateStore, read_regular
+from orchestrator.timeout import call_with_timeout
+
+
+def test_a_fifo_in_place_of_the_state_is_refused_not_waited_on(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / STATE_FILE)
+    done, value = call_with_timeout(lambda: StateStore(tmp_path).load(), 10)
+    assert done, "loading the state blocked on a FIFO"
+    assert isinstance(value, StateError) and "FIFO" in str(value) and STATE_FILE in str(value)
+
+
+def test_a_symlink_in_place_of_the_state_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere.json").write_text("{}")
+    (tmp_path / STATE_FILE).symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(StateError, match=STATE_FILE):
+        StateStore(tmp_path).load()
+
+
+def test_a_fifo_in_the_request_queue_is_reported_and_dropped(tmp_path: Path) -> None:
+    queue = tmp_path / REQUESTS_DIR
+    queue.mkdir()
+    os.mkfifo(queue / "0001-1.json")
+    done, value = call_with_timeout(lambda: take_requests(tmp_path), 10)
+    assert done, "reading the request queue blocked on a FIFO"
+    requests, problems = value
+    assert requests == [] and len(problems) == 1 and "0001-1.json" in problems[0] and "FIFO" in problems[0]
+    assert not (queue / "0001-1.json").exists()
+
+
+def test_a_regular_file_is_read_whole_or_up_to_its_limit(tmp_path: Path) -> None:
+    f = tmp_path / "x"
+    f.write_bytes(b"a" * (3 << 20))
+    assert len(read_regular(f)) == 3 << 20 and read_regular(f, 10) == b"a" * 10
