@@ -1,12 +1,19 @@
 """User regular expressions that could make Python's backtracking `re` run for minutes on one line: a
 quantifier inside a repeated group (`(a+)+`, `(a*)*`, `(\\w+\\s?)*`) or an alternation under an unbounded
 repeat (`(a|aa)+`). Such patterns are refused; every other user pattern only meets lines the linear-time
-prefilter already matched."""
+prefilter already matched.
+
+Shapes are not the whole story (`a*a*a*a*a*a*b` is polynomial, not exponential), so a pattern is also timed, in
+a separate process that is killed at the bound, on inputs built from its own characters: long runs of each
+literal with a suffix that fails the match, the worst case of a backtracking engine."""
 
 from __future__ import annotations
 
+import functools
 import re._constants as _c  # Python >= 3.11
 import re._parser as _p
+import subprocess
+import sys
 from typing import Any
 
 REPEATS = {_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", _c.MAX_REPEAT)}
@@ -54,3 +61,48 @@ def catastrophic(pattern: str) -> str:
         return _walk(_p.parse(pattern), False)
     except Exception:  # noqa: BLE001 - a pattern that does not parse is reported by re.compile
         return ""
+
+
+PROBE_BOUND_S = 3.0  # the whole probe of one pattern (a process start included)
+_PROBE = """
+import re, sys, time
+rx = re.compile(sys.argv[1])
+chars = sys.argv[2]
+for n in (64, 2048, 8192):  # the scanner matches at most the first 8 KiB of a line
+    for c in chars:
+        for tail in ("", "\\x00", "!", " "):
+            rx.search(c * n + tail)
+"""
+
+
+def _chars(items: Any, out: set[str]) -> None:
+    for op, av in items:
+        if op == _c.LITERAL:
+            out.add(chr(av))
+        elif op == _c.IN:
+            lit = next((chr(a) for o, a in av if o == _c.LITERAL), None)
+            out.add(lit if lit is not None else "a")
+        elif op in REPEATS:
+            _chars(av[2], out)
+        else:
+            for child in _children(op, av):
+                _chars(child, out)
+
+
+@functools.lru_cache(maxsize=256)
+def too_slow(pattern: str) -> str:
+    """Why `pattern` is too slow on crafted worst-case input (it did not finish the probe within the bound), or
+    "". Runs in a separate process, so a pattern that never returns is killed, not waited on."""
+    try:
+        found: set[str] = set()
+        _chars(_p.parse(pattern), found)
+    except Exception:  # noqa: BLE001 - a pattern that does not parse is reported by re.compile
+        return ""
+    chars = "".join(sorted(c for c in found | {"a", "0", " "} if c.isprintable()))[:40]
+    try:
+        subprocess.run([sys.executable, "-I", "-c", _PROBE, pattern, chars], capture_output=True,  # noqa: S603
+                       timeout=PROBE_BOUND_S, check=False)
+    except subprocess.TimeoutExpired:
+        return (f"it does not finish within {PROBE_BOUND_S:.0f} s on a long run of one of its own characters "
+                "(backtracking): simplify it (no repeated groups or overlapping repeats such as a*a*b)")
+    return ""

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from orchestrator.settings.patterns import catastrophic, too_slow
 from orchestrator.settings.sections import (
     SAFE_NAME,
     BackendCfg,
@@ -140,6 +141,8 @@ class Settings(BaseSettings):
             raise ValueError(f"not a valid regular expression: {exc}") from exc
         if rx.groups < 1:
             raise ValueError("needs one capture group for the iteration number")
+        if v != PROGRESS_REGEX and (why := catastrophic(v) or too_slow(v)):  # it meets every line of output
+            raise ValueError(why)
         return v
 
     @model_validator(mode="after")

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.model import Cause
-from orchestrator.settings.patterns import catastrophic
+from orchestrator.settings.patterns import catastrophic, too_slow
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
 SAFE_VALUE = re.compile(r"^[^\x00-\x1f;`$&|<>\\'\"]*$")
@@ -248,6 +248,8 @@ class UserSignature(Section):
             raise ValueError("a global inline flag such as (?i) breaks the joined table; use (?i:...) instead")
         if why := catastrophic(v):
             raise ValueError(f"{why}; rewrite it without nesting (e.g. a+ instead of (a+)+)")
+        if why := too_slow(v):
+            raise ValueError(why)
         return v
 
 

@@ -79,3 +79,22 @@ def test_a_fifo_in_the_logs_directory_does_not_keep_the_controller_from_exiting(
     proc = subprocess.run([sys.executable, "-c", FIFO_PROGRAM, str(tmp_path / "seg")], capture_output=True,
                           text=True, timeout=30, cwd=REPO)
     assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr[-2000:]
+
+
+SLOW = [r"a*a*a*a*a*a*b", r"x+x+x+x+y", r"(?:\w*\s*)*=$"]
+
+
+@pytest.mark.parametrize("pattern", SLOW)
+def test_a_polynomial_user_signature_is_refused_by_timing_not_by_shape(tmp_path: Path, pattern: str) -> None:
+    """Issue 21: `a*a*a*a*a*a*b` has no nested quantifier, yet spins for minutes on a 100-byte line; validate
+    times every user pattern on long runs of its own characters, in a process it kills at the bound."""
+    with pytest.raises(ConfigError, match=r"signatures\.0\.pattern: .*(?:does not finish|exponential)"):
+        load_settings(write_config(tmp_path, base_config(tmp_path, signatures=[sig(pattern)])))
+
+
+@pytest.mark.parametrize("pattern", [r"(?:a|aa)+x(\d+)", r"a*a*a*a*a*step (\d+)"])
+def test_a_slow_progress_regex_is_refused(tmp_path: Path, pattern: str) -> None:
+    """Issue 21: the progress regex meets every line of output (the controller's and the agent's pump)."""
+    with pytest.raises(ConfigError, match=r"progress_regex: .*(?:does not finish|exponential)"):
+        load_settings(write_config(tmp_path, base_config(tmp_path, progress_regex=pattern)))
+    load_settings(write_config(tmp_path, base_config(tmp_path, progress_regex=r"step (\d+)")))
