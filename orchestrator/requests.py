@@ -14,9 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from orchestrator.blacklist import Blacklist
 from orchestrator.settings.sections import SAFE_NAME
-from orchestrator.state import atomic_write, private_dir, read_regular
+from orchestrator.state import MAX_ACKED, REQUESTS_DIR, RunState, atomic_write, private_dir, read_regular
 
-REQUESTS_DIR = "requests"
 STOP_REQUEST = "stop-request"
 MAX_REQUEST_BYTES = 1 << 20  # a request names nodes; anything bigger is not one
 
@@ -105,9 +104,12 @@ def _discard(path: Path) -> None:
             pass
 
 
-def take_requests(run_dir: Path) -> tuple[list[BlacklistAdd | BlacklistRemove | BlacklistClear], list[str]]:
-    """Queued requests in order, and a problem line for each file that is not a valid request. Never raises
-    for what is in the queue: a bad request must not stop the controller that reads it."""
+def take_requests(run_dir: Path, state: RunState) -> tuple[list[BlacklistAdd | BlacklistRemove | BlacklistClear],
+                                                          list[str]]:
+    """Queued requests not yet applied to `state`, in order, and a problem line for each file that is not a valid
+    request. The names are recorded in `state.applied_requests`: the caller applies the requests and saves, and
+    the save removes the files (an edit is never acknowledged before the state that holds it is on disk). Never
+    raises for what is in the queue: a bad request must not stop the controller that reads it."""
     out: list[BlacklistAdd | BlacklistRemove | BlacklistClear] = []
     problems: list[str] = []
     try:
@@ -115,12 +117,16 @@ def take_requests(run_dir: Path) -> tuple[list[BlacklistAdd | BlacklistRemove | 
     except OSError as exc:
         return out, [f"{REQUESTS_DIR}/: unreadable: {exc}"[:300]]
     for path in paths:
+        if path.name in state.applied_requests:
+            continue  # applied and saved; its file goes with the next save
         try:
             out.append(_read_request(path))
         except (OSError, ValueError, ValidationError, RecursionError) as exc:
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
             problems.append(f"{path.name!r}: ignored, not a valid request: {first[:200]!r}")
-        _discard(path)
+            _discard(path)
+            continue
+        state.applied_requests = [*state.applied_requests, path.name][-MAX_ACKED:]
     return out, problems
 
 

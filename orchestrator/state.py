@@ -21,6 +21,10 @@ STATE_FILE = "state.json"
 BACKUP_FILE = "state.json.bak"
 
 
+REQUESTS_DIR = "requests"  # queued blacklist edits (requests.py); acknowledged here, after the state is saved
+MAX_ACKED = 256
+
+
 class StateError(Exception):
     """The state file is unreadable or of another schema: nothing is overwritten."""
     pass
@@ -94,6 +98,7 @@ class RunState(BaseModel):
     hardware_events: list[HardwareEvent] = Field(default_factory=list)
     target_iteration: int | None = None
     wait_until: datetime | None = None
+    applied_requests: list[str] = Field(default_factory=list)  # queued blacklist edits applied (their file names)
 
     @property
     def current(self) -> SegmentRecord | None:
@@ -247,3 +252,13 @@ class StateStore:
         except (OSError, UnicodeDecodeError) as exc:
             raise StateError(f"{self.path}: cannot write the run state ({exc}); the previous state is intact") \
                 from None
+        self._acknowledge(state.applied_requests)
+
+    def _acknowledge(self, names: list[str]) -> None:
+        """A queued edit's file goes only once the state that holds it is on disk: the CLI reads the file's
+        disappearance as 'applied', and a crash before the save re-reads it (its name makes that idempotent)."""
+        for name in names[-MAX_ACKED:]:
+            try:
+                (self.run_dir / REQUESTS_DIR / name).unlink(missing_ok=True)
+            except OSError:
+                pass

@@ -46,7 +46,7 @@ def _apply_locked(store: StateStore, where: str, request: EditRequest | None) ->
     state = _loaded(store, where)
     before = state.blacklist
     now = RealClock().now()
-    queued, problems = take_requests(store.run_dir)
+    queued, problems = take_requests(store.run_dir, state)
     for p in problems:
         err.print(f"warning: {p}", markup=False, highlight=False)
     for req in [*queued, *([request] if request else [])]:

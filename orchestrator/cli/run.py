@@ -123,7 +123,7 @@ def _apply_queued(store: StateStore, clock: Clock) -> None:
     state = store.load()
     if state is None:
         return  # a new run: the controller applies them once it has a ledger
-    reqs, problems = take_requests(store.run_dir)
+    reqs, problems = take_requests(store.run_dir, state)
     for p in problems:
         logger.warning("blacklist request {}", p)
     for req in reqs:

@@ -53,7 +53,7 @@ def reload(settings: Settings, reloader: Callable[[], Settings]) -> Settings:
 
 def apply_blacklist_requests(settings: Settings, state: RunState, now: datetime) -> bool:
     """Apply queued blacklist edits to the state; True if any was applied (the caller saves)."""
-    requests, problems = take_requests(settings.run_dir)
+    requests, problems = take_requests(settings.run_dir, state)
     for p in problems:
         logger.warning("blacklist request {}", p)
     applied = False

@@ -16,10 +16,10 @@ from orchestrator.cli import app
 from orchestrator.clock import FakeClock
 from orchestrator.loop.controller import Controller
 from orchestrator.model import Cause, RunStatus
-from orchestrator.requests import REQUESTS_DIR, BlacklistAdd, write_request
+from orchestrator.requests import BlacklistAdd, write_request
 from orchestrator.runlock import RunLock
 from orchestrator.settings import load_settings, parse_overrides
-from orchestrator.state import RunState, StateError, StateStore
+from orchestrator.state import REQUESTS_DIR, RunState, StateError, StateStore
 from tests.conftest import REPO, base_config, write_config
 from tests.fakes import FakeCluster, Fault
 
@@ -209,3 +209,31 @@ def test_4_checkpoint_filesystem_unmounted_after_first_segment_progress_waits(tm
     (tmp_path / "mnt" / "run1" / "ckpt").mkdir(parents=True)  # the operator's explicit "start from scratch"
     ctl.step(state)
     assert len(cluster.submitted) == 2 and cluster.submitted[1].start_iteration == 0
+
+
+def test_2b_a_queued_edit_is_acknowledged_only_after_the_state_that_holds_it_is_saved(tmp_path: Path) -> None:
+    """Issue 21, data loss 2: the request file used to be deleted before the state was saved, so a failed save
+    (or a kill -9 in between) lost an edit the CLI had reported as applied."""
+    from datetime import UTC, datetime
+
+    from orchestrator.requests import apply_request, take_requests
+    from orchestrator.state import RunState, StateError, StateStore
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    queued = write_request(tmp_path, BlacklistAdd(nodes=("node4",), hours=24.0))
+
+    def full_disk(name: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    state = RunState(run="r", created_at=now, updated_at=now)
+    reqs, _ = take_requests(tmp_path, state)
+    state.blacklist = apply_request(state.blacklist, reqs[0], now)
+    with pytest.raises(StateError):
+        StateStore(tmp_path, failpoint=full_disk).save(state)
+    assert queued.exists()  # not acknowledged: the CLI still waits, a restart still sees it
+    store = StateStore(tmp_path)
+    store.save(state)
+    assert not queued.exists()
+    again, _ = take_requests(tmp_path, store.load() or state)
+    assert again == []  # applied once, never twice
+    assert (store.load() or state).blacklist.get("node4") is not None

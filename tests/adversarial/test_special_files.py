@@ -4,13 +4,16 @@ queued request is refused with a line that names it, and never blocks the reader
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from orchestrator.requests import REQUESTS_DIR, take_requests
-from orchestrator.state import STATE_FILE, StateError, StateStore, read_regular
+from orchestrator.requests import take_requests
+from orchestrator.state import REQUESTS_DIR, STATE_FILE, RunState, StateError, StateStore, read_regular
 from orchestrator.timeout import call_with_timeout
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_a_fifo_in_place_of_the_state_is_refused_not_waited_on(tmp_path: Path) -> None:
@@ -31,7 +34,8 @@ def test_a_fifo_in_the_request_queue_is_reported_and_dropped(tmp_path: Path) -> 
     queue = tmp_path / REQUESTS_DIR
     queue.mkdir()
     os.mkfifo(queue / "0001-1.json")
-    done, value = call_with_timeout(lambda: take_requests(tmp_path), 10)
+    state = RunState(run="r", created_at=NOW, updated_at=NOW)
+    done, value = call_with_timeout(lambda: take_requests(tmp_path, state), 10)
     assert done, "reading the request queue blocked on a FIFO"
     requests, problems = value
     assert requests == [] and len(problems) == 1 and "0001-1.json" in problems[0] and "FIFO" in problems[0]
