@@ -21,6 +21,7 @@ from orchestrator.settings.sections import (
     Resources,
     UserSignature,
     Watch,
+    plain_path,
 )
 
 PLACEHOLDERS = ("checkpoint", "checkpoint_root", "checkpoint_interval", "segment", "run_dir", "python", "config_dir")
@@ -99,9 +100,7 @@ class Settings(BaseSettings):
     @field_validator("run_dir", "workdir")
     @classmethod
     def _path(cls, v: Path | None) -> Path | None:
-        if v is not None and any(ord(c) < 32 for c in str(v)):
-            raise ValueError("a path must not contain newlines or control characters")
-        return v
+        return plain_path(v)
 
     @field_validator("name")
     @classmethod
@@ -127,9 +126,10 @@ class Settings(BaseSettings):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-                raise ValueError(f"invalid environment variable name {key!r}")
+        bad = [key for key in v if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)]
+        if bad:  # every bad name at once, not the first only
+            raise ValueError(f"invalid environment variable name(s) {', '.join(repr(k) for k in bad)}: letters, "
+                             "digits and _ only, not starting with a digit")
         return v
 
     @field_validator("progress_regex")

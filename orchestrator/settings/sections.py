@@ -30,10 +30,21 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+NAME_MAX, PATH_MAX = 255, 4095  # Linux limits, in bytes: longer paths fail every system call that takes them
+
+
 def plain_path(v: Path | None) -> Path | None:
-    """A path without NUL, newlines or other control characters."""
-    if v is not None and any(ord(c) < 32 for c in str(v)):
+    """A path without NUL, newlines or other control characters, within the system's length limits."""
+    if v is None:
+        return v
+    text = str(v)
+    if any(ord(c) < 32 for c in text):
         raise ValueError("a path must not contain NUL, newlines or control characters")
+    longest = max((len(part.encode()) for part in Path(text).parts), default=0)
+    if longest > NAME_MAX:
+        raise ValueError(f"a path component is {longest} bytes long; the limit is {NAME_MAX}")
+    if len(text.encode()) > PATH_MAX:
+        raise ValueError(f"the path is {len(text.encode())} bytes long; the limit is {PATH_MAX}")
     return v
 
 
@@ -112,7 +123,7 @@ class CheckpointCfg(Section):
     )
     glob: str | None = Field(None, description="For preset glob: pattern of checkpoint entries, e.g. 'step_*'.")
     marker: str | None = Field(None, description="For preset glob: file that marks an entry complete.")
-    write_time_s: float = Field(120.0, gt=0, le=86400, allow_inf_nan=False, description=(
+    write_time_s: float = Field(120.0, ge=0.1, le=86400, allow_inf_nan=False, description=(
         "How long one checkpoint takes to write; with the observed failure rate it gives the advised interval "
         "({checkpoint_interval}, ORCH_CHECKPOINT_INTERVAL_S)."))
     interval_s: float | None = Field(None, gt=0, le=31536000, allow_inf_nan=False, description=(
@@ -259,6 +270,27 @@ class NotifyCfg(Section):
     max_per_hour: int = Field(20, ge=1, le=1_000_000, description="At most this many notifications per hour.")
     dedup_window_s: float = Field(3600.0, ge=0, le=YEAR_S,
                                   description="An identical message within this window is not resent.")
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        """Every URL is one apprise understands (checked at validate, not at the first alert)."""
+        if not v:
+            return v
+        import logging
+
+        import apprise  # only when there are URLs: the import costs a few tenths of a second
+
+        quiet = logging.getLogger("apprise")
+        level, quiet.level = quiet.level, logging.CRITICAL  # its own "Unsupported URL" line: we say it once
+        try:
+            bad = [u for u in v if not apprise.Apprise().add(u)]
+        finally:
+            quiet.setLevel(level)
+        if bad:
+            shown = ", ".join(repr(u[:60]) for u in bad[:5])
+            raise ValueError(f"not a URL apprise can send to: {shown} (see the list of services apprise supports)")
+        return v
 
 
 class PreflightCfg(Section):

@@ -94,3 +94,21 @@ def test_double_braces_are_a_literal_placeholder(tmp_path: Path) -> None:
     s = load_settings(write_config(tmp_path, base_config(tmp_path, command=cmd)))
     assert render(s.command, {"segment": "7"}) == ("python", "t.py", "--fmt={segment}-7", "$7", "{\"a\": {\"b\": 1}}")
     assert render(["{checkpoint}"], {"checkpoint": "{segment}", "segment": "7"}) == ("{segment}",)
+
+
+@pytest.mark.parametrize(("over", "field", "says"), [
+    ({"run_dir": "/tmp/" + "x" * 5000}, "run_dir", "5000 bytes long; the limit is 255"),
+    ({"env": {"A=B": "1", "X Y": "2", "OK": "3"}}, "env", "'A=B', 'X Y'"),
+    ({"notify": {"urls": ["json://localhost", "notaurl"]}}, "notify.urls", "'notaurl'"),
+    ({"checkpoint": {"write_time_s": 1e-300}}, "checkpoint.write_time_s", "greater than or equal to 0.1"),
+])
+def test_issue_21_config_findings_are_one_line_naming_the_field(tmp_path: Path, over: dict[str, Any], field: str,
+                                                                says: str) -> None:
+    """A 5000-character run_dir was a traceback; env names were reported one at a time; notify.urls was only
+    checked once the run dir existed; a write time of 1e-300 s advised an interval of 0."""
+    cfg = base_config(tmp_path)
+    for k, v in over.items():
+        cfg[k] = {**cfg[k], **v} if isinstance(v, dict) and isinstance(cfg.get(k), dict) else v
+    with pytest.raises(ConfigError) as err:
+        load_settings(write_config(tmp_path, cfg))
+    assert len(err.value.problems) == 1 and f"{field}:" in err.value.problems[0] and says in err.value.problems[0]
