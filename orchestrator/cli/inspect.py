@@ -226,12 +226,14 @@ def diagnose(
     if as_json:
         print(json.dumps(result, indent=2))
         return
-    out.print(f"cause: {result['cause']}  culprits: {','.join(result['culprit_nodes']) or '-'}  "
-              f"blame: {result['blame']}  action: {result['action']}  confidence: {result['confidence']:.2f}",
-              markup=False, highlight=False)
-    out.print(f"summary: {clean(result['summary'])}", markup=False, highlight=False)
+    culprits = clean(",".join(result["culprit_nodes"]) or "-")
+    out.print(f"cause: {result['cause']}  culprits: {culprits}  blame: {result['blame']}  action: "
+              f"{result['action']}  confidence: {result['confidence']:.2f}  rule: {result['rule']}",
+              markup=False, highlight=False, emoji=False)
+    out.print(f"summary: {clean(result['summary'])}", markup=False, highlight=False, emoji=False)
     for e in result["evidence"][:15]:
-        out.print(clean(f"  [{e['role']}] {e['node']} {Path(e['file']).name}:{e['line']}: ") + cut(e["text"], 160),
-                  markup=False, highlight=False)
+        src = " (node)" if e.get("source") == "node" else ""
+        out.print(clean(f"  [{e['role']}{src}] {e['node']} {Path(e['file']).name}:{e['line']}: ") + cut(e["text"], 160),
+                  markup=False, highlight=False, emoji=False)
 
 

@@ -56,6 +56,16 @@ def log_files(directory: Path) -> list[Path]:
     return out
 
 
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+
+
+def host_of_file(name: str, index: int) -> str:
+    """The host a log file belongs to (its name up to the first dot); a name that is not a host name (`-rf.log`,
+    control or bidirectional characters) is read as a job-wide file, never blamed."""
+    stem = name.split(".")[0] if "." in name else name
+    return stem if HOST_NAME.fullmatch(stem) else f"output-{index}"
+
+
 def diagnose_dir(directory: Path, progress_regex: str = DEFAULT_PROGRESS,
                  signatures: tuple[Signature, ...] | None = None) -> dict[str, Any]:
     """`signatures`: the table to use (a config's, from `signatures.table_for`); default the built-in one."""
@@ -63,8 +73,7 @@ def diagnose_dir(directory: Path, progress_regex: str = DEFAULT_PROGRESS,
     sigs = build_table() if signatures is None else signatures
     rx = re.compile(progress_regex)
     prefilter = _prefilter(sigs)
-    nodes = [node_evidence(scan_file(f, f.name.split(".")[0] if "." in f.name else f.name, sigs, rx, prefilter))
-             for f in files]
+    nodes = [node_evidence(scan_file(f, host_of_file(f.name, i), sigs, rx, prefilter)) for i, f in enumerate(files)]
     stalled = any(n.top_frames or n.stuck_detail for n in nodes)
     v = classify(infer_job_state(nodes), nodes, Context(stalled=stalled))
     action, reason, policy_rule = action_without_history(v)

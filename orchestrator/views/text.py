@@ -8,13 +8,15 @@ import re
 from rich.text import Text
 
 ELLIPSIS = "…"
-# C0 controls except tab, DEL, and C1 controls (0x9b is a one-byte CSI on some terminals)
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# C0 controls except tab, DEL, C1 controls (0x9b is a one-byte CSI on some terminals), and the Unicode
+# bidirectional controls (U+202A-202E, U+2066-2069: a file name with U+202E reads backwards)
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def clean(s: object) -> str:
     """`s` as one printable line: every control character shown as \\xNN (so ESC [ 2 J clears nothing)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(s))
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}",
+                        str(s))
 
 
 def cut(s: object, width: int) -> str:
