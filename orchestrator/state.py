@@ -21,6 +21,7 @@ STATE_FILE = "state.json"
 BACKUP_FILE = "state.json.bak"
 
 
+SET_ASIDE = "before-start-over-"  # what --start-over moves out of the way (segments, the backup) is kept, renamed
 REQUESTS_DIR = "requests"  # queued blacklist edits (requests.py); acknowledged here, after the state is saved
 MAX_ACKED = 256
 
@@ -138,7 +139,7 @@ def foreign_entries(run_dir: Path) -> list[str]:
         return [run_dir.name]
     if STATE_FILE in names:
         return []
-    own = ("controller.log.", f".{STATE_FILE}.", f".{BACKUP_FILE}.")
+    own = ("controller.log.", f".{STATE_FILE}.", f".{BACKUP_FILE}.", SET_ASIDE)
     return sorted(n for n in names if n not in RUN_DIR_ENTRIES and not n.startswith(own))
 
 
@@ -215,7 +216,10 @@ class StateStore:
         try:
             raw = read_regular(self.path).decode("utf-8")
         except FileNotFoundError:
-            traces = [] if self.start_over else run_traces(self.run_dir)
+            traces = run_traces(self.run_dir)
+            if self.start_over:
+                self._set_aside(traces)
+                traces = []
             if traces:
                 restore = (f"restore it (cp -p {self.run_dir / BACKUP_FILE} {self.path})" if BACKUP_FILE in traces
                            else "restore it from a backup")
@@ -253,6 +257,16 @@ class StateStore:
             raise StateError(f"{self.path}: cannot write the run state ({exc}); the previous state is intact") \
                 from None
         self._acknowledge(state.applied_requests)
+
+    def _set_aside(self, traces: list[str]) -> None:
+        """--start-over: the old run's segments and backup are renamed aside (kept, never judged again, never
+        appended to): the new segment 1 starts in an empty segments/0001."""
+        stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
+        for name in (t.rstrip("/") for t in traces):
+            try:
+                (self.run_dir / name).rename(self.run_dir / f"{SET_ASIDE}{stamp}-{name}")
+            except OSError as exc:
+                raise StateError(f"{self.run_dir / name}: cannot set it aside for --start-over ({exc})") from None
 
     def _acknowledge(self, names: list[str]) -> None:
         """A queued edit's file goes only once the state that holds it is on disk: the CLI reads the file's

@@ -89,9 +89,11 @@ def _state_for(target: Path) -> tuple[StateStore, str]:
     return StateStore(s.run_dir), str(s.run_dir)
 
 
-def require_run_dir(run_dir: Path, where: str) -> None:
-    """Refuse (exit 2) a directory that holds other things than a run: nothing is chmodded or locked in it."""
-    foreign = foreign_entries(run_dir)
+def require_run_dir(run_dir: Path, where: str, own: tuple[Path, ...] = ()) -> None:
+    """Refuse (exit 2) a directory that holds other things than a run: nothing is chmodded or locked in it.
+    `own`: paths of the run's config that may live inside it (the checkpoint directory of the demo layout)."""
+    mine = {q.relative_to(run_dir).parts[0] for q in own if q != run_dir and q.is_relative_to(run_dir)}
+    foreign = [n for n in foreign_entries(run_dir) if n not in mine]
     if foreign:
         shown = ", ".join(repr(n) for n in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
         raise fail([f"{where}: not a run directory (no state.json, and it holds {shown}); "

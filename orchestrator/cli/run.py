@@ -62,7 +62,7 @@ def run(
     if dry_run:
         dry(s, clock)
         return
-    require_run_dir(s.run_dir, f"{config}: run_dir {s.run_dir}")
+    require_run_dir(s.run_dir, f"{config}: run_dir {s.run_dir}", (Path(s.checkpoint.dir),))
     setup_logging(s.run_dir, verbose)
     lock = RunLock(s.run_dir)
     try:

@@ -1,0 +1,42 @@
+"""Issue 21, data loss 4: `run --start-over` used to keep the old segments/NNNN, so the new segment 1 was judged
+on the old exit records (cancelled 0.1 s after it started) and appended to old logs; and it refused the demo's
+own layout (checkpoints inside run_dir)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+
+from orchestrator.cli.common import require_run_dir
+from orchestrator.state import SET_ASIDE, StateError, StateStore
+
+
+def old_run(run_dir: Path) -> None:
+    (run_dir / "segments" / "0001" / "nodes").mkdir(parents=True)
+    (run_dir / "segments" / "0001" / "nodes" / "node1.exit.json").write_text('{"node": "node1", "exit_code": 1}')
+    (run_dir / "state.json.bak").write_text("{}")
+    (run_dir / "checkpoints" / "iter_0000010").mkdir(parents=True)
+
+
+def test_start_over_sets_the_old_segments_aside(tmp_path: Path) -> None:
+    old_run(tmp_path)
+    with pytest.raises(StateError, match="--start-over"):
+        StateStore(tmp_path).load()
+    assert StateStore(tmp_path, start_over=True).load() is None
+    assert not (tmp_path / "segments").exists() and not (tmp_path / "state.json.bak").exists()
+    kept = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(SET_ASIDE))
+    assert len(kept) == 2 and kept[1].endswith("-state.json.bak") and kept[0].endswith("-segments")
+    exits = list(tmp_path.glob(f"{SET_ASIDE}*-segments/0001/nodes/node1.exit.json"))
+    assert len(exits) == 1  # kept, renamed: nothing of the old run is lost
+    assert StateStore(tmp_path).load() is None  # and nothing of it is read as this run's
+
+
+def test_the_demo_layout_is_a_run_directory(tmp_path: Path) -> None:
+    old_run(tmp_path)
+    StateStore(tmp_path, start_over=True).load()
+    require_run_dir(tmp_path, "cfg", (tmp_path / "checkpoints",))  # the checkpoints the config keeps there
+    with pytest.raises(typer.Exit) as refused:  # anything else there is still refused
+        require_run_dir(tmp_path, "cfg")
+    assert refused.value.exit_code == 2
