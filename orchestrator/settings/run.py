@@ -155,6 +155,10 @@ class Settings(BaseSettings):
         bad = [f"{k} ({v!r})" for k, v in fields.items() if UNFILLED.search(v)]
         if bad:
             raise ValueError("placeholder values still to be filled in: " + ", ".join(bad))
+        limit_s = self.resources.time_limit_min * 60
+        if "write_time_s" in self.checkpoint.model_fields_set and self.checkpoint.write_time_s * 2 > limit_s:
+            raise ValueError(f"checkpoint.write_time_s={self.checkpoint.write_time_s:g} is more than half the "
+                             f"{self.resources.time_limit_min} min time limit: no segment could save in time")
         return self
 
     @model_validator(mode="after")

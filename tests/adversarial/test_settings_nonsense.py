@@ -112,3 +112,11 @@ def test_issue_21_config_findings_are_one_line_naming_the_field(tmp_path: Path, 
     with pytest.raises(ConfigError) as err:
         load_settings(write_config(tmp_path, cfg))
     assert len(err.value.problems) == 1 and f"{field}:" in err.value.problems[0] and says in err.value.problems[0]
+
+
+def test_a_checkpoint_write_longer_than_half_the_time_limit_is_refused(tmp_path: Path) -> None:
+    cfg = base_config(tmp_path)
+    cfg["checkpoint"] = {**cfg["checkpoint"], "write_time_s": 86400}
+    cfg["resources"] = {**cfg.get("resources", {}), "time_limit_min": 10}
+    with pytest.raises(ConfigError, match="more than half the 10 min time limit"):
+        load_settings(write_config(tmp_path, cfg))
