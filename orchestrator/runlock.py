@@ -22,6 +22,11 @@ class LockHeld(Exception):
     pass
 
 
+class LockUnavailable(LockHeld):
+    """The lock cannot be taken at all (a directory in its place, a read-only run directory): waiting will not
+    help, so nothing waits for it."""
+
+
 class RunLock:
     """An exclusive flock, released by the kernel when the holder dies."""
 
@@ -34,7 +39,7 @@ class RunLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:  # a directory in its place, a read-only run directory
-            raise LockHeld(f"{self.path}: cannot take the run lock ({exc.strerror or exc})") from None
+            raise LockUnavailable(f"{self.path}: cannot take the run lock ({exc.strerror or exc})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -54,6 +59,8 @@ class RunLock:
             try:
                 self.acquire(role)
                 return
+            except LockUnavailable:
+                raise
             except LockHeld:
                 if time.monotonic() >= deadline:
                     raise

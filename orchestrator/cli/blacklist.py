@@ -25,7 +25,7 @@ from orchestrator.requests import (
     take_requests,
     write_request,
 )
-from orchestrator.runlock import EDIT_LOCK_FILE, LockHeld, RunLock
+from orchestrator.runlock import EDIT_LOCK_FILE, LockHeld, LockUnavailable, RunLock
 from orchestrator.state import RunState, StateStore
 from orchestrator.views.status import blacklist_table, status_json
 
@@ -76,6 +76,8 @@ def _edit(target: Path, request: EditRequest, wait_s: float) -> tuple[str, Black
     editors = RunLock(store.run_dir, EDIT_LOCK_FILE)
     try:
         editors.acquire_within(max(wait_s, LOCK_PATIENCE_S))
+    except LockUnavailable as exc:
+        raise fail([f"{where}: {exc}; nothing changed"], 1) from None
     except LockHeld:
         raise fail([f"{where}: another 'orchestrator blacklist' edit is still running; nothing changed, "
                     "try again"], 1) from None
@@ -93,6 +95,8 @@ def _edit_serialised(store: StateStore, where: str, request: EditRequest,
     while True:
         try:
             lock.acquire()
+        except LockUnavailable as exc:
+            raise fail([f"{where}: {exc}; nothing changed"], 1) from None
         except LockHeld:
             if not lock.holder_is_controller():
                 if time.monotonic() >= deadline:

@@ -46,3 +46,17 @@ def test_a_regular_file_is_read_whole_or_up_to_its_limit(tmp_path: Path) -> None
     f = tmp_path / "x"
     f.write_bytes(b"a" * (3 << 20))
     assert len(read_regular(f)) == 3 << 20 and read_regular(f, 10) == b"a" * 10
+
+
+@pytest.mark.parametrize("lock", ["blacklist-edit.lock", "controller.lock"])
+def test_a_lock_that_cannot_be_taken_is_said_at_once_not_waited_for(tmp_path: Path, lock: str) -> None:
+    """Issue 21: a lock replaced by a directory made `blacklist add` wait 31-60 s, then blame another edit."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    StateStore(tmp_path).save(RunState(run="r", created_at=NOW, updated_at=NOW))
+    (tmp_path / lock).mkdir()
+    r = CliRunner().invoke(app, ["blacklist", "add", str(tmp_path), "node4"])
+    assert r.exit_code == 1 and "cannot take the run lock" in r.output and "another" not in r.output, r.output
+    assert StateStore(tmp_path).load().blacklist.get("node4") is None  # type: ignore[union-attr]
