@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from orchestrator.cli.common import build_backend, fail
 from orchestrator.clock import Clock
 from orchestrator.contract import SegmentPaths
+from orchestrator.model import RunStatus
 from orchestrator.plan import spares_reason
 from orchestrator.settings import Settings
 from orchestrator.state import RunState, StateError, StateStore
@@ -49,6 +50,8 @@ def dry(s: Settings, clock: Clock) -> None:
         raise fail([f"checkpoint directory: {exc}"], 1) from None
     spec, excl = prepared.spec, prepared.exclude
     print(f"# dry run: nothing is submitted. Segment {spec.index} of run {s.name} ({s.backend.kind} backend)")
+    if standing := where_it_stands(state):
+        print(f"# {standing}")
     print(f"# exclude: {spec.exclude_hostlist or '(none)'}" + (f"  [{excl.note}]" if excl.note else ""))
     print(f"# resume from: {spec.resume_from or '(no checkpoint: start from scratch)'} "
           f"(iteration {spec.start_iteration})")
@@ -58,6 +61,20 @@ def dry(s: Settings, clock: Clock) -> None:
                                           reason="; ".join(x for x in (spares_reason(s, state),
                                                                        prepared.spares_note) if x))))
     print(backend.render(spec))
+
+
+def where_it_stands(state: RunState) -> str:
+    """What `run` would do first, when it is not 'submit this segment': a segment still out, a finished run."""
+    cur = state.current
+    if cur is not None and cur.ended_at is None and cur.job_id:
+        return (f"segment {cur.index} (job {cur.job_id}) has not ended: run would watch it and submit nothing "
+                "now; below is what would follow it if it ended as things stand")
+    if state.status == RunStatus.DONE:
+        return (f"the run is done ({clean(state.stop_reason) or 'goal reached'}): run would submit nothing; below "
+                "is the segment a raised goal (goal.target_iteration) would start")
+    if state.status == RunStatus.STOPPED:
+        return f"the run is stopped ({clean(state.stop_reason)[:200]}): run resumes it with the segment below"
+    return ""
 
 
 def launch_lines(spec: SegmentSpec) -> list[str]:

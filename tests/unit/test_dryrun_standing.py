@@ -1,0 +1,30 @@
+"""Issue 21, views: the dry run of a run with a segment still out, or of a finished or stopped run, says so
+before the segment it shows (it used to describe a next segment as if nothing ran)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from orchestrator.cli.dryrun import where_it_stands
+from orchestrator.model import RunStatus
+from orchestrator.state import RunState, SegmentRecord
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def state(**kw: object) -> RunState:
+    return RunState(run="r", created_at=NOW, updated_at=NOW, **kw)
+
+
+def test_a_segment_still_out_is_watched_not_followed() -> None:
+    out = state(segments=[SegmentRecord(index=3, job_name="r.seg0003", job_id="4711")])
+    assert "segment 3 (job 4711) has not ended" in where_it_stands(out)
+
+
+def test_a_finished_or_stopped_run_says_so() -> None:
+    ended = SegmentRecord(index=1, job_name="r.seg0001", job_id="1", ended_at=NOW)
+    done = state(segments=[ended], status=RunStatus.DONE, stop_reason="iteration 60 >= 60")
+    assert "the run is done (iteration 60 >= 60): run would submit nothing" in where_it_stands(done)
+    stopped = state(segments=[ended], status=RunStatus.STOPPED, stop_reason="user_bug: KeyError")
+    assert "stopped (user_bug: KeyError): run resumes it" in where_it_stands(stopped)
+    assert where_it_stands(state(segments=[ended])) == "" and where_it_stands(state()) == ""
