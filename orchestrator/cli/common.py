@@ -51,11 +51,14 @@ def setup_logging(run_dir: Path | None, verbose: bool) -> None:
     fmt = "{time:YYYY-MM-DD HH:mm:ss} {level: <7} {message}"
     logger.add(sys.stderr, level="DEBUG" if verbose else "INFO", format=fmt)
     if run_dir is not None:
-        private_dir(run_dir)
         # loguru formats the file name ({time} ...): braces in run_dir are literal text
         sink = str(run_dir / "controller.log").replace("{", "{{").replace("}", "}}")
-        logger.add(sink, level="DEBUG", rotation="20 MB", retention=5,
-                   format="{time:YYYY-MM-DDTHH:mm:ss.SSSZ} {level} {message} {extra}")
+        try:
+            private_dir(run_dir)
+            logger.add(sink, level="DEBUG", rotation="20 MB", retention=5,
+                       format="{time:YYYY-MM-DDTHH:mm:ss.SSSZ} {level} {message} {extra}")
+        except OSError as exc:  # a read-only or full run directory: one line, not a traceback
+            raise fail([f"{run_dir}: cannot write the controller's log there ({exc.strerror or exc})"], 1) from None
 
 
 def load(config: Path, overrides: list[str]) -> Settings:

@@ -60,3 +60,17 @@ def test_a_lock_that_cannot_be_taken_is_said_at_once_not_waited_for(tmp_path: Pa
     r = CliRunner().invoke(app, ["blacklist", "add", str(tmp_path), "node4"])
     assert r.exit_code == 1 and "cannot take the run lock" in r.output and "another" not in r.output, r.output
     assert StateStore(tmp_path).load().blacklist.get("node4") is None  # type: ignore[union-attr]
+
+
+def test_a_run_whose_log_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    """Issue 21: `run` on a run dir where controller.log cannot be written was a traceback from setup_logging."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+    from tests.conftest import base_config, write_config
+
+    cfg = write_config(tmp_path, base_config(tmp_path))
+    (tmp_path / "run" / "controller.log").mkdir(parents=True)  # what a full or read-only disk does, as root
+    r = CliRunner().invoke(app, ["run", str(cfg)])
+    assert r.exit_code == 1 and "cannot write the controller's log" in r.output, r.output
+    assert "Traceback" not in r.output
