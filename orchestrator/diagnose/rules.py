@@ -31,12 +31,15 @@ JOB_WHEN_SYMMETRIC = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM,
                                 Cause.FILESYSTEM})
 
 Judged = tuple[Cause, list[str], Owner, str, str]
+# generic failures a node's own hardware report explains (a crash next to an EDAC error, an I/O error on NVMe)
+EXPLAINABLE = frozenset({Cause.USER_BUG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.FILESYSTEM, Cause.HOST_OOM,
+                         Cause.UNKNOWN})
 
 
 def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool, hw: dict[str, Cause],
                 nodes: list[NodeEvidence], ctx: Context) -> Judged:
     """Whose fault the root is, by DECISIONS.md: (cause, culprits, owner, rule, note)."""
-    explained = [h for h in culprits if h in hw] or ([] if culprits else sorted(hw))
+    explained = [h for h in culprits if h in hw]  # only the failing host's own report explains its failure
     if cause in (Cause.USER_OOM, Cause.GPU_OOM_STARTUP):
         return judge_oom(cause, best, culprits, symmetric, nodes, ctx)
     if cause in (Cause.GPU_ECC, Cause.GPU_LOST, Cause.NODE_FAIL):
@@ -46,8 +49,7 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool, 
         if cause == Cause.GPU_LOST and any(hw.get(h) == Cause.GPU_ECC for h in culprits):
             cause = Cause.GPU_ECC  # a generic launch failure on a GPU whose own counters show uncorrectable ECC
         return cause, culprits, Owner.NODE, "node_hardware" if cause != Cause.NODE_FAIL else "node_failed", ""
-    if explained and cause in (Cause.USER_BUG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.FILESYSTEM, Cause.HOST_OOM,
-                               Cause.UNKNOWN):
+    if explained and not symmetric and cause in EXPLAINABLE:
         hw_cause = hw[explained[0]]
         new = hw_cause if hw_cause != Cause.UNKNOWN else (cause if cause in (Cause.SEGFAULT, Cause.BUS_ERROR)
                                                            else Cause.NODE_FAIL)
@@ -55,9 +57,6 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool, 
             f"{cause.value} on {','.join(explained)}, whose own hardware report explains it")
     if cause == Cause.FILESYSTEM:
         return judge_fs(best, culprits, symmetric)
-    if cause == Cause.HOST_OOM and best.signature == "sigkill" and not symmetric:
-        return cause, culprits, Owner.NODE_SUSPECT, "one_off_crash", (
-            f"ranks on {','.join(culprits)} were killed (SIGKILL) with no error of their own: a strike")
     if symmetric and cause in JOB_WHEN_SYMMETRIC:
         return cause, [], Owner.JOB, "same_on_every_node", f"the same {cause.value} on every node: the job's, " \
             "not a node's; it will happen again"

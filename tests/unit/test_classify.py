@@ -215,3 +215,12 @@ def test_every_rank_killed_is_the_oom_killer_unless_the_job_was_cancelled() -> N
     assert action_without_history(v)[0] == "stop_and_alert"
     assert classify(CANCELLED, killed, Context()).rule != "killed_everywhere"
     assert classify(FAILED, killed, Context(cancelled_by_controller="stall")).rule != "killed_everywhere"
+
+
+def test_a_hardware_report_does_not_explain_an_error_every_node_raised() -> None:
+    """The same KeyError on every node is the job's even if one node's nvidia-smi shows pending retirements."""
+    bug = "KeyError: 'input_ids'"
+    nodes = [node("n1", progress(5) + [bug], 1), node("n2", progress(5) + [bug, "Pending Page Blacklist : Yes"], 1),
+             node("n3", progress(5) + [bug], 1)]
+    v = classify(FAILED, nodes, Context())
+    assert v.cause == Cause.USER_BUG and v.culprit_nodes == () and action_without_history(v)[0] == "stop_and_alert"
