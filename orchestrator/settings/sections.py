@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from orchestrator.model import Cause
 from orchestrator.settings.patterns import catastrophic, too_slow
+from orchestrator.settings.urls import apprise_urls
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
 SAFE_VALUE = re.compile(r"^[^\x00-\x1f;`$&|<>\\'\"]*$")
@@ -271,26 +272,7 @@ class NotifyCfg(Section):
     dedup_window_s: float = Field(3600.0, ge=0, le=YEAR_S,
                                   description="An identical message within this window is not resent.")
 
-    @field_validator("urls")
-    @classmethod
-    def _urls(cls, v: list[str]) -> list[str]:
-        """Every URL is one apprise understands (checked at validate, not at the first alert)."""
-        if not v:
-            return v
-        import logging
-
-        import apprise  # only when there are URLs: the import costs a few tenths of a second
-
-        quiet = logging.getLogger("apprise")
-        level, quiet.level = quiet.level, logging.CRITICAL  # its own "Unsupported URL" line: we say it once
-        try:
-            bad = [u for u in v if not apprise.Apprise().add(u)]
-        finally:
-            quiet.setLevel(level)
-        if bad:
-            shown = ", ".join(repr(u[:60]) for u in bad[:5])
-            raise ValueError(f"not a URL apprise can send to: {shown} (see the list of services apprise supports)")
-        return v
+    _urls = field_validator("urls")(apprise_urls)
 
 
 class PreflightCfg(Section):

@@ -92,7 +92,7 @@ def test_a_polynomial_user_signature_is_refused_by_timing_not_by_shape(tmp_path:
         load_settings(write_config(tmp_path, base_config(tmp_path, signatures=[sig(pattern)])))
 
 
-@pytest.mark.parametrize("pattern", [r"(?:a|aa)+x(\d+)", r"a*a*a*a*a*step (\d+)"])
+@pytest.mark.parametrize("pattern", [r"(?:a|aa)+x(\d+)", r"(\w+\s?)*step (\d+)"])
 def test_a_slow_progress_regex_is_refused(tmp_path: Path, pattern: str) -> None:
     """Issue 21: the progress regex meets every line of output (the controller's and the agent's pump)."""
     with pytest.raises(ConfigError, match=r"progress_regex: .*(?:does not finish|exponential)"):
