@@ -67,6 +67,8 @@ def lost_progress(state: RunState, checkpoint_dir: str = "") -> str:
         return ""
     cur = segs[-1]
     for prev in reversed(segs[:-1]):
+        if prev.index <= state.scratch_after:
+            break  # before `run --from-scratch`: that progress was given up on purpose
         if prev.start_iteration != cur.start_iteration or prev.resumed_from != cur.resumed_from:
             continue
         if _progressed(prev) and (prev.job_state in CLEAN_ENDS or prev.cause == Cause.SUCCESS):
@@ -106,9 +108,9 @@ def _checkpoint_retry(seg: SegmentRecord, state: RunState, verdict: Verdict) -> 
     ckpt = seg.resumed_from
     if not ckpt or verdict.cause not in LOAD_FAILURES or _progressed(seg) or seg.first_progress_at is not None:
         return None
-    if verdict.fault_owner == Owner.JOB and not LOAD_TEXT.search(verdict.summary + " ".join(
-            e.text for e in verdict.evidence[:5])):
-        return None  # the job's own error, not the checkpoint's: stop below
+    if verdict.fault_owner in (Owner.JOB, Owner.NODE, Owner.NODE_SUSPECT) and not LOAD_TEXT.search(
+            verdict.summary + " ".join(e.text for e in verdict.evidence[:5])):
+        return None  # the job's own error or one node's fault, not the checkpoint's: stop or strike below
     if state.bad_checkpoints.get(ckpt, 0) + 1 >= 2:
         return Decision(action=Action.RESUBMIT, checkpoint_failed=ckpt, rule="checkpoint_fallback",
                         reason=f"{ckpt} failed to load twice ({verdict.cause.value}): falling back to the "

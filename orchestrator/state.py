@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator import failpoints
 from orchestrator.blacklist import Blacklist
 from orchestrator.model import Action, Cause, Evidence, JobState, RunStatus
 
@@ -100,6 +101,8 @@ class RunState(BaseModel):
     target_iteration: int | None = None
     wait_until: datetime | None = None
     applied_requests: list[str] = Field(default_factory=list)  # queued blacklist edits applied (their file names)
+    checkpoint_seen: str | None = None  # the newest complete checkpoint the controller found (gone later: lost)
+    scratch_after: int = 0  # `run --from-scratch`: segments up to this index no longer count as progress to keep
 
     @property
     def current(self) -> SegmentRecord | None:
@@ -208,7 +211,7 @@ class StateStore:
         explicit operator choice, `orchestrator run --start-over`); otherwise it is an error."""
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / STATE_FILE
-        self.failpoint = failpoint or (lambda name: None)
+        self.failpoint = failpoint or failpoints.hit
         self.start_over = start_over
 
     def load(self) -> RunState | None:
@@ -252,6 +255,7 @@ class StateStore:
             private_dir(self.run_dir)
             if self.path.exists():
                 atomic_write(self.run_dir / BACKUP_FILE, read_regular(self.path).decode("utf-8"))
+                self.failpoint("after_backup")
             atomic_write(self.path, text, self.failpoint)
         except (OSError, UnicodeDecodeError) as exc:
             raise StateError(f"{self.path}: cannot write the run state ({exc}); the previous state is intact") \
@@ -275,4 +279,5 @@ class StateStore:
             try:
                 (self.run_dir / REQUESTS_DIR / name).unlink(missing_ok=True)
             except OSError:
-                pass
+                continue
+            self.failpoint("after_ack")

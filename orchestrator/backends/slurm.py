@@ -85,12 +85,15 @@ class SlurmBackend:
     def _sleep(self, seconds: float) -> None:
         self.clock.sleep(seconds)
 
-    def _run(self, argv: list[str]) -> str:
-        """Run a Slurm command with bounded exponential backoff and jitter; SchedulerUnavailable at the end."""
+    def _run(self, argv: list[str], quick: bool = False) -> str:
+        """Run a Slurm command with bounded exponential backoff and jitter; SchedulerUnavailable at the end.
+        `quick` (a poll, which the loop repeats anyway): two attempts within a few seconds, so an outage is said
+        at once and the node logs are read meanwhile, never minutes of retries inside one poll."""
         retry = Retrying(
             retry=retry_if_exception_type(CommandFailed),
-            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.cfg.retry_max_s),
-            wait=wait_rexp(multiplier=1, max=30),
+            stop=(stop_after_attempt(2) | stop_after_delay(min(self.cfg.retry_max_s, 10.0))) if quick else
+            (stop_after_attempt(self.attempts) | stop_after_delay(self.cfg.retry_max_s)),
+            wait=wait_rexp(multiplier=1, max=2 if quick else 30),
             sleep=self._sleep,
             reraise=False,
         )
@@ -219,7 +222,7 @@ class SlurmBackend:
         start = min(r.submitted_at for r in refs) - timedelta(days=1)
         try:
             text = self._run(["sacct", "-X", "-n", "-P", "-j", ids, "-S", start.strftime("%Y-%m-%dT%H:%M:%S"),
-                              "-o", SACCT_FIELDS])
+                              "-o", SACCT_FIELDS], quick=True)
             found = parse_sacct(text, refs)
         except SchedulerUnavailable:
             found = {}
@@ -227,7 +230,7 @@ class SlurmBackend:
         if missing:  # accounting lags or is down: ask the controller directly
             try:
                 sq = parse_squeue(self._run(["squeue", "-h", "-j", ",".join(r.job_id for r in missing),
-                                             "-o", "%i|%T|%N|%r"]))
+                                             "-o", "%i|%T|%N|%r"], quick=True))
             except SchedulerUnavailable:
                 if not found:
                     raise

@@ -44,6 +44,9 @@ def run(
     start_over: Annotated[bool, typer.Option(
         "--start-over", help="state.json is gone but the run directory has traces of a run: start a new ledger "
         "anyway (history and blacklist are lost).")] = False,
+    from_scratch: Annotated[bool, typer.Option(
+        "--from-scratch", help="The checkpoints are gone on purpose: start the next segment from iteration 0 "
+        "(history and blacklist are kept).")] = False,
     set_: SetOpt = [],  # noqa: B006 - typer needs a literal default
 ) -> None:
     """Run (or resume) the training until its goal, resubmitting segments as they end.
@@ -64,6 +67,12 @@ def run(
         return
     require_run_dir(s.run_dir, f"{config}: run_dir {s.run_dir}", (Path(s.checkpoint.dir),))
     setup_logging(s.run_dir, verbose)
+    _supervised(s, config, set_, clock, start_over, from_scratch, cancel_on_exit)
+
+
+def _supervised(s: Settings, config: Path, set_: list[str], clock: Clock, start_over: bool, from_scratch: bool,
+                cancel_on_exit: bool) -> None:
+    """The controller under the run lock, until the run ends or a signal stops it; exits with its status."""
     lock = RunLock(s.run_dir)
     try:
         lock.acquire(CONTROLLER)
@@ -75,6 +84,8 @@ def run(
     _say_where(s)
     try:
         _apply_queued(ctl.store, clock)
+        if from_scratch:
+            _from_scratch(ctl.store, clock)
         state = ctl.run()
         if cancel_on_exit:
             _cancel_current(state, backend, ctl.store, clock)
@@ -96,11 +107,11 @@ def _say_where(s: Settings) -> None:
 def _controller(s: Settings, config: Path, set_: list[str], clock: Clock,
                 start_over: bool = False) -> tuple[Controller, Backend]:
     """The controller of a real run: failpoints from the environment, notifier, backend, state store."""
-    from orchestrator.failpoints import Failpoints
+    from orchestrator import failpoints
     from orchestrator.loop.controller import Controller
 
     try:
-        failpoint = Failpoints.from_env()
+        failpoints.install(failpoints.Failpoints.from_env())
     except ValueError as exc:
         raise fail([str(exc)]) from None
     from orchestrator.notify import Notifier
@@ -110,10 +121,21 @@ def _controller(s: Settings, config: Path, set_: list[str], clock: Clock,
     except (ValueError, ImportError) as exc:
         raise fail([f"{config}: {exc}"]) from None
     backend = build_backend(s, clock)
-    store = StateStore(s.run_dir, failpoint, start_over=start_over)
-    ctl = Controller(s, backend, clock, store, notify=notifier, failpoint=failpoint)
+    store = StateStore(s.run_dir, start_over=start_over)
+    ctl = Controller(s, backend, clock, store, notify=notifier)
     ctl.reloader = lambda: load_settings(config, parse_overrides(set_))
     return ctl, backend
+
+
+def _from_scratch(store: StateStore, clock: Clock) -> None:
+    """`--from-scratch`: the checkpoints seen so far and the progress made are given up (once, on purpose)."""
+    state = store.load()
+    if state is None or not state.segments:
+        return
+    state.scratch_after, state.checkpoint_seen, state.updated_at = state.segments[-1].index, None, clock.now()
+    store.save(state)
+    logger.warning("--from-scratch: segments up to {} are history; the next one may start from iteration 0",
+                   state.scratch_after)
 
 
 def _apply_queued(store: StateStore, clock: Clock) -> None:

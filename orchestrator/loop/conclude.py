@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from orchestrator.blacklist import Blacklist
 from orchestrator.diagnose.classify import Context, classify
@@ -19,6 +20,9 @@ from orchestrator.model import HARDWARE_CAUSES, Action, Cause, Decision, JobStat
 from orchestrator.policy import decide
 from orchestrator.settings import Goal, Policy
 from orchestrator.state import HardwareEvent, RunState, SegmentRecord
+
+if TYPE_CHECKING:
+    from loguru import Logger
 
 HARDWARE_MEMORY = timedelta(days=7)  # a node that had a hardware fault this recently: OOM there is a poisoned GPU
 MAX_HARDWARE_EVENTS = 500
@@ -121,3 +125,10 @@ def apply_outcome(state: RunState, seg: SegmentRecord, status: JobStatus, out: O
     if out.status != RunStatus.RUNNING:
         state.stop_reason = d.reason
     state.wait_until = out.wait_until
+
+
+def log_blame(log: Logger, state: RunState, verdict: Verdict, decision: Decision) -> None:
+    """One line per blamed node, with the evidence its blacklist entry holds (loguru `log`)."""
+    for node, entry in ((n, state.blacklist.get(n)) for n in decision.blame_nodes):
+        log.warning("blacklist node={} cause={} hard={} evidence={!r}", node, verdict.cause.value, decision.hard,
+                    entry.evidence[:200] if entry else "")

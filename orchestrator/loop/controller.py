@@ -15,18 +15,19 @@ from datetime import datetime
 
 from loguru import logger
 
+from orchestrator import failpoints
 from orchestrator.backends.base import Backend, BackendError, SchedulerUnavailable
 from orchestrator.clock import Clock
 from orchestrator.contract import SegmentPaths
 from orchestrator.diagnose.signatures import table_for
 from orchestrator.loop import operator, progress
-from orchestrator.loop.conclude import apply_outcome, conclude
+from orchestrator.loop.conclude import apply_outcome, conclude, log_blame
 from orchestrator.loop.effects import Alert, Cancel, EffectRunner, Notify
 from orchestrator.loop.injob import in_allocation, job_submitted_at
 from orchestrator.loop.notes import Notes
-from orchestrator.loop.outage import Outage
+from orchestrator.loop.outage import Outage, poll_job
 from orchestrator.loop.steps import Steps
-from orchestrator.loop.submission import FilesystemStall, intent, prepare, shared_path, unloadable
+from orchestrator.loop.submission import FilesystemStall, intent, observe_checkpoint, prepare, shared_path, unloadable
 from orchestrator.loop.supervise import Seen, supervise
 from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
 from orchestrator.settings import Settings
@@ -40,7 +41,7 @@ class Controller:
     def __init__(self, settings: Settings, backend: Backend, clock: Clock, store: StateStore,
                  notify: Notify | None = None, python: str = sys.executable,
                  failpoint: Callable[[str], None] | None = None):
-        self.failpoint = failpoint or (lambda name: None)
+        self.failpoint = failpoint or failpoints.hit
         self.s, self.backend, self.clock, self.store = settings, backend, clock, store
         self.effects = EffectRunner(backend, notify or (lambda title, body: None), shared_path(settings))
         self.python = python
@@ -174,28 +175,14 @@ class Controller:
             self.clock.sleep(self.s.watch.poll_interval_s)
             return
         if live:
-            ref = sorted(live, key=lambda r: r.submitted_at)[-1]
-            logger.bind(run=state.run, segment=seg.index).warning(
-                "re-attached by job name job={} name={}", ref.job_id, seg.job_name)
+            ref = max(live, key=lambda r: r.submitted_at)
+            logger.warning("segment {} re-attached by job name job={} name={}", seg.index, ref.job_id, seg.job_name)
             self._attach(state, seg, ref, reattached=True)
             return
         state.segments.pop()
         self.submit_next(state)
 
     # ---- watch -----------------------------------------------------------------------------
-    def _poll(self, ref: JobRef, now: datetime) -> JobStatus | None:
-        """The job's status, or None while the scheduler cannot be reached (wait; never resubmit)."""
-        try:
-            status = self.backend.poll([ref]).get(ref.job_id, JobStatus(state=JobState.UNKNOWN))
-        except SchedulerUnavailable as exc:
-            since = self._outage.since = self._outage.since or now
-            logger.warning("scheduler unreachable since {} ({}); waiting, not resubmitting",
-                           since.isoformat(timespec="seconds"), exc)
-            return None
-        if (lasted := self._outage.clear(now)) is not None:
-            logger.info("scheduler reachable again after {}", lasted)
-        return status
-
     def watch_once(self, state: RunState, seg: SegmentRecord) -> None:
         assert seg.job_id and seg.submitted_at
         if self._watch is None:
@@ -205,8 +192,9 @@ class Controller:
         ref = JobRef(job_id=seg.job_id, submitted_at=job_submitted_at(state, seg) or seg.submitted_at,
                      backend=seg.backend or self.backend.name)
         now = self.clock.now()
-        status = self._poll(ref, now)
+        status = poll_job(self.backend, self._outage, ref, now)
         if status is None:
+            watch.poll(now)  # blind to the scheduler, not to the node logs
             self.clock.sleep(self.s.watch.poll_interval_s)
             return
         if in_allocation(seg):
@@ -217,8 +205,11 @@ class Controller:
         watch.poll(now, final=status.state.terminal)
         changed = progress.record_progress(seg, status, watch.slurm_nodes, list(watch.nodes), watch.max_iteration(),
                                            now)
-        if status.state.terminal:
+        if status.state.terminal and watch.judgeable(now, self.s.policy.filesystem_stall_max_s):
             self.conclude(state, seg, status)
+            return
+        if status.state.terminal:  # it ended, but its logs cannot be read now: judge it once they can be
+            self.clock.sleep(self.s.watch.poll_interval_s)
             return
         flows = watch.last_output_at is not None
         changed = self.notes.update(state, seg, status, ref, now, flows) or changed
@@ -236,7 +227,7 @@ class Controller:
         seen = Seen(failed=watch.failed_nodes(), exit_codes=codes, last_progress=watch.last_progress(),
                     running_since=self.notes.running_since, dumps_requested_at=watch.dumps_requested_at,
                     last_output=watch.last_output_at,
-                    nodes=frozenset(watch.nodes), dumps_in=watch.dumps_in())
+                    nodes=frozenset(watch.nodes), dumps_in=watch.dumps_in(), blind=watch.blind_since is not None)
         sv = supervise(seen, now, self.s.watch)
         if sv.clear_dumps:
             watch.clear_dumps()
@@ -267,10 +258,8 @@ class Controller:
         v, d = out.verdict, out.decision
         apply_outcome(state, seg, status, out, now)
         seg.checkpoint_write_s = self._watch.checkpoint_write_s()
-        for node in d.blame_nodes:
-            entry = state.blacklist.get(node)
-            log.warning("blacklist node={} cause={} hard={} evidence={!r}", node, v.cause.value, d.hard,
-                        entry.evidence[:200] if entry else "")
+        observe_checkpoint(self.s, state)
+        log_blame(log, state, v, d)
         log.info("segment ended job={} state={} cause={} culprits={} confidence={:.2f} action={} reason={!r}",
                  seg.job_id, seg.job_state, v.cause.value, ",".join(v.culprit_nodes) or "-", v.confidence,
                  d.action.value, d.reason)
@@ -285,8 +274,10 @@ class Controller:
 
     def _held(self, state: RunState, outage: Outage, limit_s: float, detail: str) -> None:
         """A condition blocks submitting: alert once, stop once it lasted beyond `limit_s`, else wait."""
+        first = outage.since is None
         held = outage.note(state.run, self.clock.now(), limit_s, detail[:500])
-        logger.bind(run=state.run).warning("{}: {}; not submitting until it answers", outage.what, detail[:500])
+        if first:  # said once per outage; the alert too
+            logger.bind(run=state.run).warning("{}: {}; not submitting until it answers", outage.what, detail[:500])
         self.effects.run(held.alerts)
         if held.stop:
             self._stop(state, held.stop)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from loguru import logger
 
+from orchestrator import failpoints
 from orchestrator.backends.base import Backend
 from orchestrator.model import BlacklistEntry, JobRef
 from orchestrator.shared_blacklist import SharedBlacklist
@@ -69,11 +70,14 @@ class EffectRunner:
                     SharedBlacklist(self.shared).publish([e.entry])
                 except (OSError, ValueError) as exc:  # never overwrite a file we cannot read
                     logger.warning("could not write the shared blacklist: {}", exc)
+                failpoints.hit("after_publish")
         elif isinstance(e, Drain):
             self._drain(e)
+            failpoints.hit("after_drain")
         else:
             logger.warning("cancel job={} reason={}", e.ref.job_id, e.reason)
             self.backend.cancel(e.ref)
+            failpoints.hit("after_cancel")
 
     def _drain(self, e: Drain) -> None:
         drain = getattr(self.backend, "drain", None)

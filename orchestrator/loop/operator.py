@@ -8,6 +8,7 @@ from datetime import datetime
 
 from loguru import logger
 
+from orchestrator import failpoints
 from orchestrator.model import RunStatus
 from orchestrator.requests import STOP_REQUEST, apply_request, take_requests
 from orchestrator.settings import Settings
@@ -54,6 +55,7 @@ def reload(settings: Settings, reloader: Callable[[], Settings]) -> Settings:
 def apply_blacklist_requests(settings: Settings, state: RunState, now: datetime) -> bool:
     """Apply queued blacklist edits to the state; True if any was applied (the caller saves)."""
     requests, problems = take_requests(settings.run_dir, state)
+    failpoints.hit("after_take_requests")
     for p in problems:
         logger.warning("blacklist request {}", p)
     applied = False

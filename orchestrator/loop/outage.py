@@ -9,7 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from loguru import logger
+
+from orchestrator.backends.base import Backend, SchedulerUnavailable
 from orchestrator.loop.effects import Alert
+from orchestrator.model import JobRef, JobState, JobStatus
 
 
 @dataclass(frozen=True)
@@ -52,3 +56,19 @@ class Outage:
 def _human(d: timedelta) -> str:
     s = int(d.total_seconds())
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def poll_job(backend: Backend, outage: Outage, ref: JobRef, now: datetime) -> JobStatus | None:
+    """The job's status, or None while the scheduler cannot be reached: the caller waits and never cancels or
+    resubmits a job it cannot see. Said once when the outage begins and once when it ends."""
+    try:
+        status = backend.poll([ref]).get(ref.job_id, JobStatus(state=JobState.UNKNOWN))
+    except SchedulerUnavailable as exc:
+        if outage.since is None:
+            logger.warning("scheduler unreachable ({}): blind to the job; reading node logs, never cancelling or "
+                           "resubmitting a job it cannot see until it answers", str(exc)[:300])
+        outage.since = outage.since or now
+        return None
+    if (lasted := outage.clear(now)) is not None:
+        logger.info("scheduler reachable again after {}", lasted)
+    return status

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from loguru import logger
 
+from orchestrator import failpoints
 from orchestrator.backends.base import Backend
 from orchestrator.clock import Clock
 from orchestrator.contract import (
@@ -132,6 +133,7 @@ class Steps:
         if not self._io(lambda: self._write_spec(spec)):
             h.effects.one(Cancel(_ref(state, seg), "no restart inside the job: the run directory did not answer"))
             return
+        failpoints.hit("after_spec_write")
         new = intent(spec, seg.backend)
         new.job_id, new.submitted_at, new.nodes = seg.job_id, now, list(nxt.nodes)
         new.allocation, new.in_job_of = list(seg.allocation), seg.in_job_of or seg.index
@@ -165,6 +167,7 @@ class Steps:
         req = StepRequest(segment=seg.index, nodes=list(seg.nodes), spec_file=str(spec_file),
                           time=self.host.clock.now().isoformat())
         if self._io(lambda: write_record(self.paths(seg).request, req)):
+            failpoints.hit("after_step_request")
             self._ensured.add(seg.index)
 
     def _ensure_request(self, seg: SegmentRecord) -> None:

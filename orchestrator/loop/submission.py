@@ -62,12 +62,19 @@ def _lost_checkpoints(settings: Settings, state: RunState, dir_exists: bool) -> 
     (unmounted, deleted): wait for it, never start over. (A run that made progress before its first checkpoint
     legitimately has no checkpoint directory yet, so a missing directory alone is not enough.)"""
     skip = {p for p, n in state.bad_checkpoints.items() if n >= 2}
-    resumed = [s for s in state.segments if s.resumed_from and s.resumed_from not in skip]
+    resumed = [s for s in state.segments if s.resumed_from and s.resumed_from not in skip
+               and s.index > state.scratch_after]
     where = settings.checkpoint.dir
     if resumed:
         return (f"no complete checkpoint in {where}, but segment {resumed[-1].index} resumed from "
-                f"{resumed[-1].resumed_from}: unmounted or deleted? not starting from scratch")
-    best = state.best_iteration()
+                f"{resumed[-1].resumed_from}: unmounted or deleted? not starting from scratch (`orchestrator run "
+                "--from-scratch` starts from iteration 0 on purpose)")
+    seen = state.checkpoint_seen
+    if seen and seen not in skip:
+        return (f"no complete checkpoint in {where}, but {seen} was there after the run reached iteration "
+                f"{state.best_iteration()}: emptied, moved or unmounted? not starting from scratch (`orchestrator run "
+                "--from-scratch` starts from iteration 0 on purpose)")
+    best = max((s.end_iteration or 0 for s in state.segments if s.index > state.scratch_after), default=0)
     if best > 0 and not dir_exists:
         return (f"{where} and its parent do not exist although the run reached iteration {best}: unmounted? not "
                 "starting from scratch (create the directory to start from scratch on purpose)")
@@ -94,7 +101,20 @@ def find_checkpoint(settings: Settings, state: RunState) -> ckpt_mod.Checkpoint 
         lost = _lost_checkpoints(settings, state, dir_exists)
         if lost:
             raise FilesystemStall(lost)
+    else:
+        state.checkpoint_seen = ckpt.path
     return ckpt
+
+
+def observe_checkpoint(settings: Settings, state: RunState) -> None:
+    """After a segment: remember the newest complete checkpoint, so that one emptied before the next segment is
+    a lost filesystem, not a reason to start from scratch. Best effort: a directory that does not answer or
+    holds none changes nothing here (the next submission looks again)."""
+    skip = frozenset(p for p, n in state.bad_checkpoints.items() if n >= 2)
+    done, found = call_with_timeout(lambda: ckpt_mod.find_latest(settings.checkpoint, skip),
+                                    settings.watch.read_timeout_s)
+    if done and isinstance(found, ckpt_mod.Checkpoint):
+        state.checkpoint_seen = found.path
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ class Seen:
     last_output: datetime | None = None  # any node's log last grew
     nodes: frozenset[str] = frozenset()  # every node with an agent log
     dumps_in: frozenset[str] = frozenset()  # nodes whose agent answered the current dump request
+    blind: bool = False  # a read of the run directory hangs: no progress seen may be the controller's blindness
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Supervision:
 
 
 def supervise(seen: Seen, now: datetime, w: Watch) -> Supervision:
+    if seen.blind:  # a read of the run directory hangs: judge nothing (no cancel, no dump request) until it answers
+        return Supervision()
     preflight = sorted(n for n, code in seen.exit_codes.items() if code == PREFLIGHT_EXIT and n in seen.failed)
     if preflight:
         return Supervision(cancel=f"preflight failed on {','.join(preflight)}; no training can run there")

@@ -12,6 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from loguru import logger
+
 from orchestrator.contract import DumpRecord, ExitRecord, R, SegmentPaths, node_of_log, read_record
 from orchestrator.diagnose.nodes import node_evidence
 from orchestrator.diagnose.prefilter import Prefilter
@@ -20,6 +22,7 @@ from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.tail import LogTail
 from orchestrator.watch.reader import BATCH, Batch, DaemonPool, scan_dir
+from orchestrator.watch.stuck import frames, fs_suspect, stuck_detail
 
 
 @dataclass
@@ -53,6 +56,7 @@ class SegmentWatch:
     dump_request_id: str = ""
     last_output_at: datetime | None = None  # when any node's log last grew (liveness without progress lines)
     scheduler_logs: dict[str, NodeWatch] = field(default_factory=dict)
+    blind_since: datetime | None = None  # a read of the run directory has not returned since then
     _pool: DaemonPool = field(default_factory=lambda: DaemonPool(max_workers=8))
     prefilter: Prefilter = field(init=False)
 
@@ -146,6 +150,24 @@ class SegmentWatch:
         return got
 
     def poll(self, now: datetime, final: bool = False) -> None:
+        """Read what is new (`_poll`) and note whether the filesystem answered: while a read hangs the watch is
+        blind (`blind_since`), said once when it begins and once when it ends."""
+        before = len(self.fs_stalls)
+        self._poll(now, final)
+        stuck = len(self.fs_stalls) > before or any(_pending(nw.pending_read) for nw in self.nodes.values())
+        if stuck and self.blind_since is None:
+            logger.warning("the run directory's filesystem does not answer ({}): blind to the node logs; no hang is "
+                           "judged until it answers", (self.fs_stalls[before:] or ["a read still pending"])[0])
+        elif not stuck and self.blind_since is not None:
+            logger.info("the run directory's filesystem answers again after {:.0f}s",
+                        (now - self.blind_since).total_seconds())
+        self.blind_since = (self.blind_since or now) if stuck else None
+
+    def judgeable(self, now: datetime, limit_s: float) -> bool:
+        """The segment's files can be judged: the filesystem answers, or has not for longer than `limit_s`."""
+        return self.blind_since is None or (now - self.blind_since).total_seconds() > limit_s
+
+    def _poll(self, now: datetime, final: bool = False) -> None:
         """Read what is new on every node. Two directory listings tell which logs grew and which records
         changed, so an idle poll reads no file; a node whose read hangs is skipped until it returns."""
         logs = self._listing(self.logs_dir)
@@ -256,7 +278,7 @@ class SegmentWatch:
                 ev = NodeEvidence(node=node, matches=tuple(extra[node]))
             else:
                 ev = node_evidence(nw.scan, exit_code=code, stuck_detail=self._stuck(nw),
-                                            top_frames=_frames(nw.dump), fs_suspect=_fs(nw.dump))
+                                            top_frames=frames(nw.dump), fs_suspect=fs_suspect(nw.dump))
                 if node in extra:
                     ev = dataclasses.replace(ev, matches=ev.matches + tuple(extra[node]))
             out.append(ev)
@@ -265,35 +287,12 @@ class SegmentWatch:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-
     def _stuck(self, nw: NodeWatch) -> str:
-        """A process in D state, or an agent that did not answer the dump request while its heartbeat
-        stopped (the whole node's job processes are frozen). A node whose agent already exited had
-        nothing to answer."""
-        if nw.dump is None:
-            if nw.exit_record is not None:
-                return ""
-            asked = self.dumps_requested_at
-            quiet = asked is not None and (nw.heartbeat_seen_at is None or nw.heartbeat_seen_at < asked)
-            others = [o for o in self.nodes.values() if o is not nw and o.dump is not None]
-            if quiet and others:
-                since = nw.heartbeat_seen_at.isoformat(timespec="seconds") if nw.heartbeat_seen_at else "start"
-                return f"the agent did not answer the stack-dump request; its heartbeat stopped at {since}"
-            return ""
-        return _stuck_dump(nw.dump)
+        return stuck_detail(nw, [o for o in self.nodes.values() if o is not nw], self.dumps_requested_at)
 
 
-def _frames(dump: DumpRecord | None) -> tuple[str, ...]:
-    return tuple(p.top_frame for p in (dump.processes if dump else []) if p.top_frame)
-
-
-def _fs(dump: DumpRecord | None) -> bool:
-    return any(p.state == "D" and p.fs_suspect for p in (dump.processes if dump else []))
-
-
-def _stuck_dump(dump: DumpRecord) -> str:
-    for p in dump.processes:
-        if p.state == "D":
-            return (f"pid {p.pid} in uninterruptible sleep (state D, wchan={p.wchan or '?'}); "
-                    f"py-spy: {p.stack_summary or 'n/a'}")
-    return ""
+def _pending(read: Any) -> bool:
+    """A read left to its worker (a Batch or a Future) that has not returned yet."""
+    if read is None:
+        return False
+    return not (read.done.is_set() if isinstance(read, Batch) else read.done())

@@ -206,7 +206,49 @@ def test_4_checkpoint_filesystem_unmounted_after_first_segment_progress_waits(tm
     shutil.rmtree(tmp_path / "mnt" / "run1")  # the file system under mnt/ is gone
     ctl.step(state)
     assert len(cluster.submitted) == 1
-    (tmp_path / "mnt" / "run1" / "ckpt").mkdir(parents=True)  # the operator's explicit "start from scratch"
+    (tmp_path / "mnt" / "run1" / "ckpt").mkdir(parents=True)  # a mount point again, empty: still lost
+    ctl.step(state)
+    assert len(cluster.submitted) == 1
+    from orchestrator.cli.run import _from_scratch
+
+    _from_scratch(ctl.store, ctl.clock)  # `run --from-scratch`: the operator gives the checkpoints up on purpose
+    state = ctl.store.load()
+    assert state is not None
+    ctl.step(state)
+    assert len(cluster.submitted) == 2 and cluster.submitted[1].start_iteration == 0
+    assert [e.node for e in state.blacklist.entries] == ["node3"]  # the blacklist is kept
+
+
+@pytest.mark.parametrize("how", ["emptied", "moved"])
+def test_4_checkpoints_emptied_after_the_first_segment_saved_wait_never_start_from_scratch(tmp_path: Path,
+                                                                                          how: str) -> None:
+    """Issue 21, data loss 1: the first segment saved checkpoints, then its directory was emptied or moved away
+    (an unmounted mount point: the directory and the run dir still there) before a segment resumed from one.
+    The controller saw the checkpoint when the segment ended, so "none now" is a lost filesystem."""
+    import shutil
+
+    ctl, cluster, _ = make(tmp_path, {"node3": Fault("ecc", at=35)})
+    state = run_until_first_segment_ends(ctl)
+    assert state.checkpoint_seen and state.checkpoint_seen.endswith("iter_0000030")
+    if how == "emptied":
+        for child in (tmp_path / "ckpt").iterdir():
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    else:
+        (tmp_path / "ckpt").rename(tmp_path / "ckpt.moved")
+        (tmp_path / "ckpt").mkdir()
+    for _ in range(3):
+        ctl.step(state)
+    assert len(cluster.submitted) == 1, "submitted from iteration 0 although a checkpoint had been there"
+    res = CliRunner().invoke(app, ["run", str(tmp_path / "run.yaml"), "--dry-run"])
+    assert res.exit_code == 1 and "not starting from scratch" in res.output and "iter_0000030" in res.output
+
+
+def test_4_a_run_that_never_saved_where_it_is_told_still_starts(tmp_path: Path) -> None:
+    """The other side: a checkpoint directory the controller never saw a checkpoint in (the training saves
+    elsewhere, or not yet) is no lost filesystem: the next segment starts (and the no-progress rules judge it)."""
+    ctl, cluster, _ = make(tmp_path, {"node3": Fault("ecc", at=5)})
+    state = run_until_first_segment_ends(ctl)
+    assert state.checkpoint_seen is None and state.best_iteration() > 0
     ctl.step(state)
     assert len(cluster.submitted) == 2 and cluster.submitted[1].start_iteration == 0
 

@@ -92,3 +92,24 @@ def test_decide_is_pure_and_bounded(progress: list[tuple[int, int]], cause: Caus
         assert d1.action == Action.STOP_AND_ALERT  # restarts are bounded
     if cause == Cause.USER_BUG:
         assert d1.action in (Action.STOP_AND_ALERT,) and not d1.blame_nodes
+
+
+def _resumed(i: int, start: int, nodes: tuple[str, ...] = ("n1", "n2")) -> SegmentRecord:
+    s = seg(i, start, start, nodes=nodes)
+    s.resumed_from = f"/ckpt/iter_{start:07d}"
+    return s
+
+
+def test_one_node_failing_right_after_a_resume_is_that_node_s_strike_not_the_checkpoint_s() -> None:
+    """Found by the randomized crash schedules: a sticky segfault on one node at the first iteration after a
+    resume was read as a checkpoint that fails to load, fell back to older checkpoints and stopped the run; it is
+    the node's strike (the second one excludes it), unless the error names the load."""
+    bl = Blacklist().record("n2", Cause.SEGFAULT, "x", "1", NOW, hard=False, expiry=timedelta(hours=1))
+    d = decide(state(seg(1, 0, 10), _resumed(2, 10), bl=bl), v(Cause.SEGFAULT, ("n2",), True), P, G, NOW)
+    assert d.action == Action.RESUBMIT_EXCLUDE and d.blame_nodes == ("n2",) and not d.checkpoint_failed
+    loading = Verdict(cause=Cause.SEGFAULT, culprit_nodes=("n2",), blame=True, confidence=0.9,
+                      summary="segfault in torch.load while reading the checkpoint")
+    d = decide(state(seg(1, 0, 10), _resumed(2, 10)), loading, P, G, NOW)
+    assert d.checkpoint_failed == "/ckpt/iter_0000010", d.reason
+    d = decide(state(seg(1, 0, 10), _resumed(2, 10)), v(Cause.UNKNOWN), P, G, NOW)  # nobody named: the checkpoint
+    assert d.checkpoint_failed == "/ckpt/iter_0000010", d.reason

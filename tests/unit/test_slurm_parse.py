@@ -71,19 +71,33 @@ def test_poll_is_one_command_and_falls_back_to_squeue(tmp_path: Path) -> None:
     assert [c[0] for c in calls] == ["sacct"]  # one command when accounting answers
 
 
-def test_retries_then_unknown_never_failed(tmp_path: Path) -> None:
-    clock = FakeClock()
-    attempts = []
+def down_backend(tmp_path: Path) -> tuple[SlurmBackend, list[str], FakeClock]:
+    """A Slurm backend whose every command fails as with slurmctld down, and the commands it tried."""
+    clock, attempts = FakeClock(), []
 
     def down(argv: list[str], timeout: float) -> str:
         attempts.append(argv[0])
         raise CommandFailed(argv, "slurm_load_jobs error: Unable to contact slurm controller")
 
-    b = SlurmBackend(SlurmBackendCfg(retry_max_s=600), clock, tmp_path, runner=down, attempts=4)
+    return SlurmBackend(SlurmBackendCfg(retry_max_s=600), clock, tmp_path, runner=down, attempts=4), attempts, clock
+
+
+def test_retries_then_unknown_never_failed(tmp_path: Path) -> None:
+    b, attempts, clock = down_backend(tmp_path)
+    with pytest.raises(SchedulerUnavailable):
+        b.cancel(ref("92"))
+    assert attempts.count("scancel") == 4
+    assert 0 < clock.slept <= 6 * 30  # backed off (on the injected clock), bounded
+
+
+def test_a_poll_says_unknown_within_seconds_not_minutes(tmp_path: Path) -> None:
+    """Issue 21: a full outage used to keep one poll retrying for up to retry_max_s (minutes) before anything
+    was logged and while no node log was read; a poll is repeated by the loop, so it tries twice, briefly."""
+    b, attempts, clock = down_backend(tmp_path)
     with pytest.raises(SchedulerUnavailable):
         b.poll([ref("92")])
-    assert attempts.count("sacct") == 4 and attempts.count("squeue") == 4
-    assert 0 < clock.slept <= 6 * 30  # backed off (on the injected clock), bounded
+    assert attempts == ["sacct", "sacct", "squeue", "squeue"]
+    assert clock.slept <= 4  # at most two short backoffs on the injected clock
 
 
 def test_queue_position_among_pending_jobs_of_the_partition(tmp_path: Path) -> None:
