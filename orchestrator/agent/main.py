@@ -34,8 +34,9 @@ from orchestrator.contract import (
     start_line,
     write_record,
 )
+from orchestrator.diagnose.linear import progress_pattern
 from orchestrator.model import SegmentSpec
-from orchestrator.settings import last_iteration
+from orchestrator.settings import PROGRESS_REGEX, last_iteration
 
 TERM_GRACE_S = 10.0
 
@@ -61,7 +62,7 @@ class NodeAgent:
         self.spec, self.node, self.node_rank, self.nnodes, self.job_id = spec, node, node_rank, nnodes, job_id
         self.paths = SegmentPaths(Path(spec.segment_dir))
         self.facts = nodefacts.NodeFacts(spec, node, lambda text: self.emit("agent", text))
-        self.progress = re.compile(spec.progress_regex)
+        self.progress = progress_pattern(spec.progress_regex, PROGRESS_REGEX)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.iteration: int | None = None
         self.progress_time: str | None = None
@@ -265,10 +266,7 @@ ENV_REF = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 def expand_vars(argv: tuple[str, ...], env: dict[str, str]) -> list[str]:
     """$VAR and ${VAR} from the rank's environment (SLURM_*, MASTER_ADDR, RANK, ...), no shell involved;
     a variable that is not set stays as written."""
-    def sub(m: re.Match[str]) -> str:
-        return env.get(m.group(1) or m.group(2), m.group(0))
-
-    return [ENV_REF.sub(sub, a) for a in argv]
+    return [ENV_REF.sub(lambda m: env.get(m.group(1) or m.group(2), m.group(0)), a) for a in argv]
 
 
 def _read_small(path: Path) -> str:

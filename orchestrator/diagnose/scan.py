@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from orchestrator.diagnose.blocks import block_progress, group_int
 from orchestrator.diagnose.judge import banner_time
+from orchestrator.diagnose.linear import bytes_twin
 from orchestrator.diagnose.lines import (
     ALLOC_MARK,
     ALLOC_START,
@@ -145,7 +146,7 @@ class NodeScan:
 
     def _progress_bytes(self) -> re.Pattern[bytes]:
         if getattr(self, "_prog_b", None) is None:
-            self._prog_b = re.compile(self.progress.pattern.encode(), self.progress.flags & ~re.UNICODE)
+            self._prog_b = bytes_twin(self.progress)
         return self._prog_b
 
     def feed(self, numbered: list[tuple[int, str]]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from orchestrator.diagnose.linear import bounded
 from orchestrator.model import Cause
 
 
@@ -21,8 +22,11 @@ class Signature:
     source: str = ""
     ignore_case: bool = True
     kind: str = ""  # "" (evidence), "info" (informational: not a failure), "done" (training reached its end)
+    linear: bool = False  # a configuration's own pattern: matched with RE2 where it takes it (diagnose/linear.py)
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "regex", re.compile(self.pattern, re.IGNORECASE if self.ignore_case else 0))
+        rx = bounded(self.pattern, self.ignore_case) if self.linear else re.compile(
+            self.pattern, re.IGNORECASE if self.ignore_case else 0)
+        object.__setattr__(self, "regex", rx)
 

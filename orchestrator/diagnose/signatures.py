@@ -267,4 +267,5 @@ def table_for(user: Sequence[UserSignature]) -> tuple[Signature, ...]:
     """The table for a run: the config's own signatures first, then the built-in ones. A user pattern that can
     backtrack catastrophically (settings refuse it; a config built without validation may hold one) is left out."""
     safe = [s for s in user if not catastrophic(s.pattern)]
-    return build_table([Signature(s.name, s.pattern, s.cause, s.blame, s.cascade, source="config") for s in safe])
+    return build_table([Signature(s.name, s.pattern, s.cause, s.blame, s.cascade, source="config", linear=True)
+                        for s in safe])

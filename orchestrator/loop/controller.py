@@ -8,7 +8,6 @@ saving state, submitting. What to do is decided elsewhere: `submission.prepare` 
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -19,6 +18,7 @@ from orchestrator import failpoints
 from orchestrator.backends.base import Backend, BackendError, SchedulerUnavailable
 from orchestrator.clock import Clock
 from orchestrator.contract import SegmentPaths
+from orchestrator.diagnose.linear import progress_pattern
 from orchestrator.diagnose.signatures import table_for
 from orchestrator.loop import operator, progress
 from orchestrator.loop.conclude import apply_outcome, conclude, log_blame
@@ -30,7 +30,7 @@ from orchestrator.loop.steps import Steps
 from orchestrator.loop.submission import FilesystemStall, intent, observe_checkpoint, prepare, shared_path, unloadable
 from orchestrator.loop.supervise import Seen, supervise
 from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
-from orchestrator.settings import Settings
+from orchestrator.settings import PROGRESS_REGEX, Settings
 from orchestrator.state import RunState, SegmentRecord, StateError, StateStore
 from orchestrator.watch.segment import SegmentWatch
 
@@ -46,7 +46,7 @@ class Controller:
         self.effects = EffectRunner(backend, notify or (lambda title, body: None), shared_path(settings))
         self.python = python
         self.signatures = table_for(settings.signatures)
-        self.progress = re.compile(settings.progress_regex)
+        self.progress = progress_pattern(settings.progress_regex, PROGRESS_REGEX)
         self.stop_requested, self.reload_requested = "", False
         self.reloader: Callable[[], Settings] | None = None
         self._watch: SegmentWatch | None = None

@@ -98,3 +98,36 @@ def test_a_slow_progress_regex_is_refused(tmp_path: Path, pattern: str) -> None:
     with pytest.raises(ConfigError, match=r"progress_regex: .*(?:does not finish|exponential)"):
         load_settings(write_config(tmp_path, base_config(tmp_path, progress_regex=pattern)))
     load_settings(write_config(tmp_path, base_config(tmp_path, progress_regex=r"step (\d+)")))
+
+
+@pytest.mark.parametrize("pattern", [r"(?:a|aa)+x(\d+)", r"a*a*a*a*a*a*b", r"(a+)+$"])
+def test_a_configuration_s_patterns_are_matched_in_linear_time_even_past_validation(pattern: str) -> None:
+    """The runtime bound (issue 21), not only the validate probe: a config's signatures and a custom progress
+    regex run on RE2, so a pattern that backtracks catastrophically on Python's engine costs a linear scan even
+    in a config that never went through validate (a Signature built directly, a spec edited by hand)."""
+    from orchestrator.diagnose.linear import is_linear, progress_pattern
+    from orchestrator.diagnose.signature import Signature
+    from orchestrator.settings import PROGRESS_REGEX
+
+    sig = Signature("crafted", pattern, Cause.USER_BUG, source="config", linear=True)
+    prog = progress_pattern(pattern.replace("(a+)+$", r"(a+)+(\d+)$"), PROGRESS_REGEX)
+    assert is_linear(sig.regex) and is_linear(prog)
+    line = "a" * 8192 + "!"  # what a line is cut to before matching, with a failing suffix
+    t0 = time.perf_counter()
+    assert sig.regex.search(line) is None and prog.search(line) is None
+    assert time.perf_counter() - t0 < 0.5
+    assert not is_linear(progress_pattern(PROGRESS_REGEX, PROGRESS_REGEX))  # the built-in one: measured, Python
+
+
+def test_a_pattern_re2_cannot_take_keeps_python_and_the_same_matches() -> None:
+    from orchestrator.diagnose.linear import bounded, bytes_twin, is_linear
+
+    back = bounded(r"(\w+) again \1", ignore_case=True)  # a backreference: RE2 refuses it
+    assert not is_linear(back) and back.search("Boom again boom")
+    rx = bounded(r"step (?P<it>\d+)", ignore_case=True)
+    assert is_linear(rx)
+    m = rx.search("STEP 42 loss 1.0")
+    assert m is not None and m.group(1) == "42" and m.groupdict() == {"it": "42"} and m.groups() == ("42",)
+    assert [x.group(1) for x in rx.finditer("step 1 step 2")] == ["1", "2"]
+    twin = bytes_twin(rx)
+    assert is_linear(twin) and twin.search(b"x step 7").group(1) == b"7"  # type: ignore[union-attr]
