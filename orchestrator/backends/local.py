@@ -8,11 +8,13 @@ controller re-attaches to jobs that are still running.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import re
 import signal
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -25,7 +27,7 @@ from orchestrator.agent.main import run_node
 from orchestrator.backends.base import BackendError
 from orchestrator.clock import Clock
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
-from orchestrator.state import atomic_write, private_dir
+from orchestrator.state import atomic_write, private_dir, read_regular
 
 SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 
@@ -75,6 +77,25 @@ def _alive(pid: int, start: int | None = None) -> bool:
     return _ours(pid, start)
 
 
+def _agents_under(segments: Path) -> list[int]:
+    """PIDs of live submitit job processes (`python -u -m submitit.core._submit FOLDER`) whose folder lies under
+    `segments`: the local backend's agents of this run, found without the job table."""
+    root, out = str(segments) + os.sep, []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "submitit.core._submit" in args and any(a.startswith(root) for a in args) and _alive(int(entry.name)):
+            out.append(int(entry.name))
+    return out
+
+
+LAST_ID = "last-id"
+
+
 class LocalBackend:
     """Owns virtual nodes on this machine: one submitit LocalExecutor per node, lowest free nodes
     first, --exclude honoured; its job table is a file so a restarted controller re-attaches."""
@@ -108,8 +129,16 @@ class LocalBackend:
         atomic_write(self.registry, json.dumps({"jobs": {k: asdict(v) for k, v in self._records.items()}}))
 
     def _next_id(self) -> str:
+        """Never an id given before, even after the job table was lost: `last-id` keeps the highest one."""
         ids = [int(k) for k in self._records if k.isdigit()]
-        return str(max(ids, default=1000) + 1)
+        try:
+            ids.append(int(read_regular(self.state_dir / LAST_ID, 32).decode().strip()))
+        except (OSError, ValueError):
+            pass
+        new = str(max(ids, default=1000) + 1)
+        private_dir(self.state_dir)
+        atomic_write(self.state_dir / LAST_ID, new)
+        return new
 
     # ---- Backend protocol ------------------------------------------------------------------
     def nodes(self) -> list[str]:
@@ -230,9 +259,31 @@ class LocalBackend:
         out = {}
         for ref in refs:
             rec = self._records.get(ref.job_id)
-            out[ref.job_id] = self._status(rec) if rec else JobStatus(
-                state=JobState.FAILED, reason="not in the local job table (lost or garbled jobs.json)")
+            if rec is None:
+                stopped = self._stop_orphans()
+                out[ref.job_id] = JobStatus(state=JobState.FAILED, reason="not in the local job table (lost or "
+                                            f"garbled jobs.json); {stopped} orphaned agent process(es) stopped")
+            else:
+                out[ref.job_id] = self._status(rec)
         return out
+
+    def _stop_orphans(self, grace_s: float = 15.0) -> int:
+        """Agent processes of this run that no record knows (their job table was lost): stopped (SIGTERM, then
+        SIGKILL after `grace_s`) before a job it 'lost' is called ended, so they never run beside the next one
+        nor write into its checkpoint directory. Returns how many there were."""
+        known = {pid for r in self._records.values() for pid in r.pids}
+        orphans = [pid for pid in _agents_under(self.state_dir.parent / "segments") if pid not in known]
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in orphans:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline and any(_alive(p) for p in orphans):
+                time.sleep(0.1)  # the agent stops its ranks on SIGTERM
+        if orphans:
+            logger.warning("stopped {} agent process(es) of jobs the local job table lost: {}", len(orphans),
+                           ",".join(map(str, orphans)))
+        return len(orphans)
 
     def cancel(self, ref: JobRef) -> None:
         rec = self._records.get(ref.job_id)

@@ -47,3 +47,41 @@ def test_a_reused_pid_is_never_signalled(tmp_path: Path) -> None:
     finally:
         other.kill()
         other.wait()
+
+
+def test_jobs_of_a_garbled_table_are_stopped_and_their_ids_never_given_again(tmp_path: Path) -> None:
+    """Issue 21, data loss 3: after a garbled jobs.json the old job was declared failed while its processes kept
+    running beside the next segment (sharing its checkpoint directory), and job ids restarted, so two segments
+    carried the same id. Now the lost job's agents are stopped before it is called ended, and ids go on."""
+    import sys
+    import time
+
+    from orchestrator.backends.local import _agents_under
+    from orchestrator.loop.submission import prepare
+    from orchestrator.settings import load_settings, parse_overrides
+    from orchestrator.state import RunState
+    from tests.conftest import base_config, write_config
+
+    cfg = base_config(tmp_path, command=[sys.executable, "-c", "import time; time.sleep(300)"],
+                      resources={"nodes": 2, "time_limit_min": 60})
+    s = load_settings(write_config(tmp_path, cfg), parse_overrides([]))
+    clock = FakeClock()
+    state_dir = s.run_dir / "local-backend"
+    backend = LocalBackend(["node1", "node2"], state_dir, clock)
+    state = RunState(run="t", created_at=clock.now(), updated_at=clock.now())
+    first = backend.submit(prepare(s, state, backend, clock.now(), sys.executable).spec)
+    deadline = time.monotonic() + 60
+    while len(_agents_under(s.run_dir / "segments")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    agents = _agents_under(s.run_dir / "segments")
+    assert len(agents) == 2, "the job's two agents never started"
+    (state_dir / "jobs.json").write_text('{"jobs": {"' + first.job_id + '": {"garbled')  # the table is lost
+    again = LocalBackend(["node1", "node2"], state_dir, clock)  # a restarted controller
+    status = again.poll([first])[first.job_id]
+    assert status.state == JobState.FAILED and "2 orphaned agent process(es) stopped" in status.reason
+    assert not _agents_under(s.run_dir / "segments"), "the lost job's agents still run"
+    state.segments = []
+    second = again.submit(prepare(s, state, again, clock.now(), sys.executable).spec.model_copy(
+        update={"command": ("true",)}))
+    assert second.job_id != first.job_id and int(second.job_id) > int(first.job_id)
+    again.cancel(second)
