@@ -24,7 +24,8 @@ import submitit
 from loguru import logger
 
 from orchestrator.agent.main import run_node
-from orchestrator.backends.base import BackendError
+from orchestrator.backends.base import BackendError, SchedulerUnavailable
+from orchestrator.backends.procs import agents_under, alive, ours, proc_stat
 from orchestrator.clock import Clock
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 from orchestrator.state import atomic_write, private_dir, read_regular
@@ -54,43 +55,6 @@ class LocalJobRecord:
     started_at: str | None = None
     end_state: str | None = None
     ended_at: str | None = None
-
-
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start time in clock ticks) of a process, or None when there is none."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()
-    return (fields[0], int(fields[19])) if len(fields) > 19 else None
-
-
-def _ours(pid: int, start: int | None) -> bool:
-    """The process is alive and is the one we started (not another that reuses the PID after a reboot or a
-    controller crash); without a recorded start time only liveness can be checked."""
-    st = _stat(pid)
-    return st is not None and st[0] != "Z" and (start is None or st[1] == start)
-
-
-def _alive(pid: int, start: int | None = None) -> bool:
-    return _ours(pid, start)
-
-
-def _agents_under(segments: Path) -> list[int]:
-    """PIDs of live submitit job processes (`python -u -m submitit.core._submit FOLDER`) whose folder lies under
-    `segments`: the local backend's agents of this run, found without the job table."""
-    root, out = str(segments) + os.sep, []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if "submitit.core._submit" in args and any(a.startswith(root) for a in args) and _alive(int(entry.name)):
-            out.append(int(entry.name))
-    return out
 
 
 LAST_ID = "last-id"
@@ -124,9 +88,16 @@ class LocalBackend:
                          self.registry, exc, aside)
             return {}
 
-    def _save(self) -> None:
-        private_dir(self.state_dir)
-        atomic_write(self.registry, json.dumps({"jobs": {k: asdict(v) for k, v in self._records.items()}}))
+    def _save(self, strict: bool = False) -> None:
+        """Write the job table. A full or read-only disk: a submission waits (SchedulerUnavailable, retried like
+        an unreachable scheduler); a start or an end already happened and stays in memory, written next time."""
+        try:
+            private_dir(self.state_dir)
+            atomic_write(self.registry, json.dumps({"jobs": {k: asdict(v) for k, v in self._records.items()}}))
+        except OSError as exc:
+            if strict:
+                raise SchedulerUnavailable(f"local job table {self.registry} cannot be written: {exc}") from None
+            logger.warning("local job table {} cannot be written now ({}); kept in memory", self.registry, exc)
 
     def _next_id(self) -> str:
         """Never an id given before, even after the job table was lost: `last-id` keeps the highest one."""
@@ -171,9 +142,17 @@ class LocalBackend:
                 f"job needs {spec.nodes} nodes but only {len(self.node_names) - len(spec.exclude)} are not excluded"
             )
         now = self.clock.now()
-        rec = LocalJobRecord(self._next_id(), spec.job_name, now.isoformat(), spec.model_dump(mode="json"))
+        try:
+            job_id = self._next_id()
+        except OSError as exc:
+            raise SchedulerUnavailable(f"local job table {self.state_dir} cannot be written: {exc}") from None
+        rec = LocalJobRecord(job_id, spec.job_name, now.isoformat(), spec.model_dump(mode="json"))
         self._records[rec.job_id] = rec
-        self._save()
+        try:
+            self._save(strict=True)
+        except SchedulerUnavailable:
+            del self._records[rec.job_id]
+            raise
         self._try_start(rec)
         return JobRef(job_id=rec.job_id, submitted_at=now, backend=self.name)
 
@@ -198,14 +177,14 @@ class LocalBackend:
         self._jobs[rec.job_id] = jobs
         rec.nodes = nodes
         rec.pids = [int(j.job_id) for j in jobs.values()]
-        rec.pid_starts = [st[1] if (st := _stat(p)) else -1 for p in rec.pids]
+        rec.pid_starts = [st[1] if (st := proc_stat(p)) else -1 for p in rec.pids]
         rec.started_at = self.clock.now().isoformat()
         self._save()
 
     def _node_result(self, rec: LocalJobRecord, node: str, pid: int) -> int | None:
         """None while running; 0 when the agent returned; 1 when it failed or vanished."""
         job = self._jobs.get(rec.job_id, {}).get(node)
-        running = job.state == "RUNNING" if job is not None else _alive(pid, self._start_of(rec, pid))
+        running = job.state == "RUNNING" if job is not None else alive(pid, self._start_of(rec, pid))
         if running:
             return None
         folder = Path(rec.spec["segment_dir"]) / "submitit" / node
@@ -247,7 +226,7 @@ class LocalBackend:
 
     def _kill(self, rec: LocalJobRecord, state: str) -> None:
         for pid in rec.pids:
-            if not _ours(pid, self._start_of(rec, pid)):
+            if not ours(pid, self._start_of(rec, pid)):
                 continue  # gone, or the PID now belongs to an unrelated process: never signal it
             try:
                 os.kill(pid, signal.SIGTERM)  # submitit's local controller forwards it to the agent
@@ -272,13 +251,13 @@ class LocalBackend:
         SIGKILL after `grace_s`) before a job it 'lost' is called ended, so they never run beside the next one
         nor write into its checkpoint directory. Returns how many there were."""
         known = {pid for r in self._records.values() for pid in r.pids}
-        orphans = [pid for pid in _agents_under(self.state_dir.parent / "segments") if pid not in known]
+        orphans = [pid for pid in agents_under(self.state_dir.parent / "segments") if pid not in known]
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in orphans:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, sig)
             deadline = time.monotonic() + grace_s
-            while time.monotonic() < deadline and any(_alive(p) for p in orphans):
+            while time.monotonic() < deadline and any(alive(p) for p in orphans):
                 time.sleep(0.1)  # the agent stops its ranks on SIGTERM
         if orphans:
             logger.warning("stopped {} agent process(es) of jobs the local job table lost: {}", len(orphans),

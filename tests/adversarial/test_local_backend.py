@@ -8,7 +8,10 @@ import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.backends.local import LocalBackend, LocalJobRecord, _stat
+import pytest
+
+from orchestrator.backends.local import LocalBackend, LocalJobRecord
+from orchestrator.backends.procs import proc_stat
 from orchestrator.clock import FakeClock
 from orchestrator.model import JobRef, JobState
 
@@ -35,7 +38,7 @@ def test_a_reused_pid_is_never_signalled(tmp_path: Path) -> None:
     """After a crash the PID in the table may belong to an unrelated process: its start time differs."""
     other = subprocess.Popen(["sleep", "60"])
     try:
-        st = _stat(other.pid)
+        st = proc_stat(other.pid)
         assert st is not None
         rec = LocalJobRecord(job_id="1003", job_name="j", submitted_at=datetime.now(UTC).isoformat(),
                              spec={"segment_dir": str(tmp_path), "time_limit_min": 60}, nodes=["node1"],
@@ -56,7 +59,7 @@ def test_jobs_of_a_garbled_table_are_stopped_and_their_ids_never_given_again(tmp
     import sys
     import time
 
-    from orchestrator.backends.local import _agents_under
+    from orchestrator.backends.procs import agents_under
     from orchestrator.loop.submission import prepare
     from orchestrator.settings import load_settings, parse_overrides
     from orchestrator.state import RunState
@@ -71,17 +74,46 @@ def test_jobs_of_a_garbled_table_are_stopped_and_their_ids_never_given_again(tmp
     state = RunState(run="t", created_at=clock.now(), updated_at=clock.now())
     first = backend.submit(prepare(s, state, backend, clock.now(), sys.executable).spec)
     deadline = time.monotonic() + 60
-    while len(_agents_under(s.run_dir / "segments")) < 2 and time.monotonic() < deadline:
+    while len(agents_under(s.run_dir / "segments")) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    agents = _agents_under(s.run_dir / "segments")
+    agents = agents_under(s.run_dir / "segments")
     assert len(agents) == 2, "the job's two agents never started"
     (state_dir / "jobs.json").write_text('{"jobs": {"' + first.job_id + '": {"garbled')  # the table is lost
     again = LocalBackend(["node1", "node2"], state_dir, clock)  # a restarted controller
     status = again.poll([first])[first.job_id]
     assert status.state == JobState.FAILED and "2 orphaned agent process(es) stopped" in status.reason
-    assert not _agents_under(s.run_dir / "segments"), "the lost job's agents still run"
+    assert not agents_under(s.run_dir / "segments"), "the lost job's agents still run"
     state.segments = []
     second = again.submit(prepare(s, state, again, clock.now(), sys.executable).spec.model_copy(
         update={"command": ("true",)}))
     assert second.job_id != first.job_id and int(second.job_id) > int(first.job_id)
     again.cancel(second)
+
+
+def test_a_job_table_that_cannot_be_written_holds_the_submission_instead_of_a_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21: the local registry's save on a full disk was a traceback out of `run`; now a submission waits
+    like one to an unreachable scheduler (the controller retries it), and nothing half-recorded is left."""
+    import errno
+    import sys
+
+    from orchestrator.backends import local
+    from orchestrator.backends.base import SchedulerUnavailable
+    from orchestrator.loop.submission import prepare
+    from orchestrator.settings import load_settings, parse_overrides
+    from orchestrator.state import RunState
+    from tests.conftest import base_config, write_config
+
+    s = load_settings(write_config(tmp_path, base_config(tmp_path)), parse_overrides([]))
+    clock = FakeClock()
+    backend = LocalBackend(["node1", "node2", "node3"], s.run_dir / "local-backend", clock)
+    spec = prepare(s, RunState(run="t", created_at=clock.now(), updated_at=clock.now()), backend, clock.now(),
+                   sys.executable).spec
+
+    def full(path: Path, data: str, failpoint: object = None) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(local, "atomic_write", full)
+    with pytest.raises(SchedulerUnavailable, match="No space left on device"):
+        backend.submit(spec)
+    assert backend.find_jobs(spec.job_name) == [] and not backend._records
