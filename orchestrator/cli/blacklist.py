@@ -26,7 +26,7 @@ from orchestrator.requests import (
     write_request,
 )
 from orchestrator.runlock import EDIT_LOCK_FILE, LockHeld, LockUnavailable, RunLock
-from orchestrator.state import RunState, StateStore
+from orchestrator.state import RunState, StateError, StateStore
 from orchestrator.views.status import blacklist_table, status_json
 
 bl_app = typer.Typer(help="List or edit a run's node blacklist (manual overrides).", no_args_is_help=True)
@@ -83,6 +83,8 @@ def _edit(target: Path, request: EditRequest, wait_s: float) -> tuple[str, Black
                     "try again"], 1) from None
     try:
         return _edit_serialised(store, where, request, wait_s)
+    except (StateError, OSError) as exc:  # a full or read-only disk: the state and the queue are as they were
+        raise fail([f"{where}: {exc}; nothing changed"[:600]], 1) from None
     finally:
         editors.release()
 

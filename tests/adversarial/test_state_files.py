@@ -75,3 +75,26 @@ def test_a_shared_blacklist_that_is_not_one(tmp_path: Path, content: str) -> Non
     res = runner.invoke(app, ["run", str(cfg), "--dry-run"])
     assert res.exit_code == 0 and "Traceback" not in res.output, res.output
     assert json.loads(shared.read_text()) == json.loads(content)
+
+
+@pytest.mark.parametrize("edit", [["add", "node4"], ["remove", "node4"], ["clear"]])
+def test_a_blacklist_edit_on_a_full_disk_is_one_line_and_changes_nothing(tmp_path: Path, edit: list[str],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21: `blacklist add/remove/clear` on a full disk was a traceback."""
+    import errno
+
+    from orchestrator import requests, state
+
+    store = StateStore(tmp_path)
+    store.save(RunState(run="r", created_at=NOW, updated_at=NOW))
+    before = (tmp_path / "state.json").read_bytes()
+
+    def full(path: Path, data: str, failpoint: object = None) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(state, "atomic_write", full)
+    monkeypatch.setattr(requests, "atomic_write", full)
+    res = runner.invoke(app, ["blacklist", edit[0], str(tmp_path), *edit[1:]])
+    assert res.exit_code == 1 and "Traceback" not in res.output and isinstance(res.exception, SystemExit), res.output
+    assert "No space left on device" in res.output and "nothing changed" in res.output, res.output
+    assert (tmp_path / "state.json").read_bytes() == before
