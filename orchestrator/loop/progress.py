@@ -23,8 +23,10 @@ def record_progress(seg: SegmentRecord, status: JobStatus, scheduler_nodes: list
     if status.nodes and status.nodes_final and status.state != JobState.PENDING:
         if list(status.nodes) != seg.nodes:
             seg.nodes, changed = list(status.nodes), True
-    elif not scheduler_nodes and log_nodes and sorted(log_nodes) != seg.nodes:
-        seg.nodes, changed = sorted(log_nodes), True  # no full list from the scheduler: the agents' logs
+    elif not scheduler_nodes and (grown := sorted(set(seg.nodes) | set(log_nodes) | set(
+            status.nodes if status.state != JobState.PENDING else ()))) != seg.nodes:
+        # no full list from the scheduler: what the agents' logs and a partial list show, never fewer than known
+        seg.nodes, changed = grown, True
     if iteration is not None and iteration != seg.end_iteration:
         seg.end_iteration = iteration
         seg.first_progress_at = seg.first_progress_at or now

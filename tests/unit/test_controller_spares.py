@@ -424,3 +424,26 @@ def test_a_node_blamed_in_the_job_is_not_promoted_back_even_below_the_strike_thr
     s3 = state.segments[2]
     assert s3.in_job_of is None and s3.job_id != "101"  # not node1,node2 inside job 101
     assert "node2" not in cluster.jobs["101"].steps[-1][1]
+
+
+def test_the_segment_s_nodes_never_narrow_to_a_partial_list() -> None:
+    """Issue 21: a Slurm segment was recorded on ['node1'] while sacct said node[1-2,4]: a partial list (the
+    agents' logs seen so far, squeue's nodes still busy while completing) never replaces a fuller one."""
+    from datetime import UTC, datetime
+
+    from orchestrator.loop.progress import record_progress
+    from orchestrator.model import JobStatus
+    from orchestrator.state import SegmentRecord
+
+    seg = SegmentRecord(index=1, job_name="r.seg0001")
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    record_progress(seg, JobStatus(state=JobState.RUNNING, nodes=("node1", "node2", "node4")), [], ["node1"], None,
+                    now)
+    assert seg.nodes == ["node1", "node2", "node4"]
+    completing = JobStatus(state=JobState.RUNNING, nodes=("node1",), nodes_final=False)
+    record_progress(seg, completing, [], ["node1"], None, now)
+    assert seg.nodes == ["node1", "node2", "node4"]
+    fresh = SegmentRecord(index=2, job_name="r.seg0002")  # no scheduler list yet: the logs, growing
+    record_progress(fresh, completing, [], ["node1"], None, now)
+    record_progress(fresh, completing, [], ["node2"], None, now)
+    assert fresh.nodes == ["node1", "node2"]
