@@ -10,6 +10,7 @@
 #   scripts/slurm-testbed.sh freeze-rank NODE [TEXT]  freeze only the training ranks on NODE (the agent stays up)
 #   scripts/slurm-testbed.sh thaw-job NODE
 #   scripts/slurm-testbed.sh stop-ctld|start-ctld   a scheduler outage (jobs keep running on the nodes)
+#   scripts/slurm-testbed.sh stop-dbd|start-dbd     an accounting outage (sacct fails, squeue answers)
 #   scripts/slurm-testbed.sh env              print the export line clients need (SLURM_CONF)
 #
 # Each slurmd runs in its own UTS+PID+mount namespace with hostname nodeK, so `hostname`, %N and
@@ -298,6 +299,8 @@ case "${1:-}" in
   thaw-job) thaw "${2:?node}" ;;
   stop-ctld) pkill -f "slurmctld -D" || true; wait_for 30 "slurmctld down" sh -c '! scontrol ping' ;;
   start-ctld) start_ctld ;;
+  stop-dbd) pkill -f "slurmdbd -D" || true; wait_for 30 "slurmdbd down" sh -c '! pgrep -x slurmdbd' ;;
+  start-dbd) start_slurmdbd ;;
   env) echo "export SLURM_CONF=$CONF" ;;
-  *) sed -n '2,17p' "$0"; exit 2 ;;
+  *) sed -n '2,18p' "$0"; exit 2 ;;
 esac
