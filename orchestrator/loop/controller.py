@@ -25,7 +25,7 @@ from orchestrator.loop.conclude import apply_outcome, conclude, log_blame
 from orchestrator.loop.effects import Alert, Cancel, EffectRunner, Notify
 from orchestrator.loop.injob import in_allocation, job_submitted_at
 from orchestrator.loop.notes import Notes
-from orchestrator.loop.outage import Outage, poll_job
+from orchestrator.loop.outage import Outage, poll_job, save_patiently
 from orchestrator.loop.steps import Steps
 from orchestrator.loop.submission import FilesystemStall, intent, observe_checkpoint, prepare, shared_path, unloadable
 from orchestrator.loop.supervise import Seen, supervise
@@ -85,7 +85,8 @@ class Controller:
 
     def save(self, state: RunState) -> None:
         state.updated_at = self.clock.now()
-        self.store.save(state)
+        save_patiently(self.store, state, self.clock, self.s.watch.poll_interval_s,
+                       self.s.policy.filesystem_stall_max_s, lambda: bool(self.stop_requested))
 
     def run(self) -> RunState:
         operator.forget_stale_stop(self.s)

@@ -6,14 +6,17 @@ Kept in memory: a restarted controller starts counting again (it alerts again, n
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from loguru import logger
 
 from orchestrator.backends.base import Backend, SchedulerUnavailable
+from orchestrator.clock import Clock
 from orchestrator.loop.effects import Alert
 from orchestrator.model import JobRef, JobState, JobStatus
+from orchestrator.state import RunState, StateError, StateStore
 
 
 @dataclass(frozen=True)
@@ -72,3 +75,27 @@ def poll_job(backend: Backend, outage: Outage, ref: JobRef, now: datetime) -> Jo
     if (lasted := outage.clear(now)) is not None:
         logger.info("scheduler reachable again after {}", lasted)
     return status
+
+
+def save_patiently(store: StateStore, state: RunState, clock: Clock, every_s: float, limit_s: float,
+                   stopping: Callable[[], bool]) -> None:
+    """Save the run state; a run directory that cannot take it (full, read-only) is waited out, said once, and
+    retried every `every_s`: the controller never exits with a decision unsaved while its job runs or ended (a
+    restart would judge the segment again on the same logs). A stop request or `limit_s` ends the wait with the
+    StateError (the previous state is intact)."""
+    since: datetime | None = None
+    while True:
+        try:
+            store.save(state)
+        except StateError as exc:
+            now = clock.now()
+            if since is None:
+                since = now
+                logger.error("{}; waiting for the run directory, retrying every {:.0f}s", exc, every_s)
+            if stopping() or (now - since).total_seconds() > limit_s:
+                raise
+            clock.sleep(every_s)
+            continue
+        if since is not None:
+            logger.info("run state written again after {}", _human(clock.now() - since))
+        return

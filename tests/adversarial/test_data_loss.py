@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -212,11 +213,11 @@ def test_4_checkpoint_filesystem_unmounted_after_first_segment_progress_waits(tm
     from orchestrator.cli.run import _from_scratch
 
     _from_scratch(ctl.store, ctl.clock)  # `run --from-scratch`: the operator gives the checkpoints up on purpose
-    state = ctl.store.load()
-    assert state is not None
-    ctl.step(state)
+    again = ctl.store.load()
+    assert again is not None
+    ctl.step(again)
     assert len(cluster.submitted) == 2 and cluster.submitted[1].start_iteration == 0
-    assert [e.node for e in state.blacklist.entries] == ["node3"]  # the blacklist is kept
+    assert [e.node for e in again.blacklist.entries] == ["node3"]  # the blacklist is kept
 
 
 @pytest.mark.parametrize("how", ["emptied", "moved"])
@@ -279,3 +280,43 @@ def test_2b_a_queued_edit_is_acknowledged_only_after_the_state_that_holds_it_is_
     again, _ = take_requests(tmp_path, store.load() or state)
     assert again == []  # applied once, never twice
     assert (store.load() or state).blacklist.get("node4") is not None
+
+
+class FullDisk(StateStore):
+    """A run directory that is full from `full_from` (fake time) until `freed_at`."""
+    def __init__(self, run_dir: Path, clock: FakeClock):
+        super().__init__(run_dir)
+        self.clock = clock
+        self.full_from = self.freed_at = clock.now() + timedelta(days=3650)
+        self.refused = 0
+
+    def save(self, state: RunState) -> None:
+        now = self.clock.now()
+        if self.full_from <= now < self.freed_at:
+            self.refused += 1
+            raise StateError(f"{self.path}: cannot write the run state ([Errno 28] No space left on device); "
+                             "the previous state is intact")
+        super().save(state)
+
+
+def test_5_a_full_run_directory_is_waited_out_and_the_decision_is_saved_once_space_is_back(tmp_path: Path) -> None:
+    """Issue 21, data loss 5: the disk filled during training; the controller decided, could not save, and
+    exited, so the decision was lost and a later `run` judged the segment again. Now it waits (said once),
+    and once space is freed the decision is saved and the run goes on: node3 excluded, the goal reached."""
+    from loguru import logger
+
+    ctl, cluster, clock = make(tmp_path, {"node3": Fault("ecc", at=35)})
+    store = FullDisk(ctl.s.run_dir, clock)
+    ctl.store = store
+    store.full_from, store.freed_at = clock.now() + timedelta(seconds=20), clock.now() + timedelta(seconds=300)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), format="{message}")
+    try:
+        state = ctl.run()
+    finally:
+        logger.remove(sink)
+    assert store.refused > 1 and state.status == RunStatus.DONE
+    assert len([x for x in lines if "waiting for the run directory" in x]) == 1
+    saved = StateStore(ctl.s.run_dir).load()
+    assert saved is not None and saved.status == RunStatus.DONE
+    assert [e.node for e in saved.blacklist.entries] == ["node3"] and len(cluster.submitted) == 2
