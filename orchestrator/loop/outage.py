@@ -91,7 +91,7 @@ def save_patiently(store: StateStore, state: RunState, clock: Clock, every_s: fl
             now = clock.now()
             if since is None:
                 since = now
-                logger.error("{}; waiting for the run directory, retrying every {:.0f}s", exc, every_s)
+                logger.error("{}; waiting for the run directory, retrying every {:g}s", exc, every_s)
             if stopping() or (now - since).total_seconds() > limit_s:
                 raise
             clock.sleep(every_s)
