@@ -7,10 +7,11 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 
-from orchestrator.state import private_dir
+from orchestrator.state import private_dir, read_regular
 
 LOCK_FILE = "controller.lock"
 EDIT_LOCK_FILE = "blacklist-edit.lock"  # serialises `orchestrator blacklist` edits among themselves
@@ -37,9 +38,12 @@ class RunLock:
     def acquire(self, role: str = "tool") -> None:
         private_dir(self.path.parent)
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:  # a directory in its place, a read-only run directory
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:  # a directory or a symlink in its place, a read-only run directory
             raise LockUnavailable(f"{self.path}: cannot take the run lock ({exc.strerror or exc})") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device: never written to, never waited on
+            os.close(fd)
+            raise LockUnavailable(f"{self.path}: cannot take the run lock (not a regular file)")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -69,7 +73,7 @@ class RunLock:
     def is_held(self) -> bool:
         """True while a live process holds the lock. Creates nothing and rewrites nothing."""
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return False
         try:
@@ -82,7 +86,7 @@ class RunLock:
 
     def holder(self) -> str | None:
         try:
-            return self.path.read_text().strip() or None
+            return read_regular(self.path, 4096).decode(errors="replace").strip() or None
         except OSError:
             return None
 

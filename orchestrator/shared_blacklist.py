@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from orchestrator.blacklist import Blacklist
 from orchestrator.model import BlacklistEntry
-from orchestrator.state import atomic_write
+from orchestrator.state import atomic_write, read_regular
 
 
 class SharedBlacklist:
@@ -23,7 +23,7 @@ class SharedBlacklist:
 
     def _read(self) -> list[BlacklistEntry]:
         try:
-            raw = json.loads(self.path.read_text())
+            raw = json.loads(read_regular(self.path, 1 << 26).decode("utf-8"))
         except (FileNotFoundError, json.JSONDecodeError):
             return []
         except (OSError, UnicodeDecodeError, RecursionError) as exc:

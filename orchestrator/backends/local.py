@@ -77,13 +77,14 @@ class LocalBackend:
     def _load(self) -> dict[str, LocalJobRecord]:
         """The job table; a garbled one is kept aside (jobs.json.garbled), never silently dropped."""
         try:
-            raw = json.loads(self.registry.read_text())
+            raw = json.loads(read_regular(self.registry).decode("utf-8"))
             return {str(k): LocalJobRecord(**v) for k, v in raw.get("jobs", {}).items()}
         except FileNotFoundError:
             return {}
-        except (ValueError, TypeError, AttributeError) as exc:
+        except (OSError, ValueError, TypeError, AttributeError) as exc:  # garbled, a FIFO or a directory
             aside = self.registry.with_name(self.registry.name + ".garbled")
-            self.registry.replace(aside)
+            with contextlib.suppress(OSError):
+                self.registry.replace(aside)
             logger.error("{} is not a valid job table ({}); kept as {}: its jobs are reported lost",
                          self.registry, exc, aside)
             return {}
@@ -189,8 +190,7 @@ class LocalBackend:
             return None
         folder = Path(rec.spec["segment_dir"]) / "submitit" / node
         try:
-            with (folder / f"{pid}_0_result.pkl").open("rb") as fh:
-                outcome, _ = pickle.load(fh)
+            outcome, _ = pickle.loads(read_regular(folder / f"{pid}_0_result.pkl", 1 << 26))
             return 0 if outcome == "success" else 1
         except (OSError, pickle.UnpicklingError, EOFError, ValueError):
             return 1

@@ -74,3 +74,36 @@ def test_a_run_whose_log_cannot_be_written_is_one_line(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["run", str(cfg)])
     assert r.exit_code == 1 and "cannot write the controller's log" in r.output, r.output
     assert "Traceback" not in r.output
+
+
+def test_fifos_in_place_of_the_lock_the_job_table_the_shared_blacklist_and_a_result_never_block(
+        tmp_path: Path) -> None:
+    """Issue 21, files opened as what they should be: every other file the controller or the CLI opens under a
+    run directory (the run lock, the local job table, a job's result, the shared blacklist) is refused or read
+    as missing when a FIFO stands in its place, within a bound, never waited on."""
+    from orchestrator.backends.local import LocalBackend, LocalJobRecord
+    from orchestrator.clock import FakeClock
+    from orchestrator.runlock import LockUnavailable, RunLock
+    from orchestrator.shared_blacklist import SharedBlacklist
+
+    os.mkfifo(tmp_path / "controller.lock")
+    lock = RunLock(tmp_path)
+    done, got = call_with_timeout(lambda: (lock.is_held(), lock.holder()), 5)
+    assert done and got == (False, None)
+    done, err = call_with_timeout(lock.acquire, 5)
+    assert done and isinstance(err, LockUnavailable) and "not a regular file" in str(err)
+    state_dir = tmp_path / "local-backend"
+    state_dir.mkdir()
+    os.mkfifo(state_dir / "jobs.json")
+    done, backend = call_with_timeout(lambda: LocalBackend(["node1"], state_dir, FakeClock()), 5)
+    assert done and isinstance(backend, LocalBackend) and backend._records == {}
+    seg = tmp_path / "segments" / "0001"
+    (seg / "submitit" / "node1").mkdir(parents=True)
+    os.mkfifo(seg / "submitit" / "node1" / "4242_0_result.pkl")
+    rec = LocalJobRecord("1001", "j", datetime.now(UTC).isoformat(), {"segment_dir": str(seg)}, ["node1"], [4242])
+    done, code = call_with_timeout(lambda: backend._node_result(rec, "node1", 4242), 5)
+    assert done and code == 1  # a result that cannot be read is a failed node, not a wait
+    os.mkfifo(tmp_path / "shared.json")
+    done, err = call_with_timeout(lambda: SharedBlacklist(tmp_path / "shared.json").merge_into(
+        RunState(run="r", created_at=datetime.now(UTC), updated_at=datetime.now(UTC)).blacklist), 5)
+    assert done and isinstance(err, ValueError) and "FIFO" in str(err)
