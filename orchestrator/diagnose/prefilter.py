@@ -9,13 +9,18 @@ more slowly. The prefilter may over-report, never under-report.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 try:  # optional accelerator
     import hyperscan
 except ImportError:  # pragma: no cover - depends on the platform
     hyperscan = None  # type: ignore[assignment]
+ENGINE_AVAILABLE = hyperscan is not None
 
 # The start of an allocation (used after Slurm printed a JOB-level end banner in the same file).
 ALLOC_START_RE = (r"NCCL INFO NCCL version \d|Starting elastic_operator|Initializing distributed: GLOBAL_RANK"
@@ -44,19 +49,65 @@ def _plain(pattern: str) -> str:
 
 def _database(patterns: tuple[tuple[str, bool], ...]) -> hyperscan.Database:
     """A Hyperscan database of `patterns`, with its own scratch space (never shared between watches)."""
-    if (blob := _COMPILED.get(patterns)) is not None:
-        db = hyperscan.loadb(blob, hyperscan.HS_MODE_BLOCK)
-        db.scratch = hyperscan.Scratch(db)
-        return db
+    blob = _COMPILED.get(patterns) or _cached(patterns)
+    if blob is not None:
+        try:
+            db = hyperscan.loadb(blob, hyperscan.HS_MODE_BLOCK)
+            db.scratch = hyperscan.Scratch(db)
+        except Exception:  # noqa: BLE001 - a damaged cache file: compile instead
+            blob = None
+        else:
+            _COMPILED[patterns] = blob
+            return db
+    db = _compile(patterns)
+    if len(_COMPILED) >= _MAX_COMPILED:
+        _COMPILED.clear()
+    _COMPILED[patterns] = hyperscan.dumpb(db)
+    _store(patterns, _COMPILED[patterns])
+    return db
+
+
+def _compile(patterns: tuple[tuple[str, bool], ...]) -> hyperscan.Database:
     db = hyperscan.Database()
     flags = [(hyperscan.HS_FLAG_CASELESS if ci else 0) | hyperscan.HS_FLAG_ALLOWEMPTY | hyperscan.HS_FLAG_MULTILINE
              for _, ci in patterns]
     db.compile(expressions=[_plain(p).encode() for p, _ in patterns], ids=list(range(len(patterns))),
                elements=len(patterns), flags=flags)
-    if len(_COMPILED) >= _MAX_COMPILED:
-        _COMPILED.clear()
-    _COMPILED[patterns] = hyperscan.dumpb(db)
     return db
+
+
+def _cache_file(patterns: tuple[tuple[str, bool], ...]) -> Path | None:
+    """Where this host keeps the compiled database of `patterns` between processes (`orchestrator diagnose`
+    starts fresh each time): $XDG_CACHE_HOME/orchestrator or ~/.cache/orchestrator; None if unusable."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orchestrator"
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return None
+    key = hashlib.sha256(repr((getattr(hyperscan, "__version__", ""), patterns)).encode()).hexdigest()[:32]
+    return root / f"hs-{key}.db"
+
+
+def _cached(patterns: tuple[tuple[str, bool], ...]) -> bytes | None:
+    path = _cache_file(patterns)
+    try:
+        return path.read_bytes() if path is not None else None
+    except OSError:
+        return None
+
+
+def _store(patterns: tuple[tuple[str, bool], ...], blob: bytes) -> None:
+    """Best effort, atomic (a reader never sees half a file)."""
+    path = _cache_file(patterns)
+    if path is None:
+        return
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".hs-", dir=path.parent)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(blob)
+        os.replace(tmp, path)
+    except OSError:
+        Path(locals().get("tmp", path.parent / ".hs-none")).unlink(missing_ok=True)
 
 
 class Prefilter:
