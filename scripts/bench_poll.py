@@ -2,7 +2,9 @@
 """Cost of one controller poll cycle as the cluster grows: per-node log reads, and Slurm commands.
 
 Usage: python scripts/bench_poll.py [--nodes 4096] [--cycles 20] [--lines-per-node 3]
-Prints, for 8 nodes and for --nodes: wall time per idle cycle and per cycle with appends, CPU share,
+Prints, for 8 nodes and for --nodes: wall time per idle cycle and per cycle with appends, each beside its I/O
+floor measured alternately in the same run (listing the logs and records directories; plus reading the appended
+bytes) and their ratio (goal <= 2), CPU share,
 the controller's peak RSS, and the number of Slurm commands per poll (which must not grow with nodes).
 """
 
@@ -22,6 +24,7 @@ from orchestrator.clock import FakeClock
 from orchestrator.diagnose.signatures import build_table
 from orchestrator.model import JobRef
 from orchestrator.settings import SlurmBackendCfg
+from orchestrator.watch.reader import scan_dir
 from orchestrator.watch.segment import SegmentWatch
 
 LINE = (" iteration {it:8d}/  500000 | consumed samples: {s:12d} | elapsed time per iteration (ms): 1001.2 | "
@@ -43,15 +46,41 @@ def cycle(watch: SegmentWatch, clock: FakeClock) -> tuple[float, float]:
     return time.perf_counter() - w0, time.process_time() - c0
 
 
+def idle_floor(root: Path) -> float:
+    """The I/O an idle poll cannot avoid: listing (scandir + stat) the logs and records directories."""
+    w0 = time.perf_counter()
+    scan_dir(root / "logs")
+    scan_dir(root / "nodes")
+    return time.perf_counter() - w0
+
+
+def busy_floor(root: Path, offsets: dict[Path, int]) -> float:
+    """The idle floor plus reading what every node appended since the last cycle (open, seek, read)."""
+    w0 = time.perf_counter()
+    sizes = scan_dir(root / "logs")
+    scan_dir(root / "nodes")
+    for path, off in offsets.items():
+        if sizes.get(path.name, (0, 0.0))[0] != off:
+            with path.open("rb") as fh:
+                fh.seek(off)
+                offsets[path] = off + len(fh.read())
+    return time.perf_counter() - w0
+
+
 def measure(n: int, cycles: int, lines_per_node: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
         paths = setup(root, n)
         watch = SegmentWatch(root, build_table(), re.compile(r"iteration\s+(\d+)\s*/\s*\d+"), read_timeout_s=10)
         clock = FakeClock()
+        (root / "nodes").mkdir(exist_ok=True)
         watch.poll(clock.now())  # first read of everything
-        idle = [cycle(watch, clock) for _ in range(cycles)]
-        busy = []
+        idle, idle_io = [], []
+        for _ in range(cycles):  # alternated with its floor, so both see the same machine
+            idle.append(cycle(watch, clock))
+            idle_io.append(idle_floor(root))
+        busy, busy_io = [], []
+        offsets = {p: p.stat().st_size for p in paths}
         it = 50
         for _ in range(cycles):
             it += lines_per_node
@@ -60,10 +89,13 @@ def measure(n: int, cycles: int, lines_per_node: int) -> dict[str, float]:
                 with p.open("a") as fh:
                     fh.write(chunk)
             busy.append(cycle(watch, clock))
+            busy_io.append(busy_floor(root, offsets))
         watch.close()
     sacct_calls = count_slurm_commands(n)
     return {
         "idle_ms": statistics.median(w for w, _ in idle) * 1000,
+        "idle_floor_ms": statistics.median(idle_io) * 1000,
+        "busy_floor_ms": statistics.median(busy_io) * 1000,
         "idle_cpu": sum(c for _, c in idle) / sum(w for w, _ in idle),
         "busy_ms": statistics.median(w for w, _ in busy) * 1000,
         "busy_cpu": sum(c for _, c in busy) / sum(w for w, _ in busy),
@@ -96,11 +128,13 @@ def main() -> None:
     ap.add_argument("--lines-per-node", type=int, default=3, help="appended per node between two polls")
     args = ap.parse_args()
     rows = {n: measure(n, args.cycles, args.lines_per_node) for n in (8, args.nodes)}
-    print(f"{'nodes':>6} {'idle ms':>8} {'idle cpu':>9} {'append ms':>10} {'append cpu':>11} "
-          f"{'lines/poll':>11} {'slurm cmds/poll':>16}")
+    print(f"{'nodes':>6} {'idle ms':>8} {'floor':>6} {'x':>5} {'idle cpu':>9} {'append ms':>10} {'floor':>6} "
+          f"{'x':>5} {'append cpu':>11} {'lines/poll':>11} {'slurm cmds/poll':>16}")
     for n, r in rows.items():
-        print(f"{n:>6} {r['idle_ms']:>8.1f} {r['idle_cpu']:>9.0%} {r['busy_ms']:>10.1f} {r['busy_cpu']:>11.0%} "
-              f"{r['lines_per_cycle']:>11.0f} {r['slurm_cmds_per_poll']:>16.1f}")
+        print(f"{n:>6} {r['idle_ms']:>8.1f} {r['idle_floor_ms']:>6.1f} {r['idle_ms'] / r['idle_floor_ms']:>5.1f} "
+              f"{r['idle_cpu']:>9.0%} {r['busy_ms']:>10.1f} {r['busy_floor_ms']:>6.1f} "
+              f"{r['busy_ms'] / r['busy_floor_ms']:>5.1f} {r['busy_cpu']:>11.0%} {r['lines_per_cycle']:>11.0f} "
+              f"{r['slurm_cmds_per_poll']:>16.1f}")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     big = rows[args.nodes]
     print(f"peak RSS {rss:.0f} MB; idle cycle at {args.nodes} nodes: {big['idle_ms']:.1f} ms (goal < 50 ms); "

@@ -5,6 +5,7 @@ writer) never hangs the controller; the stall is recorded instead."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ class NodeWatch:
     heartbeat: str = ""
     heartbeat_seen_at: datetime | None = None
     dump_mtime: str = ""
+    names: tuple[str, str, str, str] = ("", "", "", "")  # its log, heartbeat, exit and dump file names, once
 
 
 @dataclass
@@ -63,13 +65,9 @@ class SegmentWatch:
     def __post_init__(self) -> None:
         self.prefilter = Prefilter([(s.pattern, s.ignore_case) for s in self.signatures])
 
-    @property
+    @functools.cached_property
     def paths(self) -> SegmentPaths:
         return SegmentPaths(self.segment_dir)
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.paths.logs
 
     def _call(self, what: str, fn: Any, *args: Any) -> tuple[bool, Any]:
         fut = self._pool.submit(fn, *args)
@@ -90,9 +88,10 @@ class SegmentWatch:
         for name in logs:
             node = node_of_log(name)
             if node is not None and node not in self.nodes:
-                path = self.paths.log(node)
-                self.nodes[node] = NodeWatch(tail=LogTail(path), scan=NodeScan(node, str(path), self.signatures,
-                                                                                self.progress))
+                p, path = self.paths, self.paths.log(node)
+                self.nodes[node] = NodeWatch(tail=LogTail(path), scan=NodeScan(
+                    node, str(path), self.signatures, self.progress), names=(
+                    path.name, p.heartbeat(node).name, p.exit(node).name, p.dump(node).name))
 
     def _discover_scheduler_logs(self) -> None:
         """submitit's per-task files (<job>/<job>_<task>_log.out) hold slurmstepd's and srun's own lines;
@@ -170,7 +169,7 @@ class SegmentWatch:
     def _poll(self, now: datetime, final: bool = False) -> None:
         """Read what is new on every node. Two directory listings tell which logs grew and which records
         changed, so an idle poll reads no file; a node whose read hangs is skipped until it returns."""
-        logs = self._listing(self.logs_dir)
+        logs = self._listing(self.paths.logs)
         records = self._listing(self.paths.nodes) or {}
         if logs is None:
             return
@@ -188,7 +187,7 @@ class SegmentWatch:
                 nw.pending_read = None
                 for first, block, newlines in pending.results.get(node, []):
                     nw.scan.feed_bytes(first, block, self.prefilter, newlines)
-            size = logs.get(self.paths.log(node).name, (0, 0.0))[0]
+            size = logs.get(nw.names[0], (0, 0.0))[0]
             if final or size != nw.tail.offset:
                 todo.append((node, nw))
         for node, blocks in self._read_logs(todo, final).items():
@@ -209,15 +208,15 @@ class SegmentWatch:
     def _read_records(self, node: str, nw: NodeWatch, now: datetime,
                       records: dict[str, tuple[int, float]]) -> None:
         """Heartbeats count by their mtime (no read); exit records and dumps are read once they exist."""
-        p = self.paths
-        hb = records.get(p.heartbeat(node).name)
+        p, (_, hb_name, exit_name, dump_name) = self.paths, nw.names  # names made once: no Path per node per poll
+        hb = records.get(hb_name)
         if hb is not None and str(hb[1]) != nw.heartbeat:
             nw.heartbeat, nw.heartbeat_seen_at = str(hb[1]), now
-        if nw.exit_record is None and p.exit(node).name in records:
+        if nw.exit_record is None and exit_name in records:
             nw.exit_record = self._read(p.exit(node), ExitRecord)
             if nw.exit_record is not None:
                 nw.exit_seen_at = now
-        dump_file = records.get(p.dump(node).name)
+        dump_file = records.get(dump_name)
         if nw.dump is None and self.dump_request_id and dump_file and str(dump_file[1]) != nw.dump_mtime:
             nw.dump_mtime = str(dump_file[1])
             got = self._read(p.dump(node), DumpRecord)
