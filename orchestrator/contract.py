@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -110,9 +111,14 @@ class AllocationPaths:
         return self.root / f"step-{segment:04d}.json"
 
 
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,254}")  # a host name as Slurm spells it
+
+
 def node_of_log(file_name: str) -> str | None:
-    """The node a file in logs/ belongs to, or None when it is not an agent log."""
-    return file_name[: -len(LOG_SUFFIX)] if file_name.endswith(LOG_SUFFIX) and len(file_name) > 4 else None
+    """The node a file in logs/ belongs to, or None when it is not an agent log: a name that is no host name
+    (`-rf.log`, control or bidirectional characters) never becomes a node, a culprit or a drain command."""
+    node = file_name[: -len(LOG_SUFFIX)] if file_name.endswith(LOG_SUFFIX) else ""
+    return node if NODE_NAME.fullmatch(node) else None
 
 
 class Record(BaseModel):

@@ -127,3 +127,10 @@ class DaemonPool:
                     self._busy -= 1
         for _ in self._threads:
             self._queue.put(None)
+
+
+def pending(read: Any) -> bool:
+    """A read left to its worker (a Batch or a Future) that has not returned yet."""
+    if read is None:
+        return False
+    return not (read.done.is_set() if isinstance(read, Batch) else read.done())

@@ -22,7 +22,7 @@ from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.tail import LogTail
-from orchestrator.watch.reader import BATCH, Batch, DaemonPool, scan_dir
+from orchestrator.watch.reader import BATCH, Batch, DaemonPool, pending, scan_dir
 from orchestrator.watch.stuck import frames, fs_suspect, stuck_detail
 
 
@@ -59,6 +59,8 @@ class SegmentWatch:
     last_output_at: datetime | None = None  # when any node's log last grew (liveness without progress lines)
     scheduler_logs: dict[str, NodeWatch] = field(default_factory=dict)
     blind_since: datetime | None = None  # a read of the run directory has not returned since then
+    _seen: set[str] = field(default_factory=set, repr=False)  # log names judged once the job's nodes are known
+    _strays: int = 0  # files in logs/ that are no node of the job (said once)
     _pool: DaemonPool = field(default_factory=lambda: DaemonPool(max_workers=8))
     prefilter: Prefilter = field(init=False)
 
@@ -85,9 +87,18 @@ class SegmentWatch:
         return value if ok and isinstance(value, dict) else None
 
     def _discover(self, logs: dict[str, tuple[int, float]]) -> None:
-        for name in logs:
+        """New node logs; once the scheduler named the job's nodes, only theirs (anything else in logs/ is ignored,
+        said once: 200,000 stray files must not become 200,000 nodes)."""
+        job = set(self.slurm_nodes)
+        for name in (n for n in logs if n not in self._seen):
             node = node_of_log(name)
-            if node is not None and node not in self.nodes:
+            if job:
+                self._seen.add(name)  # judged once: a listing of 200,000 names costs set lookups, not parsing
+            if job and node not in job and node not in self.nodes:
+                if not self._strays:
+                    logger.warning("{}: {} is no node of the job; ignored, and any like it", self.paths.logs, name)
+                self._strays += 1
+            elif node is not None and node not in self.nodes:
                 p, path = self.paths, self.paths.log(node)
                 self.nodes[node] = NodeWatch(tail=LogTail(path), scan=NodeScan(
                     node, str(path), self.signatures, self.progress), names=(
@@ -153,7 +164,7 @@ class SegmentWatch:
         blind (`blind_since`), said once when it begins and once when it ends."""
         before = len(self.fs_stalls)
         self._poll(now, final)
-        stuck = len(self.fs_stalls) > before or any(_pending(nw.pending_read) for nw in self.nodes.values())
+        stuck = len(self.fs_stalls) > before or any(pending(nw.pending_read) for nw in self.nodes.values())
         if stuck and self.blind_since is None:
             logger.warning("the run directory's filesystem does not answer ({}): blind to the node logs; no hang is "
                            "judged until it answers", (self.fs_stalls[before:] or ["a read still pending"])[0])
@@ -247,16 +258,14 @@ class SegmentWatch:
 
     def request_dumps(self, now: datetime) -> None:
         """Ask every agent for a stack dump; the request id tells fresh dumps from older ones."""
-        self.dumps_requested_at = now
-        self.dump_request_id = now.isoformat()
+        self.dumps_requested_at, self.dump_request_id = now, now.isoformat()
         for nw in self.nodes.values():
             nw.dump = None
         path = self.paths.dump_request
         self._call(str(path), path.write_text, self.dump_request_id + "\n")
 
     def clear_dumps(self) -> None:
-        self.dumps_requested_at = None
-        self.dump_request_id = ""
+        self.dumps_requested_at, self.dump_request_id = None, ""
         for nw in self.nodes.values():
             nw.dump = None
 
@@ -289,9 +298,3 @@ class SegmentWatch:
     def _stuck(self, nw: NodeWatch) -> str:
         return stuck_detail(nw, [o for o in self.nodes.values() if o is not nw], self.dumps_requested_at)
 
-
-def _pending(read: Any) -> bool:
-    """A read left to its worker (a Batch or a Future) that has not returned yet."""
-    if read is None:
-        return False
-    return not (read.done.is_set() if isinstance(read, Batch) else read.done())
