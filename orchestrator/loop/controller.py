@@ -204,8 +204,11 @@ class Controller:
             watch.slurm_nodes = list(status.nodes)  # COMPLETING lists only the nodes still busy
         self.failpoint("poll")
         watch.poll(now, final=status.state.terminal)
+        before = seg.end_iteration
         changed = progress.record_progress(seg, status, watch.slurm_nodes, list(watch.nodes), watch.max_iteration(),
                                            now)
+        if seg.end_iteration != before:  # progress: a checkpoint may have landed; seen, its loss is a lost filesystem
+            observe_checkpoint(self.s, state)
         if status.state.terminal and watch.judgeable(now, self.s.policy.filesystem_stall_max_s):
             self.conclude(state, seg, status)
             return

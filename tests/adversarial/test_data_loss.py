@@ -244,6 +244,26 @@ def test_4_checkpoints_emptied_after_the_first_segment_saved_wait_never_start_fr
     assert res.exit_code == 1 and "not starting from scratch" in res.output and "iter_0000030" in res.output
 
 
+def test_4_checkpoints_emptied_while_the_first_segment_still_runs_wait(tmp_path: Path) -> None:
+    """The re-run of issue 21 found the window: emptied two seconds after the save, before the segment ended.
+    The controller looks for the newest checkpoint whenever progress advances, not only at a segment's end."""
+    import shutil
+
+    ctl, cluster, _ = make(tmp_path, {"node3": Fault("ecc", at=35)})
+    state = ctl.load_or_init()
+    for _ in range(10_000):
+        if (state.current and state.current.end_iteration or 0) >= 31:
+            break
+        ctl.step(state)
+    assert state.checkpoint_seen and state.checkpoint_seen.endswith("iter_0000030")
+    shutil.rmtree(tmp_path / "ckpt")
+    (tmp_path / "ckpt").mkdir()
+    for _ in range(200):
+        ctl.step(state)
+    assert state.segments[0].action is not None  # the segment ended and was judged
+    assert len(cluster.submitted) == 1, "submitted from iteration 0 although a checkpoint had been there"
+
+
 def test_4_a_run_that_never_saved_where_it_is_told_still_starts(tmp_path: Path) -> None:
     """The other side: a checkpoint directory the controller never saw a checkpoint in (the training saves
     elsewhere, or not yet) is no lost filesystem: the next segment starts (and the no-progress rules judge it)."""
