@@ -52,7 +52,8 @@ def render(argv: list[str], values: dict[str, str]) -> tuple[str, ...]:
 
 def shell_refs(script: str, known: set[str]) -> str:
     """Each known placeholder of a shell script as `"${VAR}"`, quoted for where it stands: unquoted, inside
-    double quotes (`${VAR}`) or inside single quotes (`'"${VAR}"'`, closing and reopening them)."""
+    double quotes (`${VAR}`) or inside single quotes (`'"${VAR}"'`, closing and reopening them). Comments are
+    copied as they are (an apostrophe in `# the agent's note` opens no quote)."""
     out: list[str] = []
     quote, i = "", 0
     while i < len(script):
@@ -67,6 +68,12 @@ def shell_refs(script: str, known: set[str]) -> str:
             i = m.end()
             continue
         c = script[i]
+        if c == "#" and not quote and (i == 0 or script[i - 1] in " \t\n;&|()<>"):
+            end = script.find("\n", i)
+            end = len(script) if end < 0 else end
+            out.append(script[i:end])  # a comment: an apostrophe in it opens no quote
+            i = end
+            continue
         if c == "\\" and quote != "'" and i + 1 < len(script):
             out.append(script[i:i + 2])
             i += 2

@@ -12,11 +12,14 @@ import pytest
 from orchestrator.plan import SHELL_VARS, render
 
 
-@pytest.mark.parametrize("where", ["unquoted", "double", "single"])
+@pytest.mark.parametrize("where", ["unquoted", "double", "single", "after a comment"])
 def test_a_hostile_run_dir_is_data_in_a_shell_script(tmp_path: Path, where: str) -> None:
     hostile = str(tmp_path / "a b $(touch PWNED) `touch PWNED2`; touch PWNED3")
     script = {"unquoted": "printf '%s\\n' {run_dir}", "double": 'printf "%s\\n" "{run_dir}"',
-              "single": "printf '%s\\n' '{run_dir}'"}[where]
+              "single": "printf '%s\\n' '{run_dir}'",
+              # the re-run found it: an apostrophe in a comment (import-sbatch's own header has one) flipped the
+              # quote tracking, and a double-quoted placeholder after it was split into words
+              "after a comment": "# the agent's note\nprintf \"%s\\n\" \"{run_dir}\" # it's one word"}[where]
     values = {k: "" for k in SHELL_VARS} | {"run_dir": hostile}
     argv = render(["bash", "-c", script, "job"], values)
     assert hostile not in argv[2]  # the value itself never enters the script
