@@ -52,8 +52,12 @@ class RunLock:
             raise LockHeld(
                 f"another controller is running this run ({holder}); stop it with 'orchestrator stop' first"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid={os.getpid()} host={socket.gethostname()} role={role}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid={os.getpid()} host={socket.gethostname()} role={role}\n".encode())
+        except OSError as exc:  # a full disk: the lock is not taken, nothing was changed
+            os.close(fd)
+            raise LockUnavailable(f"{self.path}: cannot take the run lock ({exc.strerror or exc})") from None
         self._fd = fd
 
     def acquire_within(self, seconds: float, role: str = "tool") -> None:

@@ -74,3 +74,33 @@ def test_an_unreadable_log_in_diagnose_as_root(tmp_path: Path) -> None:
 def test_status_watch_every_zero_is_refused(tmp_path: Path) -> None:
     res = runner.invoke(app, ["status", str(tmp_path), "--watch", "--every", "0"])
     assert res.exit_code == 2 and "--every" in res.output
+
+
+@pytest.mark.parametrize("command", [["status"], ["blacklist", "list"], ["diagnose"], ["stop"]])
+def test_a_path_the_system_refuses_is_one_short_line(tmp_path: Path, command: list[str]) -> None:
+    """Issue 21 re-run: a 5000-character path given to status, blacklist, diagnose or stop was a traceback
+    (File name too long); now one line with the path cut short, exit 1."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    res = subprocess.run([sys.executable, "-m", "orchestrator", *command, str(tmp_path / ("a" * 5000))],
+                         capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert res.returncode in (1, 2) and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert res.stderr.startswith("error:") and len(res.stderr) < 400, res.stderr[:600]
+
+
+def test_a_run_lock_that_cannot_be_written_is_said_not_a_traceback(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from orchestrator import runlock
+    from orchestrator.runlock import LockUnavailable, RunLock
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runlock.os, "write", full)
+    with pytest.raises(LockUnavailable, match="No space left on device"):
+        RunLock(tmp_path).acquire()
