@@ -253,7 +253,8 @@ def main() -> int:
     print(f"> rank {rank}/{world} on {node}: {'resuming from ' + resume if resume else 'starting from scratch'} "
           f"at iteration {start}", flush=True)
 
-    poisoned = args.ckpt_dir.parent / f".fault-ecc-{node}"
+    markers = args.sync_dir.parent  # kept across segments, beside the per-segment sync dirs
+    poisoned = markers / f".fault-ecc-{node}"
     for kind, _at in mine:
         if kind == "oom_startup" or (kind == "ecc" and poisoned.exists()):
             die_oom_barrier()
@@ -271,7 +272,7 @@ def main() -> int:
                 poisoned.write_text("the GPU on this node had an uncorrectable ECC error\n")
                 die_ecc(it)
             if kind == "hang":
-                marker = args.ckpt_dir.parent / f".fault-hang-{node}-{it}"
+                marker = markers / f".fault-hang-{node}-{it}"
                 if not marker.exists():
                     marker.parent.mkdir(parents=True, exist_ok=True)
                     marker.write_text("fired\n")

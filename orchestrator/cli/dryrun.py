@@ -14,7 +14,7 @@ from orchestrator.contract import SegmentPaths
 from orchestrator.model import RunStatus
 from orchestrator.plan import spares_reason
 from orchestrator.settings import Settings
-from orchestrator.state import RunState, StateError, StateStore
+from orchestrator.state import STATE_FILE, RunState, StateError, StateStore
 from orchestrator.views.text import clean
 
 if TYPE_CHECKING:
@@ -32,13 +32,18 @@ def spares_problem(s: Settings) -> str:
             f"{s.backend.kind} backend has no allocation: set resources.spare_nodes to 0")
 
 
-def dry(s: Settings, clock: Clock) -> None:
+def dry(s: Settings, clock: Clock, start_over: bool = False) -> None:
+    """Print the next submission. `start_over`: as `run --start-over` would see it (a missing state.json in a run
+    directory with traces is a new ledger), without setting anything aside."""
     from orchestrator.loop.submission import FilesystemStall, prepare
 
     try:
         state = StateStore(s.run_dir).load()
     except StateError as exc:
-        raise fail([str(exc)], 1) from None
+        if not start_over or (s.run_dir / STATE_FILE).exists():
+            raise fail([str(exc)], 1) from None
+        state = None
+        print("# --start-over: the old run's segments/ and state.json.bak would be set aside, a new ledger begun")
     now = clock.now()
     if state is not None and state.run != s.name:
         raise fail([f"{s.run_dir} holds run {state.run!r}, not {s.name!r}: give this config its own run_dir"], 1)

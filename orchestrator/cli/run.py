@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -29,6 +30,8 @@ from orchestrator.settings import Settings, load_settings, parse_overrides
 from orchestrator.state import RunState, StateError, StateStore, atomic_write
 from orchestrator.views.status import timeline_table
 from orchestrator.views.text import clean
+
+RUN_DIR_CHILD = re.compile(r"\{run_dir\}/([^/{}]+)")
 
 if TYPE_CHECKING:
     from orchestrator.backends.base import Backend
@@ -63,9 +66,9 @@ def run(
         raise fail([problem])
     clock = RealClock()
     if dry_run:
-        dry(s, clock)
+        dry(s, clock, start_over)
         return
-    require_run_dir(s.run_dir, f"{config}: run_dir {s.run_dir}", (Path(s.checkpoint.dir),))
+    require_run_dir(s.run_dir, f"{config}: run_dir {s.run_dir}", (Path(s.checkpoint.dir), *command_dirs(s)))
     setup_logging(s.run_dir, verbose)
     _supervised(s, config, set_, clock, start_over, from_scratch, cancel_on_exit)
 
@@ -125,6 +128,13 @@ def _controller(s: Settings, config: Path, set_: list[str], clock: Clock,
     ctl = Controller(s, backend, clock, store, notify=notifier)
     ctl.reloader = lambda: load_settings(config, parse_overrides(set_))
     return ctl, backend
+
+
+def command_dirs(s: Settings) -> list[Path]:
+    """What the training command itself puts under run_dir (`--sync-dir={run_dir}/sync/...`): part of the run,
+    never a sign that run_dir is some other directory."""
+    found = {m.group(1) for arg in s.command for m in RUN_DIR_CHILD.finditer(arg)}
+    return [s.run_dir / name for name in sorted(found)]
 
 
 def _from_scratch(store: StateStore, clock: Clock) -> None:

@@ -40,3 +40,37 @@ def test_the_demo_layout_is_a_run_directory(tmp_path: Path) -> None:
     with pytest.raises(typer.Exit) as refused:  # anything else there is still refused
         require_run_dir(tmp_path, "cfg")
     assert refused.value.exit_code == 2
+
+
+def test_the_real_demo_starts_over_after_state_json_is_gone(tmp_path: Path) -> None:
+    """The re-run found the demo itself refused: its training keeps `sync/` (and sticky-fault markers) under
+    run_dir. What the command puts under `{run_dir}/` is the run's; the dry run honours --start-over too."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import REPO
+
+    cfg = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    cfg["run_dir"], cfg["workdir"] = str(tmp_path / "run"), str(REPO)
+    cfg["checkpoint"]["dir"] = str(tmp_path / "run" / "checkpoints")
+    cfg["command"] = [a for a in cfg["command"] if not a.startswith(("--iters", "--step-time"))]
+    cfg["command"] += ["--iters=40", "--step-time=0.01"]
+    cfg["goal"]["target_iteration"] = 40
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+
+    def orch(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
+                              cwd=REPO, timeout=300)
+
+    first = orch("run", str(path))
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert (tmp_path / "run" / "sync").is_dir() and list((tmp_path / "run" / "sync").glob(".fault-ecc-*"))
+    (tmp_path / "run" / "state.json").unlink()
+    dry = orch("run", str(path), "--dry-run", "--start-over")
+    assert dry.returncode == 0 and "--start-over: the old run's segments/" in dry.stdout, dry.stdout + dry.stderr
+    again = orch("run", str(path), "--start-over")
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert list((tmp_path / "run").glob(f"{SET_ASIDE}*-segments"))
