@@ -100,16 +100,19 @@ class LocalBackend:
                 raise SchedulerUnavailable(f"local job table {self.registry} cannot be written: {exc}") from None
             logger.warning("local job table {} cannot be written now ({}); kept in memory", self.registry, exc)
 
-    def _next_id(self) -> str:
-        """Never an id given before, even after the job table was lost: `last-id` keeps the highest one."""
+    def _next_id(self, segment_dir: Path) -> str:
+        """Never an id given before, even after the job table was lost: `last-id` keeps the highest one, and each
+        segment's directory keeps its own (the table's directory may be lost with it)."""
         ids = [int(k) for k in self._records if k.isdigit()]
-        try:
-            ids.append(int(read_regular(self.state_dir / LAST_ID, 32).decode().strip()))
-        except (OSError, ValueError):
-            pass
+        for f in [self.state_dir / LAST_ID, *(self.state_dir.parent / "segments").glob(f"*/{LAST_ID}")]:
+            try:
+                ids.append(int(read_regular(f, 32).decode().strip()))
+            except (OSError, ValueError):
+                continue
         new = str(max(ids, default=1000) + 1)
-        private_dir(self.state_dir)
-        atomic_write(self.state_dir / LAST_ID, new)
+        for d in (self.state_dir, segment_dir):
+            private_dir(d)
+            atomic_write(d / LAST_ID, new)
         return new
 
     # ---- Backend protocol ------------------------------------------------------------------
@@ -144,7 +147,7 @@ class LocalBackend:
             )
         now = self.clock.now()
         try:
-            job_id = self._next_id()
+            job_id = self._next_id(Path(spec.segment_dir))
         except OSError as exc:
             raise SchedulerUnavailable(f"local job table {self.state_dir} cannot be written: {exc}") from None
         rec = LocalJobRecord(job_id, spec.job_name, now.isoformat(), spec.model_dump(mode="json"))

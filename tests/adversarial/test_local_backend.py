@@ -79,6 +79,7 @@ def test_jobs_of_a_garbled_table_are_stopped_and_their_ids_never_given_again(tmp
     agents = agents_under(s.run_dir / "segments")
     assert len(agents) == 2, "the job's two agents never started"
     (state_dir / "jobs.json").write_text('{"jobs": {"' + first.job_id + '": {"garbled')  # the table is lost
+    (state_dir / "last-id").unlink()  # and its counter with it (the re-run found ids repeating then)
     again = LocalBackend(["node1", "node2"], state_dir, clock)  # a restarted controller
     status = again.poll([first])[first.job_id]
     assert status.state == JobState.FAILED and "2 orphaned agent process(es) stopped" in status.reason
