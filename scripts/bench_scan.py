@@ -73,18 +73,18 @@ def realistic(path: Path, size_mb: int, seed: int = 11) -> int:
             for _ in range(2000):
                 r = rng.randrange(ranks)
                 kind = rng.random()
-                if kind < 0.35:
+                if kind < 0.01:  # one rank's bar
                     bar = "".join(f"\rEpoch 0: {p:3d}%|{'#' * (p // 10):10s}| {p * 40}/4000 [00:{p:02d}<00:10, "
                                   f"{rng.uniform(1, 9):.2f}it/s, loss={rng.uniform(1, 3):.3f}]"
                                   for p in range(0, 100, 7))
                     out += f"{r}: {bar}\n".encode()
-                elif kind < 0.55:
+                elif kind < 0.35:
                     metrics = {f"m{k}": rng.random() for k in range(180)}
                     out += (f"{r}: " + json.dumps({"step": it, "metrics": metrics}) + "\n").encode()
-                elif kind < 0.75:
+                elif kind < 0.6:
                     out += (f"{r}: {{'loss': {rng.uniform(1, 3):.4f}, 'grad_norm': {rng.uniform(0, 2):.3f}, "
                             f"'learning_rate': 2.9e-05, 'epoch': {it / 1e4:.2f}}}\n").encode()
-                elif kind < 0.9:
+                elif kind < 0.85:
                     out += (f"{r}: /usr/lib/python3/site-packages/torch/distributed/c10d.py:{rng.randint(1, 4000)}:"
                             f" UserWarning: a warning that repeats on every rank ({rng.random():.6f})\n").encode()
                 elif kind < 0.97:

@@ -6,9 +6,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from orchestrator.diagnose.prefilter import candidate_ends
 from orchestrator.settings.run import NOT_PROGRESS_BYTES
 
 SEARCH_LINES = 400
+NEAR_END = 8
+MAX_PROGRESS_LINE = 64 * 1024  # a progress line's last state (a tqdm bar's \r rewrites) is at its end
 
 
 def group_int(m: re.Match[bytes] | re.Match[str] | None) -> int | None:
@@ -64,18 +67,31 @@ def iter_lines_forward(data: bytes, start: int, limit: int) -> Iterator[bytes]:
 
 
 def _last(data: bytes, after: int, rx: re.Pattern[bytes]) -> tuple[bytes, int] | None:
-    for line in iter_lines_backwards(data, after, SEARCH_LINES):
-        it = last_int(rx, line)
-        if it is not None:
+    """The last progress line of data[after:] and its iteration. A long block is searched through the lines a
+    Hyperscan pass says may match (its cost is the bytes, not the pattern); a short one, or without Hyperscan,
+    line by line from its end, then by the pattern itself."""
+    for line in iter_lines_backwards(data, after, NEAR_END):  # where it usually is: no pass over the block
+        if (it := last_int(rx, line[-MAX_PROGRESS_LINE:])) is not None:
             return line, it
-    if len(data) - after <= SEARCH_LINES * 200:
+    long_block = len(data) - after > SEARCH_LINES * 200
+    ends = candidate_ends(rx.pattern, data, after) if long_block else None
+    if ends is not None:
+        for le in reversed(ends):
+            ls = data.rfind(b"\n", after, le)
+            line = data[after if ls < 0 else ls + 1 : le]
+            if (it := last_int(rx, line[-MAX_PROGRESS_LINE:])) is not None:
+                return line, it
         return None
-    for h in reversed(list(rx.finditer(data, after))):  # a long block of lines: find the last hit directly
+    for line in iter_lines_backwards(data, after, SEARCH_LINES):
+        if (it := last_int(rx, line[-MAX_PROGRESS_LINE:])) is not None:
+            return line, it
+    if not long_block:
+        return None
+    for h in reversed(list(rx.finditer(data, after))):  # no Hyperscan: find the last hit directly
         ls = data.rfind(b"\n", 0, h.start()) + 1
         le = data.find(b"\n", h.end())
         line = data[ls : len(data) if le < 0 else le]
-        it = last_int(rx, line)
-        if it is not None:
+        if (it := last_int(rx, line[-MAX_PROGRESS_LINE:])) is not None:
             return line, it
     return None
 

@@ -153,3 +153,40 @@ class Prefilter:
             out.append((start, end))
             last_end = end
         return out
+
+
+_CANDIDATES: dict[bytes, object] = {}
+
+
+def candidate_ends(pattern: bytes, data: bytes, start: int) -> list[int] | None:
+    """End offsets (in `data`) of the lines from `start` on where `pattern` may match, one per line, in order: a
+    Hyperscan pass in prefilter mode (it may over-report, never under-report), at memory speed whatever the
+    pattern. None when Hyperscan cannot take it: the caller matches the block itself."""
+    if hyperscan is None:
+        return None
+    db = _CANDIDATES.get(pattern)
+    if db is None:
+        try:
+            db = hyperscan.Database()
+            db.compile(expressions=[_plain(pattern.decode(errors="replace")).encode()], ids=[0], elements=1,
+                       flags=[hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_MULTILINE | hyperscan.HS_FLAG_ALLOWEMPTY])
+        except Exception:  # noqa: BLE001 - a construct Hyperscan refuses even as a prefilter
+            db = False
+        _CANDIDATES[pattern] = db
+    if db is False:
+        return None
+    ends: list[int] = []
+    state = {"line_end": start - 1}
+
+    def on_match(_id: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+        at = start + to
+        if at > state["line_end"]:
+            nl = data.find(b"\n", at)
+            state["line_end"] = len(data) if nl < 0 else nl
+            ends.append(state["line_end"])
+
+    try:
+        db.scan(data[start:], match_event_handler=on_match)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - e.g. its scratch busy in another thread: match the block instead
+        return None
+    return ends
