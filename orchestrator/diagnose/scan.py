@@ -28,7 +28,7 @@ from orchestrator.diagnose.origin import HostMap, Prefixes, parse_line, parse_pr
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match
-from orchestrator.settings.run import NOT_PROGRESS
+from orchestrator.settings.run import loading_bar
 
 TEARDOWN = timedelta(minutes=5)
 QUOTED_OK = frozenset({"ray_node_dead", "sigkill"})  # printed by the rank that drives the job, not quoted
@@ -192,7 +192,7 @@ class NodeScan:
         if self._stack_line(body):
             return
         pm = self.progress.search(body)
-        it = group_int(pm) if pm is None or "|" not in body or not NOT_PROGRESS.search(body) else None
+        it = group_int(pm) if pm is None or not loading_bar(body) else None
         if it is not None:  # an error line may say "at iteration N" too: it is still matched below
             if self.first_iteration is None:
                 self.first_iteration = it

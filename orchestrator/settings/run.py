@@ -47,6 +47,18 @@ LOADING_BAR = r"(?:[Ll]oading|[Dd]ownloading|[Ff]etching|[Rr]esolving|[Ee]xtract
     r"Filter|shards)[^|\r\n]*\|"
 NOT_PROGRESS = re.compile(LOADING_BAR)
 NOT_PROGRESS_BYTES = re.compile(LOADING_BAR.encode())
+_BAR_WORDS = ("oading", "ownloading", "etching", "esolving", "xtracting", "enerating", "okeniz", "Map", "Filter",
+              "shards")  # a loading bar names one of these: most lines need no regex to be told apart
+_BAR_WORDS_BYTES = tuple(w.encode() for w in _BAR_WORDS)
+
+
+def loading_bar(line: str) -> bool:
+    """A loading bar (checkpoint shards, a dataset map), not training progress."""
+    return "|" in line and any(w in line for w in _BAR_WORDS) and NOT_PROGRESS.search(line) is not None
+
+
+def loading_bar_bytes(line: bytes) -> bool:
+    return b"|" in line and any(w in line for w in _BAR_WORDS_BYTES) and NOT_PROGRESS_BYTES.search(line) is not None
 
 
 def last_iteration(rx: re.Pattern[str], text: str) -> int | None:
@@ -54,7 +66,7 @@ def last_iteration(rx: re.Pattern[str], text: str) -> int | None:
     so each `\\r`-separated part counts as a line and the last match wins."""
     found = None
     for part in re.split(r"[\r\n]", text):
-        if "|" in part and NOT_PROGRESS.search(part):
+        if loading_bar(part):
             continue
         for m in rx.finditer(part):
             try:
