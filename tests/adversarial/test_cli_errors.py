@@ -94,13 +94,13 @@ def test_a_path_the_system_refuses_is_one_short_line(tmp_path: Path, command: li
 def test_a_run_lock_that_cannot_be_written_is_said_not_a_traceback(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
+    import os
 
-    from orchestrator import runlock
     from orchestrator.runlock import LockUnavailable, RunLock
 
     def full(fd: int, data: bytes) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(runlock.os, "write", full)
+    monkeypatch.setattr(os, "write", full)  # restored at once by the fixture
     with pytest.raises(LockUnavailable, match="No space left on device"):
         RunLock(tmp_path).acquire()
