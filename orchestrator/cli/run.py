@@ -66,7 +66,7 @@ def run(
         raise fail([problem])
     clock = RealClock()
     if dry_run:
-        dry(s, clock, start_over)
+        dry(s, clock, start_over, from_scratch)
         return
     require_run_dir(s.run_dir, f"{config}: run_dir {s.run_dir}", (Path(s.checkpoint.dir), *command_dirs(s)))
     setup_logging(s.run_dir, verbose)

@@ -105,11 +105,14 @@ def load_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settin
                            f"e.g. ORCH_RESOURCES='{{\"nodes\": 2}}'; or set one field: ORCH_RESOURCES__NODES=2)"]
                           ) from None
     base = path.resolve().parent
-    ckpt = settings.checkpoint.model_copy(update={"dir": _resolve(base, settings.checkpoint.dir)})
+    run_dir = _resolve(base, settings.run_dir)
+    # `{run_dir}` / `{config_dir}` in checkpoint.dir (import-sbatch writes '{run_dir}/checkpoints'): the paths
+    raw = str(settings.checkpoint.dir).replace("{run_dir}", str(run_dir)).replace("{config_dir}", str(base))
+    ckpt = settings.checkpoint.model_copy(update={"dir": _resolve(base, Path(raw))})
     return Settings.model_construct(
         **{
             **{k: getattr(settings, k) for k in Settings.model_fields},
-            "run_dir": _resolve(base, settings.run_dir),
+            "run_dir": run_dir,
             "workdir": _resolve(base, settings.workdir) or base,
             "checkpoint": ckpt,
             "config_path": path.resolve(),

@@ -96,7 +96,7 @@ class SegmentWatch:
                 self._seen.add(name)  # judged once: a listing of 200,000 names costs set lookups, not parsing
             if job and node not in job and node not in self.nodes:
                 if not self._strays:
-                    logger.warning("{}: {} is no node of the job; ignored, and any like it", self.paths.logs, name)
+                    logger.warning("{}: {!r} is no node of the job; ignored, and any like it", self.paths.logs, name)
                 self._strays += 1
             elif node is not None and node not in self.nodes:
                 p, path = self.paths, self.paths.log(node)

@@ -212,6 +212,8 @@ def test_4_checkpoint_filesystem_unmounted_after_first_segment_progress_waits(tm
     assert len(cluster.submitted) == 1
     from orchestrator.cli.run import _from_scratch
 
+    res = CliRunner().invoke(app, ["run", str(tmp_path / "run.yaml"), "--dry-run", "--from-scratch"])
+    assert res.exit_code == 0 and "--from-scratch" in res.output and "iteration 0)" in res.output, res.output
     _from_scratch(ctl.store, ctl.clock)  # `run --from-scratch`: the operator gives the checkpoints up on purpose
     again = ctl.store.load()
     assert again is not None

@@ -133,3 +133,13 @@ def test_unusable_paths_are_config_errors(tmp_path: Path, patch: dict[str, Any],
     res = runner.invoke(app, ["run", str(p)])
     assert res.exit_code == 2 and expect in res.output and str(p) in res.output, res.output
     assert not (tmp_path / "run").exists()
+
+
+def test_run_dir_in_checkpoint_dir_is_the_run_dir(tmp_path: Path) -> None:
+    """import-sbatch writes `checkpoint.dir: '{run_dir}/checkpoints'`; it was taken literally (a directory named
+    `{run_dir}` beside the config), so every segment of such a config started from scratch (independent probe)."""
+    cfg = base_config(tmp_path, checkpoint={"dir": "{run_dir}/checkpoints", "preset": "megatron"})
+    s = load_settings(write_config(tmp_path, cfg), parse_overrides([]))
+    assert s.checkpoint.dir == s.run_dir / "checkpoints"
+    moved = load_settings(write_config(tmp_path, cfg), parse_overrides([f"run_dir={tmp_path / 'other'}"]))
+    assert moved.checkpoint.dir == tmp_path / "other" / "checkpoints"  # it follows --set run_dir=...
