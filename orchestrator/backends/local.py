@@ -256,7 +256,8 @@ class LocalBackend:
         known = {pid for r in self._records.values() for pid in r.pids}
         orphans = [pid for pid in agents_under(self.state_dir.parent / "segments") if pid not in known]
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in orphans:
+            left = set(agents_under(self.state_dir.parent / "segments"))  # never a PID reused meanwhile
+            for pid in (p for p in orphans if p in left):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, sig)
             deadline = time.monotonic() + grace_s

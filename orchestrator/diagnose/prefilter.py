@@ -103,11 +103,14 @@ def _store(patterns: tuple[tuple[str, bool], ...], blob: bytes) -> None:
         return
     try:
         fd, tmp = tempfile.mkstemp(prefix=".hs-", dir=path.parent)
+    except OSError:
+        return
+    try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(blob)
         os.replace(tmp, path)
     except OSError:
-        Path(locals().get("tmp", path.parent / ".hs-none")).unlink(missing_ok=True)
+        Path(tmp).unlink(missing_ok=True)
 
 
 class Prefilter:
