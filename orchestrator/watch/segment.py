@@ -59,8 +59,6 @@ class SegmentWatch:
     last_output_at: datetime | None = None  # when any node's log last grew (liveness without progress lines)
     scheduler_logs: dict[str, NodeWatch] = field(default_factory=dict)
     blind_since: datetime | None = None  # a read of the run directory has not returned since then
-    _seen: set[str] = field(default_factory=set, repr=False)  # log names judged once the job's nodes are known
-    _strays: int = 0  # files in logs/ that are no node of the job (said once)
     _pool: DaemonPool = field(default_factory=lambda: DaemonPool(max_workers=8))
     prefilter: Prefilter = field(init=False)
 
@@ -87,18 +85,10 @@ class SegmentWatch:
         return value if ok and isinstance(value, dict) else None
 
     def _discover(self, logs: dict[str, tuple[int, float]]) -> None:
-        """New node logs; once the scheduler named the job's nodes, only theirs (anything else in logs/ is ignored,
-        said once: 200,000 stray files must not become 200,000 nodes)."""
-        job = set(self.slurm_nodes)
-        for name in (n for n in logs if n not in self._seen):
+        """New node logs (a name that is no host name is never a node: contract.node_of_log)."""
+        for name in logs:
             node = node_of_log(name)
-            if job:
-                self._seen.add(name)  # judged once: a listing of 200,000 names costs set lookups, not parsing
-            if job and node not in job and node not in self.nodes:
-                if not self._strays:
-                    logger.warning("{}: {!r} is no node of the job; ignored, and any like it", self.paths.logs, name)
-                self._strays += 1
-            elif node is not None and node not in self.nodes:
+            if node is not None and node not in self.nodes:
                 p, path = self.paths, self.paths.log(node)
                 self.nodes[node] = NodeWatch(tail=LogTail(path), scan=NodeScan(
                     node, str(path), self.signatures, self.progress), names=(
