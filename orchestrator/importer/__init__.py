@@ -35,7 +35,7 @@ ORDER = ["name", "run_dir", "workdir", "command", "env", "resources", "checkpoin
 
 
 def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str) -> str:
-    segs = segments(text)
+    segs = segments(text, launch_mod.WANTED)
     env = assignments(text, segs)
     found = launch_mod.find_launch(segs, text, env)
     r = cfg["resources"]

@@ -13,6 +13,10 @@ RANK_LAUNCHERS = ("srun", "mpirun", "mpiexec")
 LAUNCH_WORDS = re.compile(r"(^|[\s/])(torchrun|deepspeed|accelerate)(\s|$)|torch\.distributed\.(run|launch)|"
                           r"accelerate\.commands\.launch|deepspeed\.launcher")
 TRAINING_WORDS = re.compile(r"(^|[\s/])python[\d.]*(\s|$)|\.py(\s|$)|" + LAUNCH_WORDS.pattern)
+# what a line must hold to be an assignment or a launch (`_classify`, names.assignments): other plain lines are
+# not tokenized at all
+LAUNCHER_TEXT = re.compile(r"srun|mpirun|mpiexec|python|\.py|torchrun|deepspeed|accelerate|torch\.distributed")
+WANTED = re.compile("=|" + LAUNCHER_TEXT.pattern)
 SRUN_VALUE = {"-N", "-n", "-c", "-w", "-o", "-e", "-J", "-p", "-t", "-G", "-x", "-A", "-q", "-C", "-D", "-m",
               "-d", "-i", "-W", "-r", "-K", "--jobid", "--nodes", "--ntasks", "--ntasks-per-node", "--cpus-per-task",
               "--container-image", "--container-mounts", "--container-workdir", "--container-name",
@@ -67,6 +71,9 @@ def _options_end(words: list[str], start: int, values: set[str], env: dict[str, 
 
 
 def _classify(seg: Segment, text: str, env: dict[str, str]) -> Launch | None:
+    span = text[seg.words[0][0]:seg.words[-1][1]]
+    if not LAUNCHER_TEXT.search(span) and not any(c in span for c in "$'\"\\"):
+        return None  # no launcher's name in it, and nothing that could make one
     words = seg.texts(text)
     c = _command_index(words)
     if c >= len(words):

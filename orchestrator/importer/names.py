@@ -79,6 +79,8 @@ def undefined(text: str) -> list[str]:
     first_def: dict[str, int] = {}
     first_use: dict[str, int] = {}
     for n, line in enumerate(_strip_for_uses(text)):
+        if "$" not in line and "=" not in line and "for" not in line and "read" not in line:
+            continue  # neither defines nor uses a name
         for m in re.finditer(r"(?:^|[\s;(])(?:(?:export|declare|typeset|readonly|local)\s+(?:-\w+\s+)*)?"
                              r"([A-Za-z_]\w*)\+?=", line):
             first_def.setdefault(m.group(1), n)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 
 from orchestrator.importer.scan import line_end
 
@@ -57,7 +58,11 @@ def syntax_error(script: str) -> tuple[int, str] | None:
     bash = shutil.which("bash")
     if bash is None:
         return None
-    res = subprocess.run([bash, "-n"], input=script, capture_output=True, text=True, timeout=30, check=False)
+    # from a file, not a pipe: bash reads a pipe one byte per system call (7.7 s for a 20 MB script, 0.45 s as a file)
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(script)
+        f.flush()
+        res = subprocess.run([bash, "-n", f.name], capture_output=True, text=True, timeout=30, check=False)
     if res.returncode == 0:
         return None
     m = re.search(r"line (\d+): (.*)", res.stderr)

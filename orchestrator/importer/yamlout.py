@@ -7,8 +7,9 @@ from typing import Any
 import yaml
 
 
-class _Dumper(yaml.SafeDumper):
-    """YAML dumper that writes multi-line strings (the launch script) as literal blocks."""
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """YAML dumper (libyaml's emitter where PyYAML has it: a 20 MB script in seconds) that writes multi-line
+    strings (the launch script) as literal blocks."""
     pass
 
 
