@@ -121,6 +121,15 @@ def node_of_log(file_name: str) -> str | None:
     return node if NODE_NAME.fullmatch(node) else None
 
 
+def node_of_record(file_name: str) -> str | None:
+    """The node whose agent wrote this file in nodes/ (heartbeat, exit record, dump), or None."""
+    for suffix in (HEARTBEAT_SUFFIX, EXIT_SUFFIX, DUMP_SUFFIX):
+        if file_name.endswith(suffix):
+            node = file_name[: -len(suffix)]
+            return node if NODE_NAME.fullmatch(node) else None
+    return None
+
+
 class Record(BaseModel):
     """A JSON record on the shared filesystem: unknown keys from newer agents are ignored."""
 

@@ -19,7 +19,7 @@ class LogTail:
         self.path = Path(path)
         self.offset = start_offset
         self.line_no = 0
-        self._partial = b""
+        self._held = 0  # bytes at the end of what was read that are not a complete line yet
 
     def read_new(self, final: bool = False, max_bytes: int = 4 * CHUNK) -> list[tuple[int, str]]:
         """Return (line_no, text) for every complete line appended since the last call."""
@@ -43,29 +43,30 @@ class LogTail:
         try:
             size = os.fstat(fd).st_size
             if size < self.offset:
-                self.offset, self._partial, self.line_no = 0, b"", 0
+                self.offset, self._held, self.line_no = 0, 0, 0
             budget = max_bytes
             while budget > 0:
-                data = os.pread(fd, min(CHUNK, budget), self.offset)
-                if not data:
+                # the held-back part of a line is read again with what follows it, not joined in memory (a copy)
+                buf = os.pread(fd, min(CHUNK, budget) + self._held, self.offset - self._held)
+                if len(buf) <= self._held:
                     break
-                self.offset += len(data)
-                budget -= len(data)
-                buf = self._partial + data
+                self.offset += len(buf) - self._held
+                budget -= len(buf) - self._held
                 cut = buf.rfind(b"\n") + 1
                 if cut == 0 and len(buf) > MAX_LINE:
                     cut = len(buf)  # a monster line without an end: hand it over as it is
                 if cut:
-                    newlines = buf.count(b"\n", 0, cut)
-                    out.append((self.line_no + 1, buf[:cut], newlines))
+                    block = buf if cut == len(buf) else buf[:cut]
+                    newlines = block.count(b"\n")
+                    out.append((self.line_no + 1, block, newlines))
                     self.line_no += newlines + (0 if buf[cut - 1:cut] == b"\n" else 1)
-                self._partial = buf[cut:]
+                self._held = len(buf) - cut
+            if final and self._held:
+                out.append((self.line_no + 1, os.pread(fd, self._held, self.offset - self._held), 0))
+                self.line_no += 1
+                self._held = 0
         finally:
             os.close(fd)
-        if final and self._partial:
-            out.append((self.line_no + 1, self._partial, 0))
-            self.line_no += 1
-            self._partial = b""
         return out
 
 

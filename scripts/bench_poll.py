@@ -2,6 +2,7 @@
 """Cost of one controller poll cycle as the cluster grows: per-node log reads, and Slurm commands.
 
 Usage: python scripts/bench_poll.py [--nodes 4096] [--cycles 20] [--lines-per-node 3]
+       python scripts/bench_poll.py --backlog-mb 16 [--nodes 4096] [--backlog-polls 4]
 Prints, for 8 nodes and for --nodes: wall time per idle cycle and per cycle with appends, each beside its I/O
 floor measured alternately in the same run (listing the logs and records directories; plus reading the appended
 bytes) and their ratio (goal <= 2), CPU share,
@@ -32,12 +33,51 @@ LINE = (" iteration {it:8d}/  500000 | consumed samples: {s:12d} | elapsed time 
 
 
 def setup(root: Path, n: int) -> list[Path]:
-    logs = root / "logs"
+    logs, nodes = root / "logs", root / "nodes"
     logs.mkdir(parents=True)
+    nodes.mkdir()
     paths = [logs / f"gpu-{i:05d}.log" for i in range(n)]
     for p in paths:
         p.write_text("".join(LINE.format(it=i, s=i * 2048) for i in range(50)))
+        (nodes / f"{p.stem}.heartbeat.json").write_text("{}")  # each agent's heartbeat, as on a real segment
     return paths
+
+
+def new_watch(root: Path, paths: list[Path]) -> SegmentWatch:
+    watch = SegmentWatch(root, build_table(), re.compile(r"iteration\s+(\d+)\s*/\s*\d+"), read_timeout_s=10)
+    watch.slurm_nodes = [p.stem for p in paths]  # the job's node list, as the controller hands it over
+    return watch
+
+
+def backlog(n: int, mb: int, polls: int) -> None:
+    """Peak RSS while the first polls read an `mb` MiB backlog on each of `n` nodes (one realistic log,
+    hard-linked n times: the same bytes from the page cache, no n x mb of disk)."""
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        paths = setup(root, n)
+        block = "".join(LINE.format(it=i, s=i * 2048) if i % 7 else
+                        f"gpu-{i % n:05d}:{i % 8}:{i % 8} [{i % 8}] NCCL INFO Channel {i % 32:02d}/0 : {i % 8}[{i % 8}]"
+                        f" -> {(i + 1) % 8}[{(i + 1) % 8}] via P2P/CUMEM/read\n" for i in range(20000))
+        big = root / "backlog.log"
+        with big.open("w") as fh:
+            while fh.tell() < mb << 20:
+                fh.write(block)
+        for p in paths:
+            p.unlink()
+            p.hardlink_to(big)
+        watch = new_watch(root, paths)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        clock, t0, done = FakeClock(), time.perf_counter(), 0
+        for k in range(polls or 10**9):  # noqa: B007 - k counts the polls
+            watch.poll(clock.now())
+            done = sum(nw.tail.offset for nw in watch.nodes.values())
+            if done >= n * big.stat().st_size:
+                break
+        wall = time.perf_counter() - t0
+        watch.close()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"backlog {mb} MiB x {n} nodes: {k + 1} poll(s) read {done / 2**30:.1f} GiB in {wall:.0f} s; peak RSS "
+          f"{peak:.0f} MB (before the first poll {before:.0f} MB; goal <= 300 MB)")
 
 
 def cycle(watch: SegmentWatch, clock: FakeClock) -> tuple[float, float]:
@@ -71,9 +111,8 @@ def measure(n: int, cycles: int, lines_per_node: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
         paths = setup(root, n)
-        watch = SegmentWatch(root, build_table(), re.compile(r"iteration\s+(\d+)\s*/\s*\d+"), read_timeout_s=10)
+        watch = new_watch(root, paths)
         clock = FakeClock()
-        (root / "nodes").mkdir(exist_ok=True)
         watch.poll(clock.now())  # first read of everything
         idle, idle_io = [], []
         for _ in range(cycles):  # alternated with its floor, so both see the same machine
@@ -126,7 +165,12 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=4096)
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--lines-per-node", type=int, default=3, help="appended per node between two polls")
+    ap.add_argument("--backlog-mb", type=int, default=0, help="instead: peak RSS with this backlog per node")
+    ap.add_argument("--backlog-polls", type=int, default=4, help="polls to measure with --backlog-mb (0: until read)")
     args = ap.parse_args()
+    if args.backlog_mb:
+        backlog(args.nodes, args.backlog_mb, args.backlog_polls)
+        return
     rows = {n: measure(n, args.cycles, args.lines_per_node) for n in (8, args.nodes)}
     print(f"{'nodes':>6} {'idle ms':>8} {'floor':>6} {'x':>5} {'idle cpu':>9} {'append ms':>10} {'floor':>6} "
           f"{'x':>5} {'append cpu':>11} {'lines/poll':>11} {'slurm cmds/poll':>16}")

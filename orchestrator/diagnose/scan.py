@@ -24,7 +24,7 @@ from orchestrator.diagnose.lines import (
     PYSPY_STUCK,
     PYSPY_THREAD,
 )
-from orchestrator.diagnose.origin import HostMap, Prefixes, parse_line, parse_prefix
+from orchestrator.diagnose.origin import MAX_TIES, HostMap, Prefixes, parse_line, parse_prefix
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match
@@ -72,6 +72,7 @@ class NodeScan:
     top_frames: list[str] = field(default_factory=list)  # from py-spy dumps found in the log
     stuck: str = ""
     _frame_next: bool = False
+    _nccl_seen: set[bytes] = field(default_factory=set)  # prefixes of NCCL INFO comm lines already learnt from
     signalled_at: datetime | None = None  # when the training was told to stop (SIGTERM, KeyboardInterrupt)
 
     def feed_bytes(self, first_line: int, data: bytes, prefilter: Prefilter, newlines: int | None = None) -> None:
@@ -88,6 +89,8 @@ class NodeScan:
         for start, end in prefilter.lines(data):
             pos_line += data.count(b"\n", pos, start)
             pos = start
+            if self._known_nccl(data, start, end):
+                continue
             before = self.allocations
             self._raw_line(pos_line, data[start:end])
             if self.allocations != before:
@@ -112,6 +115,22 @@ class NodeScan:
             text = _decode(raw)
             if text:
                 self.tail.append((n_total - len(lines) + 1 + i, text[:MAX_TEXT]))
+
+    def _known_nccl(self, data: bytes, start: int, end: int) -> bool:
+        """An `NCCL INFO comm ... rank N` line (one per rank and communicator) whose prefixes (srun task, host:pid:tid)
+        were seen: it can add nothing, since an NCCL INFO line is never evidence, only who runs where."""
+        at = data.find(b"NCCL INFO comm ", start, end)
+        if at < 0 or self._ended or self._frame_next:
+            return False
+        raw = data[start:end]
+        if raw.count(b"NCCL INFO") != 1 or any(w in raw for w in (b"ORCH", b"submitit", b"async event", b"\r")):
+            return False
+        key = data[start:at]
+        if key in self._nccl_seen:
+            return True
+        if len(self._nccl_seen) < MAX_TIES:
+            self._nccl_seen.add(key)
+        return False
 
     def _learn_hostnames(self, data: bytes, end: int) -> None:
         """The bare host names printed after `scontrol show hostnames` (at most a few thousand)."""

@@ -200,8 +200,8 @@ class Controller:
             return
         if in_allocation(seg):
             status = self.steps.observe(seg, status)  # the step's nodes; a step that ended ends the segment
-        if status.nodes and status.nodes_final:
-            watch.slurm_nodes = list(status.nodes)  # COMPLETING lists only the nodes still busy
+        if status.nodes and status.nodes_final and status.state != JobState.PENDING:
+            watch.slurm_nodes = list(status.nodes)  # COMPLETING lists only the nodes still busy, PENDING the batch host
         self.failpoint("poll")
         watch.poll(now, final=status.state.terminal)
         before = seg.end_iteration

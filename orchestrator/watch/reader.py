@@ -10,8 +10,11 @@ import os
 import queue
 import stat
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -52,8 +55,10 @@ T = TypeVar("T", bound=HasTail)
 class Batch(Generic[T]):
     """Reads a batch of logs in one worker; the controller can abandon it if one file hangs."""
 
-    def __init__(self, items: list[tuple[str, T]]):
+    def __init__(self, items: list[tuple[str, T]], budget: int = 1 << 62):
         self.items = items
+        self.budget = budget  # bytes: once it holds this much the batch stops and hands over what it read
+        self.unread: list[tuple[str, T]] = []
         self.results: dict[str, list[tuple[int, bytes, int]]] = {}
         self.current: str | None = None
         self.abandoned = False
@@ -62,19 +67,61 @@ class Batch(Generic[T]):
 
     def run(self, final: bool) -> None:
         try:
-            for node, nw in self.items:
+            held = 0
+            for i, (node, nw) in enumerate(self.items):
                 with self.lock:
                     if self.abandoned:
                         return
+                    if held >= self.budget:
+                        self.unread = self.items[i:]
+                        break
                     self.current = node
                 try:
                     self.results[node] = nw.tail.read_chunks(final)
                 except OSError:
                     self.results[node] = []
+                held += sum(len(block) for _, block, _ in self.results[node])
             with self.lock:
                 self.current = None
         finally:
             self.done.set()
+
+
+BATCH_BYTES = 8 << 20  # a batch hands over what it read once it holds this much
+IN_FLIGHT = 4  # batches read at once: a poll holds at most IN_FLIGHT * (BATCH_BYTES + one file's read) of logs
+POLL_BYTES = 1 << 30  # read per poll at most (the rest of a backlog next poll); a final poll reads everything
+
+Blocks = list[tuple[int, bytes, int]]
+
+
+def read_batched(pool: DaemonPool, todo: list[tuple[str, T]], final: bool, timeout_s: float,
+                 feed: Callable[[str, Blocks], None], stuck: Callable[[str, Batch[T]], None]) -> None:
+    """Read the logs in `todo` in batches, a few at a time, handing each batch's blocks to `feed` (which scans and
+    drops them) before more are read: memory is bounded whatever the backlog. A batch whose read does not return
+    within `timeout_s` is abandoned: `stuck` gets the node it hangs on, the rest of it waits for the next poll."""
+    waiting, inflight, total = deque(todo), deque[tuple[Batch[T], Future[Any], float]](), 0
+    while waiting or inflight:
+        while waiting and len(inflight) < IN_FLIGHT and (final or total < POLL_BYTES):
+            batch = Batch([waiting.popleft() for _ in range(min(BATCH, len(waiting)))], BATCH_BYTES)
+            inflight.append((batch, pool.submit(batch.run, final), time.monotonic()))
+        if not inflight:
+            return
+        batch, fut, started = inflight.popleft()
+        try:
+            fut.result(timeout=max(0.0, started + timeout_s - time.monotonic()))
+        except FutureTimeout:
+            with batch.lock:
+                batch.abandoned = True
+                hung = batch.current
+            if hung is not None:
+                stuck(hung, batch)
+        for node, blocks in list(batch.results.items()):
+            if node != batch.current or not batch.abandoned:
+                total += sum(len(b) for _, b, _ in blocks)
+                feed(node, blocks)
+                del batch.results[node]
+        if not batch.abandoned:
+            waiting.extend(batch.unread)
 
 
 class DaemonPool:

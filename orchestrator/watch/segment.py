@@ -15,14 +15,15 @@ from typing import Any
 
 from loguru import logger
 
-from orchestrator.contract import DumpRecord, ExitRecord, R, SegmentPaths, node_of_log, read_record
+from orchestrator.contract import DumpRecord, ExitRecord, R, SegmentPaths, read_record
 from orchestrator.diagnose.nodes import node_evidence
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.tail import LogTail
-from orchestrator.watch.reader import BATCH, Batch, DaemonPool, pending, scan_dir
+from orchestrator.watch.reader import Batch, DaemonPool, pending, read_batched, scan_dir
+from orchestrator.watch.roster import Roster
 from orchestrator.watch.stuck import frames, fs_suspect, stuck_detail
 
 
@@ -59,6 +60,7 @@ class SegmentWatch:
     last_output_at: datetime | None = None  # when any node's log last grew (liveness without progress lines)
     scheduler_logs: dict[str, NodeWatch] = field(default_factory=dict)
     blind_since: datetime | None = None  # a read of the run directory has not returned since then
+    roster: Roster = field(default_factory=Roster)
     _pool: DaemonPool = field(default_factory=lambda: DaemonPool(max_workers=8))
     prefilter: Prefilter = field(init=False)
 
@@ -84,15 +86,16 @@ class SegmentWatch:
         ok, value = self._call(str(directory), scan_dir, directory)
         return value if ok and isinstance(value, dict) else None
 
-    def _discover(self, logs: dict[str, tuple[int, float]]) -> None:
-        """New node logs (a name that is no host name is never a node: contract.node_of_log)."""
-        for name in logs:
-            node = node_of_log(name)
-            if node is not None and node not in self.nodes:
-                p, path = self.paths, self.paths.log(node)
-                self.nodes[node] = NodeWatch(tail=LogTail(path), scan=NodeScan(
-                    node, str(path), self.signatures, self.progress), names=(
-                    path.name, p.heartbeat(node).name, p.exit(node).name, p.dump(node).name))
+    def _discover(self, logs: dict[str, tuple[int, float]], records: dict[str, tuple[int, float]],
+                  final: bool) -> None:
+        """New node logs: only the job's nodes count (watch/roster.py); a name that is no host name never does."""
+        self.roster.scheduled(self.slurm_nodes)
+        for node in self.roster.new_nodes(logs, records, self.nodes):
+            p, path = self.paths, self.paths.log(node)
+            self.nodes[node] = NodeWatch(tail=LogTail(path), scan=NodeScan(
+                node, str(path), self.signatures, self.progress), names=(
+                path.name, p.heartbeat(node).name, p.exit(node).name, p.dump(node).name))
+        self.roster.warn_strays(final)
 
     def _discover_scheduler_logs(self) -> None:
         """submitit's per-task files (<job>/<job>_<task>_log.out) hold slurmstepd's and srun's own lines;
@@ -128,26 +131,21 @@ class SegmentWatch:
             pass
         return None
 
-    def _read_logs(self, todo: list[tuple[str, NodeWatch]], final: bool) -> dict[str, list[tuple[int, bytes, int]]]:
-        """Read the changed node logs in batches, each in a worker with a timeout. A file whose read
-        hangs is recorded as a stall and left to its worker; the rest of its batch is read next poll."""
-        got: dict[str, list[tuple[int, bytes, int]]] = {}
-        batches = [Batch(todo[i : i + BATCH]) for i in range(0, len(todo), BATCH)]
-        futures = [(b, self._pool.submit(b.run, final)) for b in batches]
-        for batch, fut in futures:
-            try:
-                fut.result(timeout=self.read_timeout_s)
-            except FutureTimeout:
-                with batch.lock:
-                    batch.abandoned = True
-                    stuck = batch.current
-                if stuck is not None:
-                    nw = dict(batch.items)[stuck]
-                    nw.pending_read = batch
-                    self.fs_stalls.append(f"{stuck}: read of {nw.tail.path} did not return within "
-                                          f"{self.read_timeout_s:.0f}s")
-            got.update({k: v for k, v in dict(batch.results).items() if k != batch.current or not batch.abandoned})
-        return got
+    def _read_logs(self, todo: list[tuple[str, NodeWatch]], final: bool, now: datetime) -> None:
+        """Read and scan the changed node logs, a bounded number of bytes held at a time (watch/reader.py). A file
+        whose read hangs is recorded as a stall and left to its worker; the rest of its batch is read next poll."""
+        def feed(node: str, blocks: list[tuple[int, bytes, int]]) -> None:
+            for first, block, newlines in blocks:
+                self.nodes[node].scan.feed_bytes(first, block, self.prefilter, newlines)
+            if blocks:
+                self.last_output_at = now
+
+        def stuck(node: str, batch: Batch[NodeWatch]) -> None:
+            nw = self.nodes[node]
+            nw.pending_read = batch
+            self.fs_stalls.append(f"{node}: read of {nw.tail.path} did not return within {self.read_timeout_s:.0f}s")
+
+        read_batched(self._pool, todo, final, self.read_timeout_s, feed, stuck)
 
     def poll(self, now: datetime, final: bool = False) -> None:
         """Read what is new (`_poll`) and note whether the filesystem answered: while a read hangs the watch is
@@ -174,7 +172,7 @@ class SegmentWatch:
         records = self._listing(self.paths.nodes) or {}
         if logs is None:
             return
-        self._discover(logs)
+        self._discover(logs, records, final)
         self._discover_scheduler_logs()
         for key, sw in self.scheduler_logs.items():
             for first, block, newlines in self._read_tail(key, sw, final) or []:
@@ -191,11 +189,7 @@ class SegmentWatch:
             size = logs.get(nw.names[0], (0, 0.0))[0]
             if final or size != nw.tail.offset:
                 todo.append((node, nw))
-        for node, blocks in self._read_logs(todo, final).items():
-            for first, block, newlines in blocks:
-                self.nodes[node].scan.feed_bytes(first, block, self.prefilter, newlines)
-            if blocks:
-                self.last_output_at = now
+        self._read_logs(todo, final, now)
         for node, nw in self.nodes.items():
             if nw.scan.last_iteration is not None and nw.scan.last_iteration != nw.last_iteration:
                 nw.last_iteration = nw.scan.last_iteration

@@ -46,8 +46,10 @@ def test_a_live_watch_never_takes_a_hostile_name_for_a_node(tmp_path: Path) -> N
     logs = tmp_path / "logs"
     logs.mkdir()
     ecc = "0: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    (tmp_path / "nodes").mkdir()
     for name in ("node1.log", "node2.log", "-rf.log", "evil\u202enode.log", "node4\u202e.log", "a;b.log"):
         (logs / name).write_text(ecc)
+        (tmp_path / "nodes" / name.replace(".log", ".heartbeat.json")).write_text("{}")  # as if an agent ran there
     watch = SegmentWatch(tmp_path, build_table(), re_mod.compile(r"iteration (\d+)"), 10.0)
     try:
         watch.poll(datetime.now(UTC))

@@ -31,6 +31,7 @@ def test_fifo_log_never_hangs_the_loop(tmp_path: Path) -> None:
     (logs / "node1.log").write_text("0:  iteration 5/ 9 |\n")
     os.mkfifo(logs / "node2.log")  # a read of it blocks, like a file on a frozen filesystem
     w = SegmentWatch(tmp_path / "seg", build_table(), re.compile(r"iteration\s+(\d+)/"), read_timeout_s=0.3)
+    w.slurm_nodes = ["node1", "node2"]  # the job's nodes, as the scheduler lists them
     clock = FakeClock()
     for round_ in range(3):
         t = threading.Thread(target=w.poll, args=(clock.now(),), daemon=True)

@@ -1,0 +1,76 @@
+"""Only the job's nodes count as nodes (issue 22): a log in logs/ is a node once the scheduler lists its node or
+its agent wrote a record; stray files are ignored with one warning and cost no read, scan or verdict."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+from loguru import logger
+
+from orchestrator.diagnose.signatures import build_table
+from orchestrator.watch.roster import Roster
+from orchestrator.watch.segment import SegmentWatch
+
+ECC = "0: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+
+
+def test_a_log_waits_for_its_heartbeat_then_counts() -> None:
+    r = Roster()
+    assert r.new_nodes(["node1.log", "node2.log"], [], []) == []
+    assert r.new_nodes(["node1.log", "node2.log"], ["node2.heartbeat.json"], []) == ["node2"]
+    assert r.new_nodes(["node1.log", "node2.log"], ["node2.heartbeat.json", "node1.exit.json"], ["node2"]) == ["node1"]
+    assert r.new_nodes(["node1.log", "node2.log"], ["node2.heartbeat.json"], ["node1", "node2"]) == []
+
+
+def test_the_scheduler_list_confirms_without_records_and_strays_are_said_once() -> None:
+    said: list[str] = []
+    sink = logger.add(lambda m: said.append(str(m)), level="WARNING")
+    try:
+        r = Roster()
+        r.scheduled(["node3"])
+        assert r.new_nodes(["node3.log", "copy.log", "notes.log"], [], []) == ["node3"]
+        r.warn_strays(final=False)
+        r.warn_strays(final=True)
+    finally:
+        logger.remove(sink)
+    assert len(said) == 1 and "2 file(s)" in said[0] and "copy" in said[0]
+
+
+def test_no_warning_before_the_scheduler_lists_the_nodes() -> None:
+    said: list[str] = []
+    sink = logger.add(lambda m: said.append(str(m)), level="WARNING")
+    try:
+        r = Roster()
+        r.new_nodes(["node1.log"], [], [])  # an agent's log just before its first heartbeat
+        r.warn_strays(final=False)
+    finally:
+        logger.remove(sink)
+    assert said == []
+
+
+def test_thousands_of_stray_logs_change_nothing_but_a_warning(tmp_path: Path) -> None:
+    logs, nodes = tmp_path / "logs", tmp_path / "nodes"
+    logs.mkdir()
+    nodes.mkdir()
+    for i in range(20_000):
+        (logs / f"stray{i}.log").write_text(ECC)
+    (logs / "node1.log").write_text("iteration 5/ 100\n")
+    (logs / "node2.log").write_text("iteration 5/ 100\n" + ECC)
+    for n in ("node1", "node2"):
+        (nodes / f"{n}.heartbeat.json").write_text("{}")
+    said: list[str] = []
+    sink = logger.add(lambda m: said.append(str(m)), level="WARNING")
+    watch = SegmentWatch(tmp_path, build_table(), re.compile(r"iteration\s+(\d+)/"), 10.0)
+    try:
+        watch.slurm_nodes = ["node1", "node2"]
+        watch.poll(datetime.now(UTC))
+        watch.poll(datetime.now(UTC), final=True)
+    finally:
+        watch.close()
+        logger.remove(sink)
+    assert sorted(watch.nodes) == ["node1", "node2"]
+    assert {e.node for e in watch.evidence()} == {"node1", "node2"}
+    assert watch.max_iteration() == 5
+    assert [s for s in said if "logs/" in s and "20000 file(s)" in s] and len(said) == 1
