@@ -80,7 +80,7 @@ class NodeScan:
         progress comes from the last progress line of the block, the tail from its last lines."""
         pos_line, pos = first_line, 0
         last_alloc = -1
-        if b"\x00\x00" in data:
+        if b"\x00" in data and b"\x00\x00" in data:  # memchr first: the two-byte search is 60x slower
             self.nul_padding = True
         if self._frame_next:  # the previous block ended with a py-spy thread header
             nl = data.find(b"\n")
