@@ -31,7 +31,9 @@ def group_int(m: re.Match[bytes] | re.Match[str] | None) -> int | None:
 
 def last_int(rx: re.Pattern[bytes], line: bytes) -> int | None:
     """The iteration of the last progress match in a line: a tqdm bar rewrites one line with carriage
-    returns, and its last state is the one that counts."""
+    returns, and its last state is the one that counts. NULs (a crashed node's padding) are not text."""
+    if b"\x00" in line:
+        line = line.replace(b"\x00", b"")
     found = None
     for m in rx.finditer(line):
         it = group_int(m)
