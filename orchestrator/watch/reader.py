@@ -44,8 +44,18 @@ def scan_dir(directory: Path) -> dict[str, tuple[int, float]]:
                     continue
                 # a FIFO or device in place of a log: size -1 makes the poll read it (and notice if it hangs)
                 out[e.name] = (st.st_size if stat.S_ISREG(st.st_mode) else -1, st.st_mtime)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         pass
+    return out
+
+
+def submitit_logs(root: Path) -> dict[str, int]:
+    """Path -> size of submitit's per-task logs under `root` (<job>/<job>_<task>_log.out)."""
+    out: dict[str, int] = {}
+    for job in scan_dir(root):
+        for name, (size, _) in scan_dir(root / job).items():
+            if name.endswith("_log.out"):
+                out[str(root / job / name)] = size
     return out
 
 

@@ -22,7 +22,7 @@ from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.tail import LogTail
-from orchestrator.watch.reader import Batch, DaemonPool, pending, read_batched, scan_dir
+from orchestrator.watch.reader import Batch, DaemonPool, pending, read_batched, scan_dir, submitit_logs
 from orchestrator.watch.roster import Roster
 from orchestrator.watch.stuck import frames, fs_suspect, stuck_detail
 
@@ -97,24 +97,23 @@ class SegmentWatch:
                 path.name, p.heartbeat(node).name, p.exit(node).name, p.dump(node).name))
         self.roster.warn_strays(final)
 
-    def _discover_scheduler_logs(self) -> None:
+    def _discover_scheduler_logs(self) -> dict[str, int]:
         """submitit's per-task files (<job>/<job>_<task>_log.out) hold slurmstepd's and srun's own lines;
-        with one task per node, task t ran on the t-th node of the allocation."""
+        with one task per node, task t ran on the t-th node of the allocation. Returns every such file's size."""
         if not self.slurm_nodes:
-            return
-        ok, paths = self._call("submitit logs", lambda: sorted(self.paths.submitit.glob("*/*_log.out")))
-        if not ok or not isinstance(paths, list):
-            return
-        for path in paths:
-            key = str(path)
-            parts = path.name.split("_")
-            if key in self.scheduler_logs or len(parts) < 3 or not parts[1].isdigit():
+            return {}
+        ok, sizes = self._call("submitit logs", submitit_logs, self.paths.submitit)
+        if not ok or not isinstance(sizes, dict):
+            return {}
+        for key in sorted(sizes.keys() - self.scheduler_logs.keys()):
+            parts = Path(key).name.split("_")
+            if len(parts) < 3 or not parts[1].isdigit():
                 continue
             task = int(parts[1])
             if task < len(self.slurm_nodes):
-                node = self.slurm_nodes[task]
                 self.scheduler_logs[key] = NodeWatch(
-                    tail=LogTail(path), scan=NodeScan(node, key, self.signatures, self.progress))
+                    tail=LogTail(Path(key)), scan=NodeScan(self.slurm_nodes[task], key, self.signatures, self.progress))
+        return sizes
 
     def _read_tail(self, label: str, nw: NodeWatch, final: bool) -> list[tuple[int, bytes, int]] | None:
         """One file on its own (scheduler logs, few); a read that hangs is left pending, not repeated."""
@@ -173,8 +172,10 @@ class SegmentWatch:
         if logs is None:
             return
         self._discover(logs, records, final)
-        self._discover_scheduler_logs()
+        sizes = self._discover_scheduler_logs()
         for key, sw in self.scheduler_logs.items():
+            if not final and sizes.get(key, 0) == sw.tail.offset:
+                continue  # read only when it grew
             for first, block, newlines in self._read_tail(key, sw, final) or []:
                 sw.scan.feed_bytes(first, block, self.prefilter, newlines)
         todo = []

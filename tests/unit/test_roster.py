@@ -74,3 +74,36 @@ def test_thousands_of_stray_logs_change_nothing_but_a_warning(tmp_path: Path) ->
     assert {e.node for e in watch.evidence()} == {"node1", "node2"}
     assert watch.max_iteration() == 5
     assert [s for s in said if "logs/" in s and "20000 file(s)" in s] and len(said) == 1
+
+
+def test_scheduler_logs_are_read_only_when_they_grow(tmp_path: Path) -> None:
+    """submitit's per-task logs hold slurmstepd's lines: tied to the task's node, and not reopened while idle."""
+    from orchestrator.contract import SegmentPaths
+
+    job = SegmentPaths(tmp_path).submitit / "77"
+    job.mkdir(parents=True)
+    (job / "77_1_log.out").write_text("slurmstepd: error: *** STEP 77.0 ON node2 CANCELLED AT 2026-01-01 DUE TO "
+                                      "NODE FAILURE ***\n")
+    (SegmentPaths(tmp_path).submitit / "stray-file").write_text("not a job folder")
+    watch = SegmentWatch(tmp_path, build_table(), re.compile(r"iteration\s+(\d+)/"), 10.0)
+    reads: list[str] = []
+    try:
+        watch.slurm_nodes = ["node1", "node2"]
+        watch.poll(datetime.now(UTC))
+        sw = watch.scheduler_logs[str(job / "77_1_log.out")]
+        original = sw.tail.read_chunks
+
+        def counted(final: bool = False, max_bytes: int = 1 << 24) -> list[tuple[int, bytes, int]]:
+            reads.append("read")
+            return original(final, max_bytes)
+
+        sw.tail.read_chunks = counted  # type: ignore[method-assign]
+        watch.poll(datetime.now(UTC))
+        assert reads == []  # idle: not reopened
+        with (job / "77_1_log.out").open("a") as fh:
+            fh.write("srun: error: node2: task 1: Killed\n")
+        watch.poll(datetime.now(UTC))
+        assert reads == ["read"]
+    finally:
+        watch.close()
+    assert sw.scan.node == "node2" and sw.scan.matches
