@@ -11,6 +11,7 @@ per-node launch the agent runs under bash on every node (`command: [bash, -c, SC
 
 from __future__ import annotations
 
+import gc
 import re
 from pathlib import PurePosixPath
 from typing import Any
@@ -97,6 +98,16 @@ def import_sbatch(text: str, script_name: str = "script",
                   workdir: str | None = None) -> tuple[dict[str, Any], list[str]]:
     """(config mapping, notes) for a batch script. `workdir`: where sbatch would have run it (the current
     directory of the user by default), unless the script says --chdir."""
+    collecting = gc.isenabled()
+    gc.disable()  # a large script makes millions of small objects and no cycles: the collector only costs time
+    try:
+        return _import(text, script_name, workdir)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _import(text: str, script_name: str, workdir: str | None) -> tuple[dict[str, Any], list[str]]:
     text = text.replace("\r\n", "\n")
     notes: list[str] = []
     name = re.sub(r"[^A-Za-z0-9_.+-]", "-", script_name).lstrip("-.") or "run"
