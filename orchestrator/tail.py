@@ -59,7 +59,7 @@ class LogTail:
                     block = buf if cut == len(buf) else buf[:cut]
                     newlines = block.count(b"\n")
                     out.append((self.line_no + 1, block, newlines))
-                    self.line_no += newlines + (0 if buf[cut - 1:cut] == b"\n" else 1)
+                    self.line_no += newlines  # a monster line handed over in pieces is still one line
                 self._held = len(buf) - cut
             if final and self._held:
                 out.append((self.line_no + 1, os.pread(fd, self._held, self.offset - self._held), 0))

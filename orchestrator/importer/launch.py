@@ -17,6 +17,9 @@ TRAINING_WORDS = re.compile(r"(^|[\s/])python[\d.]*(\s|$)|\.py(\s|$)|" + LAUNCH_
 # not tokenized at all
 LAUNCHER_TEXT = re.compile(r"srun|mpirun|mpiexec|python|\.py|torchrun|deepspeed|accelerate|torch\.distributed")
 WANTED = re.compile("=|" + LAUNCHER_TEXT.pattern)
+_ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=.*", re.S)
+_PYTHON = re.compile(r"python[\d.]*$")
+_PYTHON_C = re.compile(r"python[\d.]*\s+(-\w+\s+)*-c\b")
 SRUN_VALUE = {"-N", "-n", "-c", "-w", "-o", "-e", "-J", "-p", "-t", "-G", "-x", "-A", "-q", "-C", "-D", "-m",
               "-d", "-i", "-W", "-r", "-K", "--jobid", "--nodes", "--ntasks", "--ntasks-per-node", "--cpus-per-task",
               "--container-image", "--container-mounts", "--container-workdir", "--container-name",
@@ -41,7 +44,7 @@ class Launch:
 
 def _command_index(words: list[str]) -> int:
     i = 0
-    while i < len(words) and (re.fullmatch(r"[A-Za-z_]\w*=.*", words[i], re.S) or words[i] in ("time", "exec", "!")):
+    while i < len(words) and (_ASSIGNMENT.fullmatch(words[i]) or words[i] in ("time", "exec", "!")):
         i += 1
     return i
 
@@ -84,8 +87,8 @@ def _classify(seg: Segment, text: str, env: dict[str, str]) -> Launch | None:
         end = _options_end(words, c + 1, SRUN_VALUE if name == "srun" else MPI_VALUE, env)
         return Launch(seg, "srun", name, end, words[c + 1:end]) if end < len(words) else None
     rest = resolve(" ".join(unquote(w) for w in words[c:]), env)
-    m = LAUNCH_WORDS.search(rest) or (re.match(r"python[\d.]*$", name) and TRAINING_WORDS.search(rest))
-    if not m or re.match(r"python[\d.]*\s+(-\w+\s+)*-c\b", rest):
+    m = LAUNCH_WORDS.search(rest) or (_PYTHON.match(name) and TRAINING_WORDS.search(rest))
+    if not m or _PYTHON_C.match(rest):
         return None
     launcher = next((w for w in ("torchrun", "deepspeed", "accelerate") if w in rest), "python")
     if "torch.distributed" in rest:

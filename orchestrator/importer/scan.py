@@ -13,6 +13,7 @@ SEPARATORS = (";", "|", "&")
 _PLAIN = re.compile(r"[^ \t\n;|&<>\\'\"`$(]+")  # word characters with no meaning to the scanner: skipped in one step
 _DQ_STOPS = re.compile(r'["\\$]')  # what can end or nest inside "...": the rest is skipped in one step
 _BQ_STOPS = re.compile(r"[`\\]")
+_DQ_ESCAPE = re.compile(r'\\([$`"\\\n])')  # what a backslash escapes inside "..."
 _BLANKS = re.compile(r"[ \t]+")
 _HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([\w.-]+)\2")
 
@@ -171,7 +172,7 @@ def line_end(text: str, pos: int) -> int:
 
 def unquote(word: str) -> str:
     """The word's text with one level of quotes removed (no expansion)."""
-    if not any(q in word for q in "'\"\\"):
+    if "'" not in word and '"' not in word and "\\" not in word:
         return word
     out, i = [], 0
     while i < len(word):
@@ -183,7 +184,7 @@ def unquote(word: str) -> str:
             i = j + 1
         elif c == '"':
             j = _skip_quoted(word, i)
-            out.append(re.sub(r'\\([$`"\\\n])', r"\1", word[i + 1:j - 1]))
+            out.append(_DQ_ESCAPE.sub(r"\1", word[i + 1:j - 1]))
             i = j
         elif c == "\\" and i + 1 < len(word):
             out.append("" if word[i + 1] == "\n" else word[i + 1])

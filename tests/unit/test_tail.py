@@ -47,3 +47,19 @@ def test_truncated_file_restarts(tmp_path: Path) -> None:
 
 def test_missing_file(tmp_path: Path) -> None:
     assert LogTail(tmp_path / "none.log").read_new() == []
+
+
+def test_a_line_longer_than_a_chunk_is_still_one_line(tmp_path: Path) -> None:
+    """Issue 21 re-run (D10): evidence after a 200 MB line said line 49; a line handed over in pieces counts once."""
+    from orchestrator.tail import CHUNK
+
+    f = tmp_path / "n.log"
+    f.write_bytes(b"x" * (2 * CHUNK + 10) + b"\nERR uncorrectable ECC\n" + b"\x00" * (CHUNK + 5) + b"\nlast\n")
+    tail, found = LogTail(f), {}
+    while blocks := tail.read_chunks(final=True):
+        for first, block, _ in blocks:
+            for word in (b"ERR", b"last"):
+                at = block.find(word)
+                if at >= 0:
+                    found[word] = first + block.count(b"\n", 0, at)
+    assert found == {b"ERR": 2, b"last": 4}
