@@ -128,14 +128,25 @@ def resume_var(flag: str) -> str:
 
 def rewrite_resume(text: str) -> tuple[str, list[tuple[str, str, int]]]:
     """Make every resume flag take the orchestrator's newest complete checkpoint when there is one:
-    `--resume_from_checkpoint X` -> `--resume_from_checkpoint ${ORCH_RESUME_FROM:-X}` (X as before on the first
-    segment). Megatron's `--load` and DeepSpeed's `--load_dir` take the checkpoint *root* (they read the
-    tracker file in it), so they get `${ORCH_RESUME_ROOT:-X}`."""
+    `--resume_from_checkpoint X` -> `--resume_from_checkpoint "${ORCH_RESUME_FROM:-X}"` (X as before on the first
+    segment, one argument either way). Megatron's `--load` and DeepSpeed's `--load_dir` take the checkpoint
+    *root* (they read the tracker file in it), so they get `"${ORCH_RESUME_ROOT:-X}"`."""
     rx = re.compile(_FLAG_VALUE.format(flags="|".join(re.escape(f) for f in sorted(RESUME_FLAGS, key=len,
                                                                                    reverse=True))))
     found = flag_values(text, RESUME_FLAGS)
     lines = text.split("\n")
     for i, line in enumerate(lines):
         if not line.lstrip().startswith("#"):
-            lines[i] = rx.sub(lambda m: f"{m.group(1)}{m.group(2)}${{{resume_var(m.group(1))}:-{m.group(3)}}}", line)
+            lines[i] = rx.sub(lambda m: f"{m.group(1)}{m.group(2)}\"${{{resume_var(m.group(1))}:-"
+                                        f"{_in_double_quotes(m.group(3))}}}\"", line)
     return "\n".join(lines), found
+
+
+def _in_double_quotes(value: str) -> str:
+    """The word `value` as written, for the inside of `"${VAR:-...}"`: one argument on every segment (a
+    checkpoint path with a space or a `*` is never split or globbed)."""
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    if len(value) >= 2 and value[0] == value[-1] == "'":
+        return re.sub(r'([\\$`"}])', r"\\\1", value[1:-1])
+    return value.replace("}", "\\}")

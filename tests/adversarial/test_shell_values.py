@@ -33,3 +33,23 @@ def test_escaped_and_unknown_placeholders_stay_as_written() -> None:
     argv = render(["bash", "-c", "echo {{run_dir}} {nope} {segment}"], {"segment": "3"})
     assert argv[2] == 'echo {run_dir} {nope} "${ORCH_SEGMENT}"'
     assert render(["python", "t.py", "--seg={segment}"], {"segment": "3"}) == ("python", "t.py", "--seg=3")
+
+
+def test_a_rewritten_resume_flag_stays_one_argument_whatever_the_checkpoint_path(tmp_path: Path) -> None:
+    """Issue 21 re-run (I2): `--load "$CKPT"` became `--load ${ORCH_RESUME_ROOT:-"$CKPT"}`: on every resume a path
+    with a space was two arguments and a `*` was globbed."""
+    import shutil
+    import subprocess
+
+    from orchestrator.importer.names import rewrite_resume
+
+    bash = shutil.which("bash")
+    assert bash is not None
+    for written in ('"$CKPT"', "'/x/ck dir'", "$CKPT", "/x/plain"):
+        script, _ = rewrite_resume(f'CKPT="/x/ck dir"\nprintf "[%s]" --load {written} --x 1\n')
+        for resume in ("/y/ck dir", "/y/*", ""):
+            env = {"PATH": "/usr/bin:/bin", "ORCH_RESUME_ROOT": resume}
+            got = subprocess.run([bash, "-c", script], capture_output=True, text=True, env=env, check=True).stdout
+            args = got[1:-1].split("][")
+            first = resume or ("/x/plain" if written == "/x/plain" else "/x/ck dir")
+            assert args == ["--load", first, "--x", "1"], (written, resume, got)

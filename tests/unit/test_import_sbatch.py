@@ -117,7 +117,7 @@ def test_megatron_load_gets_the_checkpoint_root_not_an_iteration_dir(tmp_path: P
     assert env["ORCH_RESUME_ROOT"] == str(ckpt) and env["ORCH_RESUME_FROM"].endswith("iter_0000020")
     script = "#SBATCH -N 2\nsrun python pretrain_gpt.py --save /ckpt --load /ckpt\n"
     cfg, notes = import_sbatch(script, "m")
-    assert "--load ${ORCH_RESUME_ROOT:-/ckpt}" in cfg["command"][2]
+    assert "--load \"${ORCH_RESUME_ROOT:-/ckpt}\"" in cfg["command"][2]
     assert any("ORCH_RESUME_ROOT" in n for n in notes)
 
 
