@@ -31,6 +31,18 @@ IGNORED = {"output": "per-node logs are written by the agent under run_dir/segme
            "chdir": "became `workdir`"}
 RESERVED = {"exclude", "nodes", "time", "output", "error", "job-name", "requeue", "no-requeue"}
 Opts = list[tuple[str, str | None]]
+# the long options this import treats itself, or that the orchestrator sets: sbatch takes any unambiguous prefix
+_KNOWN = ("ntasks-per-node", "cpus-per-task", "gpus-per-task", "ntasks", "gpus-per-node", "gpus", "gres", "partition",
+          "account", "qos", "job-name", "nodes", "time", "array", "dependency", "exclude", "chdir", "exclusive",
+          "comment", "wrap", *IGNORED)
+
+
+def _full_name(key: str) -> str:
+    """`--exclud` / `--job-nam` / `--outp`, as sbatch reads them: the one option they abbreviate."""
+    if key in _KNOWN:
+        return key
+    full = {k for k in _KNOWN if k.startswith(key)}
+    return full.pop() if len(full) == 1 else key
 
 
 def time_to_min(v: str) -> int:
@@ -107,6 +119,7 @@ class _Resources:
         self.ntasks: int | None = None
 
     def add(self, key: str, val: str | None) -> None:
+        key = _full_name(key)
         if key in ("ntasks-per-node", "cpus-per-task", "gpus-per-task") and _first_int(val) is not None:
             self.per_task[key] = _first_int(val) or 0
         elif key == "ntasks" and _first_int(val):
@@ -153,6 +166,8 @@ class _Resources:
         elif key == "chdir" and val:
             self.cfg["workdir"] = val
             self.notes.append(f"--chdir={val}: {IGNORED['chdir']}")
+        elif key in ("comment", "wrap"):
+            self.notes.append(f"--{key}: not carried over: the orchestrator sets it itself")
         elif key in IGNORED:
             self.notes.append(f"--{key}{'=' + val if val else ''}: not carried over: {IGNORED[key]}")
         else:
@@ -169,6 +184,8 @@ class _Resources:
     def _other(self, key: str, val: str | None) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
             self.notes.append(f"#SBATCH {key}: not an option sbatch knows; ignored")
+        elif key not in _KNOWN and (several := sorted(k for k in _KNOWN if k.startswith(key))):
+            self.notes.append(f"--{key}: an ambiguous abbreviation (--{', --'.join(several)}); not carried over")
         elif key == "exclusive":
             # submitit writes `--KEY=VALUE`; `--exclusive=exclusive` is what sbatch accepts for plain --exclusive
             self.extra["exclusive"] = val or "exclusive"

@@ -140,3 +140,21 @@ def test_hostname_in_the_body_names_the_batch_host_on_every_node(tmp_path: Path)
     assert outs[0] == outs[1] and "--rdzv_endpoint=localhost:29400" in outs[0], outs
     assert "--ip=127." in outs[0] or "--ip=::1" in outs[0], outs
     assert "--host=localhost" in outs[0]
+
+
+def test_abbreviated_options_are_read_as_sbatch_reads_them(tmp_path: Path) -> None:
+    """Issue 21 re-run (I4): `--outp`, `--err`, `--job-nam`, `--exclud`, `--comment` went to sbatch_extra without a
+    note, and the written config failed validate. sbatch takes unambiguous prefixes; so does the import."""
+    script = ("#!/bin/bash\n#SBATCH --outp=/tmp/x.out\n#SBATCH --err=/tmp/x.err\n#SBATCH --job-nam=evil\n"
+              "#SBATCH --exclud=node1\n#SBATCH --comment=hello\n#SBATCH --nod=2\n#SBATCH --parti=gpu\n"
+              "srun python train.py\n")
+    cfg, notes = import_sbatch(script, "t")
+    assert cfg["name"] == "evil" and cfg["resources"]["partition"] == "gpu"
+    assert "sbatch_extra" not in cfg["resources"]
+    text = "\n".join(notes)
+    for said in ("--output=/tmp/x.out: not carried over", "--exclude=node1", "--comment: not carried over",
+                 "--nod: an ambiguous abbreviation"):
+        assert said in text
+    written = tmp_path / "t.yaml"
+    written.write_text(dump_config(cfg, notes, "t").replace("CHANGE-ME", str(tmp_path / "ckpt")))
+    load_settings(written)  # what it writes passes validate
