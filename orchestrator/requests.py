@@ -82,7 +82,10 @@ def write_request(run_dir: Path, request: BlacklistAdd | BlacklistRemove | Black
     """Queue a blacklist edit for a running controller (applied on SIGHUP or at its next poll)."""
     d = private_dir(Path(run_dir) / REQUESTS_DIR)
     path = d / f"{datetime.now().strftime('%Y%m%dT%H%M%S%f')}-{os.getpid()}.json"
-    atomic_write(path, request.model_dump_json())
+    body = request.model_dump_json()
+    if len(body) > MAX_REQUEST_BYTES:  # the controller would refuse it: never acknowledge what it cannot take
+        raise ValueError(f"the edit is {len(body)} bytes, over the {MAX_REQUEST_BYTES} a request may hold; split it")
+    atomic_write(path, body)
     return path
 
 

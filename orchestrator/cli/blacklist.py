@@ -83,7 +83,7 @@ def _edit(target: Path, request: EditRequest, wait_s: float) -> tuple[str, Black
                     "try again"], 1) from None
     try:
         return _edit_serialised(store, where, request, wait_s)
-    except (StateError, OSError) as exc:  # a full or read-only disk: the state and the queue are as they were
+    except (StateError, OSError, ValueError) as exc:  # a full or read-only disk, an edit too big: nothing was queued
         raise fail([f"{where}: {exc}; nothing changed"[:600]], 1) from None
     finally:
         editors.release()
@@ -131,11 +131,16 @@ def _report(how: str, done: str) -> None:
         out.print(done + (" (by the running controller)" if how == "controller" else ""), markup=False)
 
 
+MAX_EDIT_NODES = 4096  # per command: a whole cluster is not a blacklist, and the request must fit the queue
+
+
 def _names(nodes: str) -> list[str]:
     from orchestrator.blacklist import expand
 
     try:
         names = expand(nodes)
+        if len(names) > MAX_EDIT_NODES:
+            raise ValueError(f"{len(names)} nodes: at most {MAX_EDIT_NODES} per edit; split the range")
         check_node_names(tuple(names))
     except ValueError as exc:
         raise fail([f"{nodes!r}: {exc}"[:300]]) from None
@@ -198,13 +203,29 @@ def bl_remove(target: Annotated[Path, typer.Argument(help="Config file or run di
       orchestrator blacklist remove configs/demo.yaml node3
     """
     names = _names(nodes)
+    prior = _snapshot(target)  # what a running controller will remove from (it applies the edit, not this command)
     how, before = _edit(target, BlacklistRemove(nodes=tuple(names)), wait)
+    before = before or prior
     if before is None:
         _report(how, f"removed {','.join(names)}")
         return
+    if how == "queued":
+        _report(how, "")
+        return
     missing = [n for n in names if before.get(n) is None]
     out.print(f"removed {','.join(n for n in names if n not in missing) or 'nothing'}"
-              + (f"; not blacklisted: {','.join(missing)}" if missing else ""), markup=False)
+              + (f"; not blacklisted: {','.join(missing)}" if missing else "")
+              + (" (by the running controller)" if how == "controller" else ""), markup=False)
+
+
+def _snapshot(target: Path) -> Blacklist | None:
+    """The blacklist as the state file holds it now, or None when it cannot be read."""
+    try:
+        store, _ = _state_for(target)
+        state = store.load()
+    except (StateError, OSError, typer.Exit):
+        return None
+    return state.blacklist if state is not None else None
 
 
 @bl_app.command("clear")

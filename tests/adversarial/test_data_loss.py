@@ -9,6 +9,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -134,6 +135,56 @@ def test_2_an_edit_for_a_running_controller_is_handed_over_not_refused(tmp_path:
     assert res.exit_code == 0 and "by the running controller" in res.output, res.output
     state = store.load()
     assert state is not None and state.blacklist.get("node7") is not None
+
+
+def _controller_applying(tmp_path: Path, store: StateStore) -> Any:
+    """A stand-in controller that holds the run and applies the queued edit the way the real loop does."""
+    import threading
+
+    from orchestrator.loop import operator
+
+    controller = RunLock(store.run_dir)
+    controller.acquire("controller")
+
+    def apply_queue() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not list((store.run_dir / REQUESTS_DIR).glob("*.json")):
+            time.sleep(0.01)
+        state = store.load()
+        assert state is not None
+        operator.apply_blacklist_requests(load_settings(write_config(tmp_path, base_config(tmp_path))), state,
+                                          FakeClock().now())
+        store.save(state)
+
+    t = threading.Thread(target=apply_queue, daemon=True)
+    t.start()
+    return controller, t
+
+
+def test_2_removing_a_node_that_is_not_blacklisted_says_so_through_a_running_controller(tmp_path: Path) -> None:
+    """Issue 21 re-run (X6): `removed node77 (by the running controller)` for a node never blacklisted."""
+    store = new_run(tmp_path / "run")
+    controller, t = _controller_applying(tmp_path, store)
+    try:
+        res = CliRunner().invoke(app, ["blacklist", "remove", str(store.run_dir), "node77", "--wait", "30"])
+    finally:
+        t.join(60)
+        controller.release()
+    assert res.exit_code == 0 and "not blacklisted: node77" in res.output and "removed nothing" in res.output
+
+
+def test_2_an_edit_too_big_for_the_queue_is_refused_not_acknowledged(tmp_path: Path) -> None:
+    """Issue 21 re-run (X4): `blacklist add 'node[1-100000]'` said it was applied by the running controller, which
+    then dropped the request (over 1 MiB): the blacklist stayed empty. Now the CLI refuses it, nothing queued."""
+    store = new_run(tmp_path / "run")
+    controller = RunLock(store.run_dir)
+    controller.acquire("controller")
+    try:
+        res = CliRunner().invoke(app, ["blacklist", "add", str(store.run_dir), "node[1-100000]", "--wait", "1"])
+    finally:
+        controller.release()
+    assert res.exit_code == 2 and "at most 4096 per edit" in res.output, res.output
+    assert not list((store.run_dir / REQUESTS_DIR).glob("*.json"))
 
 
 @pytest.mark.parametrize("hours", ["nan", "inf", "-1", "0", "1e308"])
