@@ -13,8 +13,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from orchestrator.blacklist import Blacklist
+from orchestrator.files import read_regular
 from orchestrator.settings.sections import SAFE_NAME
-from orchestrator.state import MAX_ACKED, REQUESTS_DIR, RunState, atomic_write, private_dir, read_regular
+from orchestrator.state import MAX_ACKED, REQUESTS_DIR, RunState, atomic_write, private_dir
 
 STOP_REQUEST = "stop-request"
 MAX_REQUEST_BYTES = 1 << 20  # a request names nodes; anything bigger is not one

@@ -11,7 +11,8 @@ import stat
 import time
 from pathlib import Path
 
-from orchestrator.state import private_dir, read_regular
+from orchestrator.files import read_regular
+from orchestrator.state import private_dir
 
 LOCK_FILE = "controller.lock"
 EDIT_LOCK_FILE = "blacklist-edit.lock"  # serialises `orchestrator blacklist` edits among themselves

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import stat
 import tempfile
 from collections.abc import Callable
 from datetime import datetime
@@ -15,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator import failpoints
 from orchestrator.blacklist import Blacklist
+from orchestrator.files import read_regular
 from orchestrator.model import Action, Cause, Evidence, JobState, RunStatus
 
 SCHEMA_VERSION = 1
@@ -181,27 +180,7 @@ def run_traces(run_dir: Path) -> list[str]:
     return traces
 
 
-def read_regular(path: Path, limit: int | None = None) -> bytes:
-    """A regular file's bytes (at most `limit`), opened without blocking and without following a symlink: a
-    FIFO, device, socket, directory or symlink in its place is refused with an OSError that names it, never
-    waited on."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a special file"
-            raise OSError(errno.EINVAL, f"{kind}, not a regular file", str(path))
-        chunks: list[bytes] = []
-        left = -1 if limit is None else limit
-        while left != 0:
-            chunk = os.read(fd, 1 << 20 if left < 0 else min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left = left - len(chunk) if left > 0 else left
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+MAX_STATE_BYTES = 64 << 20
 
 
 class StateStore:
@@ -217,7 +196,10 @@ class StateStore:
     def load(self) -> RunState | None:
         """The run's state; None only for a run directory with no trace of a run (or with start_over)."""
         try:
-            raw = read_regular(self.path).decode("utf-8")
+            data = read_regular(self.path, MAX_STATE_BYTES + 1)
+            if len(data) > MAX_STATE_BYTES:  # years of segments are a few MB; gigabytes are not a state file
+                raise OSError(f"over {MAX_STATE_BYTES >> 20} MiB")
+            raw = data.decode("utf-8")
         except FileNotFoundError:
             traces = run_traces(self.run_dir)
             if self.start_over:

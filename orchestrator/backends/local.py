@@ -27,8 +27,9 @@ from orchestrator.agent.main import run_node
 from orchestrator.backends.base import BackendError, SchedulerUnavailable
 from orchestrator.backends.procs import agents_under, alive, ours, proc_stat
 from orchestrator.clock import Clock
+from orchestrator.files import read_regular
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
-from orchestrator.state import atomic_write, private_dir, read_regular
+from orchestrator.state import atomic_write, private_dir
 
 SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 

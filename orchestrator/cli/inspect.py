@@ -137,16 +137,24 @@ def import_sbatch_cmd(
       orchestrator import-sbatch tests/data/sbatch/real/csc-ddp-torchrun-gpu8.sbatch -o /tmp/ddp.yaml
       orchestrator import-sbatch tests/data/sbatch/chain.sh
     """
+    from orchestrator.files import read_regular, require_regular_or_absent
     from orchestrator.importer import dump_config, import_sbatch
 
-    try:
-        text = script.read_text(encoding="utf-8", errors="replace")
+    try:  # a FIFO or /dev/zero is refused, not waited on
+        raw = read_regular(script, MAX_SCRIPT_BYTES + 1, follow=True)
     except OSError as exc:
-        raise fail([f"{script}: cannot read: {exc}"]) from None
+        raise fail([f"{script}: cannot read: {exc.strerror or exc}"]) from None
+    if len(raw) > MAX_SCRIPT_BYTES:
+        raise fail([f"{script}: over {MAX_SCRIPT_BYTES >> 20} MiB: not a batch script"])
+    text = raw.decode("utf-8", errors="replace")
     if "#SBATCH" not in text and "srun" not in text:
         raise fail([f"{script}: no #SBATCH line and no srun line: is this a Slurm batch script?"])
     if output is not None and output.is_dir():
         raise fail([f"-o {output}: is a directory; give the config file's path"])
+    try:
+        require_regular_or_absent(output) if output is not None else None
+    except OSError as exc:
+        raise fail([f"-o {output}: {exc.strerror}; give a regular file's path"]) from None
     try:
         cfg, notes = import_sbatch(text, script.stem, str(Path.cwd()))
     except Exception as exc:  # noqa: BLE001 - a script we cannot read is the user's input, not our crash
@@ -162,6 +170,9 @@ def import_sbatch_cmd(
         print(body, end="")
     for n in notes:
         err.print(f"note: {clean(n)}", markup=False, highlight=False)
+
+
+MAX_SCRIPT_BYTES = 32 << 20
 
 
 @app.command()

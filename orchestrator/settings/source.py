@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from orchestrator.files import read_regular
 from orchestrator.settings.errors import ConfigError, cut
 
 MAX_NODES_IN_CONFIG = 100_000  # values after expanding YAML aliases
@@ -55,13 +56,21 @@ def check_size(data: object, where: str) -> None:
             stack.extend((v, depth + 1) for v in node)
 
 
+MAX_CONFIG_BYTES = 64 << 20  # an imported config holds its batch script: 20 MB scripts exist, 64 MiB do not
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = read_regular(path, MAX_CONFIG_BYTES + 1, follow=True)  # a FIFO or /dev/zero: refused, not waited on
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError([f"{path}: over {MAX_CONFIG_BYTES >> 20} MiB: not a run config"])
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError([f"{path}: file not found"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"{path}: cannot read: {exc}"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:

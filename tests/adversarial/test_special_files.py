@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.files import read_regular
 from orchestrator.requests import take_requests
-from orchestrator.state import REQUESTS_DIR, STATE_FILE, RunState, StateError, StateStore, read_regular
+from orchestrator.state import REQUESTS_DIR, STATE_FILE, RunState, StateError, StateStore
 from orchestrator.timeout import call_with_timeout
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -107,3 +108,44 @@ def test_fifos_in_place_of_the_lock_the_job_table_the_shared_blacklist_and_a_res
     done, err = call_with_timeout(lambda: SharedBlacklist(tmp_path / "shared.json").merge_into(
         RunState(run="r", created_at=datetime.now(UTC), updated_at=datetime.now(UTC)).blacklist), 5)
     assert done and isinstance(err, ValueError) and "FIFO" in str(err)
+
+
+def _cli(args: list[str]) -> tuple[bool, object]:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    return call_with_timeout(lambda: CliRunner().invoke(app, args), 20)
+
+
+@pytest.mark.parametrize("command", [["validate"], ["run", "--dry-run"], ["import-sbatch"]])
+def test_a_fifo_given_as_the_config_or_script_is_refused_not_waited_on(tmp_path: Path, command: list[str]) -> None:
+    """Issue 21 re-run (B25, I8): `validate FIFO`, `run --dry-run FIFO` and `import-sbatch FIFO` hung."""
+    fifo = tmp_path / "cfg.yaml"
+    os.mkfifo(fifo)
+    done, res = _cli([*command, str(fifo)])
+    assert done, f"{command} blocked on a FIFO"
+    assert getattr(res, "exit_code", 0) == 2 and "FIFO" in getattr(res, "output", ""), getattr(res, "output", res)
+
+
+def test_dev_zero_as_a_config_is_bounded(tmp_path: Path) -> None:
+    """Issue 21 re-run (B26): `validate /dev/zero` grew to 2 GB in 5 s."""
+    done, res = _cli(["validate", "/dev/zero"])
+    assert done and getattr(res, "exit_code", 0) == 2 and "not a regular file" in getattr(res, "output", "")
+
+
+def test_a_fifo_as_the_import_output_is_refused(tmp_path: Path) -> None:
+    """Issue 21 re-run (I9): `import-sbatch t.sbatch -o FIFO` hung writing to it."""
+    script = tmp_path / "t.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH -N 2\nsrun python train.py\n")
+    os.mkfifo(tmp_path / "out.yaml")
+    done, res = _cli(["import-sbatch", str(script), "-o", str(tmp_path / "out.yaml")])
+    assert done and getattr(res, "exit_code", 0) == 2 and "FIFO" in getattr(res, "output", "")
+
+
+def test_a_state_file_of_gigabytes_is_refused_without_reading_it(tmp_path: Path) -> None:
+    """Issue 21 re-run (X9): a 2 GB sparse state.json made `status` take 19 s and 4.2 GB."""
+    with (tmp_path / STATE_FILE).open("wb") as fh:
+        fh.truncate(2 << 30)
+    done, value = call_with_timeout(lambda: StateStore(tmp_path).load(), 20)
+    assert done and isinstance(value, StateError) and "MiB" in str(value), value
