@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from orchestrator.blacklist import Blacklist
 from orchestrator.cli.common import _state_for, app, err, fail, loaded, out
@@ -186,8 +187,10 @@ def bl_add(target: Annotated[Path, typer.Argument(help="Config file or run direc
     names = _names(nodes)
     try:
         req = BlacklistAdd(nodes=tuple(names), reason=reason, hours=hours)
-    except ValueError as exc:
-        raise fail([f"--hours {hours} / --reason: {str(exc).splitlines()[-1].strip()}"[:300]]) from None
+    except ValidationError as exc:  # name the option and say what is wrong, not where pydantic's docs are
+        problems = [f"--{'.'.join(str(p) for p in e['loc']) or 'hours'} {hours if 'hours' in e['loc'] else reason!r}: "
+                    f"{e['msg']}" for e in exc.errors()]
+        raise fail([p[:300] for p in problems]) from None
     how, _ = _edit(target, req, wait)
     _report(how, f"blacklisted {','.join(names)} for {hours:g} h")
 

@@ -196,7 +196,7 @@ def test_3_bad_hours_are_refused_on_the_cli_side_and_nothing_is_queued(tmp_path:
         res = CliRunner().invoke(app, ["blacklist", "add", str(store.run_dir), "node3", "--hours", hours])
     finally:
         controller.release()
-    assert res.exit_code == 2 and "hours" in res.output
+    assert res.exit_code == 2 and "hours must be a number above 0" in res.output and "pydantic" not in res.output
     assert not list((store.run_dir / REQUESTS_DIR).glob("*.json")) if (store.run_dir / REQUESTS_DIR).exists() else True
 
 
