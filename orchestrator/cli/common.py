@@ -18,8 +18,9 @@ from orchestrator.state import RunState, StateError, StateStore, foreign_entries
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Keep long multi-node training on Slurm moving: diagnose, blacklist, resume.")
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, soft_wrap=True)
+# no emoji codes: text such as `H:M:S` or `:cross_mark:` in a note, a log line or a path is printed as it is
+out = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
+err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 EXIT_CONFIG = 2
 

@@ -124,6 +124,8 @@ class _Resources:
             self.per_task[key] = _first_int(val) or 0
         elif key == "ntasks" and _first_int(val):
             self.ntasks = _first_int(val)
+        elif key in ("ntasks-per-node", "cpus-per-task", "gpus-per-task", "ntasks"):
+            self.notes.append(f"--{key}={val}: not a count; not carried over, set resources by hand")
         elif key in ("gpus-per-node", "gpus", "gres") and val:
             self._gpus(key, val)
         elif key in ("partition", "account", "qos") and val:
@@ -150,10 +152,15 @@ class _Resources:
     def _special(self, key: str, val: str | None) -> bool:
         if key == "job-name" and val:
             self.cfg["name"] = re.sub(r"[^A-Za-z0-9_.+-]", "-", val).lstrip("-.") or "run"
+        elif key == "nodes" and val and not val.split("-")[-1].isdigit():
+            self.notes.append(f"--nodes={val}: not a node count; set resources.nodes by hand")
         elif key == "nodes" and val:
             self.r["nodes"] = int(val.split("-")[-1])
             if "-" in val:
                 self.notes.append(f"--nodes={val}: a range; every segment asks for {self.r['nodes']} nodes")
+        elif key == "time" and val and not re.fullmatch(r"(\d+-)?\d+(:\d+){0,2}", val):
+            self.notes.append(f"--time={val}: not a time limit Slurm reads (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S); "
+                              "set resources.time_limit_min by hand")
         elif key == "time" and val:
             self.r["time_limit_min"] = time_to_min(val)
         elif key == "array" and val:

@@ -158,3 +158,16 @@ def test_abbreviated_options_are_read_as_sbatch_reads_them(tmp_path: Path) -> No
     written = tmp_path / "t.yaml"
     written.write_text(dump_config(cfg, notes, "t").replace("CHANGE-ME", str(tmp_path / "ckpt")))
     load_settings(written)  # what it writes passes validate
+
+
+def test_unreadable_option_values_are_noted_not_a_traceback(tmp_path: Path) -> None:
+    """Issue 21 re-run (I6): `#SBATCH --nodes=abc` gave `cannot translate this script: ValueError: invalid literal
+    for int()`, naming neither the option nor the line. Now each such value is a note and the rest is imported."""
+    script = tmp_path / "bad.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=abc\n#SBATCH --time=zz\n#SBATCH --ntasks-per-node=x\n"
+                      "srun python train.py\n")
+    res = CliRunner().invoke(app, ["import-sbatch", str(script)])
+    assert res.exit_code == 0, res.output
+    for said in ("--nodes=abc: not a node count", "--time=zz: not a time limit", "(M, M:S, H:M:S,",
+                 "--ntasks-per-node=x: not a count"):
+        assert said in res.output
