@@ -161,7 +161,8 @@ def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: d
     done = _done(state, verdict, goal)
     if done is not None:
         return done
-    if verdict.cause == Cause.SUCCESS:
+    clean_exit = verdict.cause == Cause.SUCCESS  # exit 0 on every node short of the goal: nothing failed to load
+    if clean_exit:
         verdict = verdict.model_copy(update={"cause": Cause.UNKNOWN, "owner": Owner.NOBODY})
     blame, hard, excludes = _blame(state, verdict, policy, now)
     if len(state.segments) >= policy.max_segments:
@@ -171,7 +172,7 @@ def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: d
     if lost:
         return Decision(action=Action.STOP_AND_ALERT, reason=lost, blame_nodes=blame, hard=hard,
                         rule="no_checkpoint")
-    retry = _checkpoint_retry(state.segments[-1], state, verdict)
+    retry = None if clean_exit else _checkpoint_retry(state.segments[-1], state, verdict)
     if retry is not None:
         return retry
     stop = _job_stop(state, verdict, policy)
@@ -180,8 +181,11 @@ def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: d
     streak = no_progress_streak(state.segments)
     if streak >= policy.max_no_progress_segments:
         return Decision(action=Action.STOP_AND_ALERT, blame_nodes=blame, hard=hard, rule="no_progress",
-                        reason=f"no progress across {streak} consecutive segments (stuck at iteration "
-                        f"{state.best_iteration()}): a bug or a bad checkpoint")
+                        reason=(f"the training exited 0 on every node at iteration {state.best_iteration()}, short "
+                                f"of the goal {goal.target_iteration}, {streak} segments in a row without training: it "
+                                "takes itself for done (its own iteration count or stop condition is below the goal)"
+                                if clean_exit else f"no progress across {streak} consecutive segments (stuck at "
+                                f"iteration {state.best_iteration()}): a bug or a bad checkpoint"))
     wait = _shared_wait(state, verdict, policy)
     if wait is not None:
         return wait

@@ -113,3 +113,18 @@ def test_one_node_failing_right_after_a_resume_is_that_node_s_strike_not_the_che
     assert d.checkpoint_failed == "/ckpt/iter_0000010", d.reason
     d = decide(state(seg(1, 0, 10), _resumed(2, 10)), v(Cause.UNKNOWN), P, G, NOW)  # nobody named: the checkpoint
     assert d.checkpoint_failed == "/ckpt/iter_0000010", d.reason
+
+
+def test_exit_0_short_of_the_goal_after_a_resume_is_no_progress_not_a_bad_checkpoint() -> None:
+    """Issue 21 re-run (S9): a training whose own count stops at 150 (goal 200) exits 0 at once after each resume;
+    that was read as iter_150 failing to load, good checkpoints were marked bad and the run fell back through them.
+    A clean exit marks nothing bad; the no-progress rule stops the run and says why."""
+    goal = Goal(target_iteration=200)
+    first = seg(1, 0, 150)
+    second = seg(2, 150, 150).model_copy(update={"resumed_from": "/ck/iter_150"})
+    d = decide(state(first, second), v(Cause.SUCCESS), P, goal, NOW)
+    assert d.action == Action.RESUBMIT and d.checkpoint_failed is None
+    third = seg(3, 150, 150).model_copy(update={"resumed_from": "/ck/iter_150"})
+    d = decide(state(first, second, third), v(Cause.SUCCESS), P, goal, NOW)
+    assert d.action == Action.STOP_AND_ALERT and d.rule == "no_progress" and d.checkpoint_failed is None
+    assert "exited 0 on every node at iteration 150, short of the goal 200" in d.reason
