@@ -128,3 +128,10 @@ def test_exit_0_short_of_the_goal_after_a_resume_is_no_progress_not_a_bad_checkp
     d = decide(state(first, second, third), v(Cause.SUCCESS), P, goal, NOW)
     assert d.action == Action.STOP_AND_ALERT and d.rule == "no_progress" and d.checkpoint_failed is None
     assert "exited 0 on every node at iteration 150, short of the goal 200" in d.reason
+
+
+def test_done_because_the_training_printed_its_end_does_not_claim_every_node_exited_0() -> None:
+    """Issue 21 re-run (W10b): node2 exited 1 after the goal, the reason said `exited 0 on every node`."""
+    printed = v(Cause.SUCCESS).model_copy(update={"rule": "printed_its_end"})
+    d = decide(state(seg(1, 0, 100)), printed, P, G, NOW)
+    assert d.action == Action.DONE and "printed its end" in d.reason and "exited 0" not in d.reason
