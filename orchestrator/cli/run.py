@@ -175,7 +175,7 @@ def _cancel_current(state: RunState, backend: Backend, store: StateStore, clock:
     """--cancel-on-exit: cancel the job of a run that is still running when the controller stops, and record
     it, so `status` says the job was cancelled (not that it runs)."""
     if state.status.value == "running" and state.current and state.current.job_id:
-        from orchestrator.model import JobRef, RunStatus
+        from orchestrator.model import JobRef, JobState, RunStatus
 
         cur = state.current
         assert cur.submitted_at is not None and cur.job_id is not None
@@ -183,6 +183,7 @@ def _cancel_current(state: RunState, backend: Backend, store: StateStore, clock:
         logger.warning("--cancel-on-exit: job {} (segment {}) cancelled; it does not keep running. "
                        "'orchestrator run' starts a new segment from the last checkpoint", cur.job_id, cur.index)
         cur.cancelled_by_controller, cur.cancelled_at = "--cancel-on-exit", clock.now()
+        cur.job_state = JobState.CANCELLED  # what status shows for the current segment (it said RUNNING)
         state.status = RunStatus.STOPPED
         state.stop_reason = f"controller stopped with --cancel-on-exit: job {cur.job_id} cancelled"
         store.save(state)

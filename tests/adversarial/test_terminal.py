@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from orchestrator.blacklist import Blacklist
 from orchestrator.cli import app
 from orchestrator.cli.inspect import status_view
-from orchestrator.model import Action, Cause, Evidence, JobRef, RunStatus
+from orchestrator.model import Action, Cause, Evidence, JobRef, JobState, RunStatus
 from orchestrator.runlock import CONTROLLER, RunLock
 from orchestrator.state import RunState, SegmentRecord, StateStore
 from orchestrator.views.status import summary_table, timeline_table
@@ -164,6 +164,7 @@ def test_cancel_on_exit_is_recorded_and_status_says_so(tmp_path: Path) -> None:
     st.stop_reason = ""
     st.segments[0].ended_at = None
     st.segments[0].action = None
+    st.segments[0].job_state = JobState.RUNNING  # as the last poll left it
     store = StateStore(tmp_path / "run")
     backend = CancelRecorder()
     _cancel_current(st, backend, store, FakeClock(NOW))  # type: ignore[arg-type]
@@ -171,6 +172,9 @@ def test_cancel_on_exit_is_recorded_and_status_says_so(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["status", str(tmp_path / "run")], catch_exceptions=False)
     assert "stopped (controller stopped with --cancel-on-exit: job 1001 cancelled)" in res.output, res.output
     assert "cancelled (--cancel-on-exit)" in res.output and "running" not in res.output.split("segment")[0]
+    assert "RUNNING" not in res.output, res.output  # issue 21 re-run (X14b): the current segment said RUNNING
+    res = CliRunner().invoke(app, ["status", str(tmp_path / "run"), "--json"], catch_exceptions=False)
+    assert '"RUNNING"' not in res.output
 
 
 def test_report_png_has_totals_and_survives_hostile_names(tmp_path: Path) -> None:
