@@ -16,6 +16,7 @@ from orchestrator.cli.common import (
     _state_for,
     app,
     build_backend,
+    err,
     fail,
     load,
     out,
@@ -27,7 +28,7 @@ from orchestrator.clock import Clock, RealClock
 from orchestrator.requests import STOP_REQUEST, apply_request, pending, take_requests
 from orchestrator.runlock import CONTROLLER, LockHeld, RunLock
 from orchestrator.settings import Settings, load_settings, parse_overrides
-from orchestrator.state import RunState, StateError, StateStore, atomic_write
+from orchestrator.state import STATE_FILE, RunState, StateError, StateStore, atomic_write
 from orchestrator.views.status import timeline_table
 from orchestrator.views.text import clean
 
@@ -65,6 +66,10 @@ def run(
     if problem := spares_problem(s):
         raise fail([problem])
     clock = RealClock()
+    if start_over and (s.run_dir / STATE_FILE).exists():  # it sets aside traces only where no ledger is left
+        err.print(f"note: --start-over does nothing here: {s.run_dir / STATE_FILE} exists, so the run resumes from "
+                  "its ledger; to start over on purpose move the run directory aside (or use a new run_dir)",
+                  markup=False, highlight=False)
     if dry_run:
         dry(s, clock, start_over, from_scratch)
         return

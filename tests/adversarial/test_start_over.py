@@ -67,6 +67,8 @@ def test_the_real_demo_starts_over_after_state_json_is_gone(tmp_path: Path) -> N
 
     first = orch("run", str(path))
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    ignored = orch("run", str(path), "--start-over")  # issue 21 re-run X13: it was silent
+    assert ignored.returncode == 0 and "--start-over does nothing here" in ignored.stderr, ignored.stderr[-2000:]
     assert (tmp_path / "run" / "sync").is_dir() and list((tmp_path / "run" / "sync").glob(".fault-ecc-*"))
     (tmp_path / "run" / "state.json").unlink()
     dry = orch("run", str(path), "--dry-run", "--start-over")
