@@ -59,7 +59,7 @@ def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool 
         raise fail([f"checkpoint directory: {exc}"], 1) from None
     spec, excl = prepared.spec, prepared.exclude
     print(f"# dry run: nothing is submitted. Segment {spec.index} of run {s.name} ({s.backend.kind} backend)")
-    if standing := where_it_stands(state):
+    if standing := where_it_stands(state, s.goal.target_iteration):
         print(f"# {standing}")
     print(f"# exclude: {spec.exclude_hostlist or '(none)'}" + (f"  [{excl.note}]" if excl.note else ""))
     print(f"# resume from: {spec.resume_from or '(no checkpoint: start from scratch)'} "
@@ -72,12 +72,16 @@ def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool 
     print(backend.render(spec))
 
 
-def where_it_stands(state: RunState) -> str:
-    """What `run` would do first, when it is not 'submit this segment': a segment still out, a finished run."""
+def where_it_stands(state: RunState, target: int | None = None) -> str:
+    """What `run` would do first, when it is not 'submit this segment': a segment still out, a finished run (whose
+    goal `target`, the config's, may have been raised: then run resumes it, as loop/operator.resume decides)."""
     cur = state.current
     if cur is not None and cur.ended_at is None and cur.job_id:
         return (f"segment {cur.index} (job {cur.job_id}) has not ended: run would watch it and submit nothing "
                 "now; below is what would follow it if it ended as things stand")
+    if state.status == RunStatus.DONE and state.target_iteration is not None and (target or 0) > state.target_iteration:
+        return (f"the run is done at goal {state.target_iteration}, but the config raised it to {target}: run would "
+                "resume it and submit this segment")
     if state.status == RunStatus.DONE:
         return (f"the run is done ({clean(state.stop_reason) or 'goal reached'}): run would submit nothing; below "
                 "is the segment a raised goal (goal.target_iteration) would start")
