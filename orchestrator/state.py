@@ -226,8 +226,12 @@ class StateStore:
             raise StateError(f"{self.path}: schema_version {version!r}, this orchestrator reads {SCHEMA_VERSION}")
         try:
             return RunState.model_validate(data)
-        except ValidationError as exc:
-            raise StateError(f"{self.path}: invalid state: {exc}") from None
+        except ValidationError as exc:  # each problem as field: message, not pydantic's dump
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}"
+                                 for e in exc.errors()[:3])
+            more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
+            raise StateError(f"{self.path}: not a valid run state: {problems[:300]}{more}; restore it from "
+                             f"{self.path}.bak") from None
 
     def save(self, state: RunState) -> None:
         """Atomic: on any failure (full disk, read-only or immutable file, a directory in its place) the

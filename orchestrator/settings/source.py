@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,13 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError([f"{path}: {where}YAML syntax error: {problem}"]) from None
     except RecursionError:
         raise ConfigError([f"{path}: nested too deeply (at most {MAX_DEPTH} levels)"]) from None
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits: say where, not Python's advice
+        long = re.search(r"\d{4000,}", text)
+        if long:
+            line = text.count("\n", 0, long.start()) + 1
+            key = re.search(r"([\w.-]+)\s*:\s*[-+]?$", text[text.rfind("\n", 0, long.start()) + 1:long.start()])
+            raise ConfigError([f"{path}: line {line}: {key.group(1) + ': ' if key else ''}a number of "
+                               f"{long.end() - long.start()} digits; no setting takes one"]) from None
         raise ConfigError([f"{path}: a value cannot be read: {str(exc)[:200]}"]) from None
     if data is None:
         raise ConfigError([f"{path}: the file is empty"])

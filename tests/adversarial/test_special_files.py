@@ -149,3 +149,12 @@ def test_a_state_file_of_gigabytes_is_refused_without_reading_it(tmp_path: Path)
         fh.truncate(2 << 30)
     done, value = call_with_timeout(lambda: StateStore(tmp_path).load(), 20)
     assert done and isinstance(value, StateError) and "MiB" in str(value), value
+
+
+def test_a_state_missing_its_fields_says_which_and_how_to_restore(tmp_path: Path) -> None:
+    """Issue 21 re-run (F4): `{"schema_version": 1}` gave a 900-character pydantic dump and no restore hint."""
+    (tmp_path / STATE_FILE).write_text('{"schema_version": 1}')
+    with pytest.raises(StateError) as got:
+        StateStore(tmp_path).load()
+    text = str(got.value)
+    assert "run: Field required" in text and "restore it from" in text and "pydantic" not in text and "\n" not in text
