@@ -172,8 +172,8 @@ class Controller:
         """The controller died between submitting and recording the job id: find the job by name."""
         try:
             live = self.backend.find_jobs(seg.job_name)
-        except SchedulerUnavailable:
-            self.clock.sleep(self.s.watch.poll_interval_s)
+        except SchedulerUnavailable as exc:  # the same outage as a refused sbatch: bounded by the same limit
+            self._held(state, self._outage, self.s.policy.scheduler_outage_max_s, str(exc))
             return
         if live:
             ref = max(live, key=lambda r: r.submitted_at)

@@ -98,6 +98,27 @@ def test_a_scheduler_outage_beyond_the_bound_alerts_once_and_stops(tmp_path: Pat
     assert alerts == ["t: scheduler unreachable", "t: STOPPED, needs a human"]
 
 
+class Dark(Unreachable):
+    """No scheduler command answers: sbatch, and squeue when the controller looks for the job it may have made."""
+
+    def find_jobs(self, job_name: str) -> list[JobRef]:
+        raise SchedulerUnavailable("squeue: error: Unable to contact slurm controller (connect failure)")
+
+
+def test_a_full_outage_is_bounded_too_while_the_submission_cannot_be_confirmed(tmp_path: Path) -> None:
+    """Issue 21 re-run (T4): with sbatch and squeue failing, the bound was ignored (one warning, then silence)."""
+    s = load_settings(write_config(tmp_path, base_config(tmp_path, goal={"target_iteration": 20})),
+                      parse_overrides(["watch.poll_interval_s=10", "policy.scheduler_outage_max_s=600"]))
+    clock = FakeClock()
+    alerts: list[str] = []
+    ctl = Controller(s, Dark(clock, 10**9, tmp_path), clock, StateStore(s.run_dir),
+                     notify=lambda title, body: alerts.append(title), python="python")
+    state = ctl.run()
+    assert state.status == RunStatus.STOPPED and "scheduler unreachable for" in state.stop_reason
+    assert 600 <= clock.slept <= 620
+    assert alerts == ["t: scheduler unreachable", "t: STOPPED, needs a human"]
+
+
 def test_a_short_scheduler_outage_alerts_once_and_the_run_completes(tmp_path: Path) -> None:
     ctl, alerts, _ = controller(tmp_path, 30, "policy.scheduler_outage_max_s=600")
     state = ctl.run()
