@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from orchestrator.blacklist import Blacklist
+from orchestrator.blacklist import Blacklist, compress
 from orchestrator.cli.common import _state_for, app, err, fail, loaded, out
 from orchestrator.clock import RealClock
 from orchestrator.requests import (
@@ -192,7 +192,7 @@ def bl_add(target: Annotated[Path, typer.Argument(help="Config file or run direc
                     f"{e['msg']}" for e in exc.errors()]
         raise fail([p[:300] for p in problems]) from None
     how, _ = _edit(target, req, wait)
-    _report(how, f"blacklisted {','.join(names)} for {hours:g} h")
+    _report(how, f"blacklisted {compress(names)} for {hours:g} h")
 
 
 @bl_app.command("remove")
@@ -210,14 +210,14 @@ def bl_remove(target: Annotated[Path, typer.Argument(help="Config file or run di
     how, before = _edit(target, BlacklistRemove(nodes=tuple(names)), wait)
     before = before or prior
     if before is None:
-        _report(how, f"removed {','.join(names)}")
+        _report(how, f"removed {compress(names)}")
         return
     if how == "queued":
         _report(how, "")
         return
     missing = [n for n in names if before.get(n) is None]
-    out.print(f"removed {','.join(n for n in names if n not in missing) or 'nothing'}"
-              + (f"; not blacklisted: {','.join(missing)}" if missing else "")
+    out.print(f"removed {compress([n for n in names if n not in missing]) or 'nothing'}"
+              + (f"; not blacklisted: {compress(missing)}" if missing else "")
               + (" (by the running controller)" if how == "controller" else ""), markup=False)
 
 

@@ -107,9 +107,12 @@ def test_2_an_edit_queued_for_a_controller_that_exited_is_applied_by_the_next_ru
 
 
 def test_2_an_edit_for_a_running_controller_is_handed_over_not_refused(tmp_path: Path) -> None:
+    import signal
+
     store = new_run(tmp_path / "run")
     controller = RunLock(store.run_dir)
     controller.acquire("controller")  # holds the run; applies queued edits like the real loop
+    signal.signal(signal.SIGHUP, lambda *_: None)  # the CLI wakes the controller (this process) with SIGHUP
 
     def apply_queue() -> None:
         from orchestrator.loop import operator
@@ -139,12 +142,14 @@ def test_2_an_edit_for_a_running_controller_is_handed_over_not_refused(tmp_path:
 
 def _controller_applying(tmp_path: Path, store: StateStore) -> Any:
     """A stand-in controller that holds the run and applies the queued edit the way the real loop does."""
+    import signal
     import threading
 
     from orchestrator.loop import operator
 
     controller = RunLock(store.run_dir)
-    controller.acquire("controller")
+    controller.acquire("controller")  # held by this process: the CLI's wake-up SIGHUP comes here
+    signal.signal(signal.SIGHUP, lambda *_: None)
 
     def apply_queue() -> None:
         deadline = time.monotonic() + 30
