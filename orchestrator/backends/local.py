@@ -158,7 +158,13 @@ class LocalBackend:
         except SchedulerUnavailable:
             del self._records[rec.job_id]
             raise
-        self._try_start(rec)
+        try:
+            self._try_start(rec)
+        except SchedulerUnavailable:
+            del self._records[rec.job_id]
+            with contextlib.suppress(SchedulerUnavailable):
+                self._save(strict=True)
+            raise
         return JobRef(job_id=rec.job_id, submitted_at=now, backend=self.name)
 
     def _busy(self) -> set[str]:
@@ -173,12 +179,18 @@ class LocalBackend:
         nodes = self._place(spec, self._busy())
         if not nodes:
             return
-        jobs = {}
-        for rank, node in enumerate(nodes):
-            folder = Path(spec.segment_dir) / "submitit" / node
-            ex = submitit.LocalExecutor(folder=folder)
-            ex.update_parameters(timeout_min=spec.time_limit_min + 10, tasks_per_node=1)
-            jobs[node] = ex.submit(run_node, spec, node, rank, rec.job_id)
+        jobs: dict[str, Any] = {}
+        try:
+            for rank, node in enumerate(nodes):
+                ex = submitit.LocalExecutor(folder=Path(spec.segment_dir) / "submitit" / node)
+                ex.update_parameters(timeout_min=spec.time_limit_min + 10, tasks_per_node=1)
+                jobs[node] = ex.submit(run_node, spec, node, rank, rec.job_id)
+        except OSError as exc:  # a full disk half way: no agent is left running unwatched, the job stays to start
+            for job in jobs.values():
+                with contextlib.suppress(OSError, ValueError):
+                    os.kill(int(job.job_id), signal.SIGKILL)  # the agent had not started training
+            raise SchedulerUnavailable(f"the job's agents cannot be started: {exc.strerror or exc} "
+                                       f"({exc.filename or spec.segment_dir})") from None
         self._jobs[rec.job_id] = jobs
         rec.nodes = nodes
         rec.pids = [int(j.job_id) for j in jobs.values()]
@@ -204,7 +216,8 @@ class LocalBackend:
             return JobStatus(state=JobState(rec.end_state), nodes=tuple(rec.nodes),
                              exit_code=0 if rec.end_state == "COMPLETED" else 1)
         if not rec.started_at:
-            self._try_start(rec)
+            with contextlib.suppress(SchedulerUnavailable):  # said by submit; a pending job waits for the disk
+                self._try_start(rec)
             if not rec.started_at:
                 return JobStatus(state=JobState.PENDING, reason="Resources")
         codes = [self._node_result(rec, n, p) for n, p in zip(rec.nodes, rec.pids, strict=True)]

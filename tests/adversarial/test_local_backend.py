@@ -118,3 +118,45 @@ def test_a_job_table_that_cannot_be_written_holds_the_submission_instead_of_a_tr
     with pytest.raises(SchedulerUnavailable, match="No space left on device"):
         backend.submit(spec)
     assert backend.find_jobs(spec.job_name) == [] and not backend._records
+
+
+def test_a_disk_that_fills_while_the_agents_start_leaves_none_running(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21 re-run (F10): with a few KB free, the second agent's submitit pickle failed: `run` exited rc 1
+    with agents of the first nodes left running unwatched and a segment without a job id. Now the started agents
+    are stopped and the submission waits like one to an unreachable scheduler."""
+    import errno
+    import sys
+    import time
+
+    import submitit
+
+    from orchestrator.backends.base import SchedulerUnavailable
+    from orchestrator.backends.procs import agents_under
+    from orchestrator.loop.submission import prepare
+    from orchestrator.settings import load_settings, parse_overrides
+    from orchestrator.state import RunState
+    from tests.conftest import base_config, write_config
+
+    cfg = base_config(tmp_path, command=[sys.executable, "-c", "import time; time.sleep(300)"],
+                      resources={"nodes": 2, "time_limit_min": 60})
+    s = load_settings(write_config(tmp_path, cfg), parse_overrides([]))
+    clock = FakeClock()
+    backend = LocalBackend(["node1", "node2"], s.run_dir / "local-backend", clock)
+    original, calls = submitit.LocalExecutor.submit, []
+
+    def fills_up(self: submitit.LocalExecutor, *args: object, **kw: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x.pkl"))
+        return original(self, *args, **kw)
+
+    monkeypatch.setattr(submitit.LocalExecutor, "submit", fills_up)
+    state = RunState(run="t", created_at=clock.now(), updated_at=clock.now())
+    with pytest.raises(SchedulerUnavailable, match="No space left on device"):
+        backend.submit(prepare(s, state, backend, clock.now(), sys.executable).spec)
+    deadline = time.monotonic() + 10
+    while agents_under(s.run_dir / "segments") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not agents_under(s.run_dir / "segments"), "the first node's agent was left running"
+    assert backend.poll([ref("1001")])["1001"].state.terminal  # no half-started job in the table
