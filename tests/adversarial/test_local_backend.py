@@ -7,6 +7,7 @@ import json
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,7 +146,7 @@ def test_a_disk_that_fills_while_the_agents_start_leaves_none_running(
     backend = LocalBackend(["node1", "node2"], s.run_dir / "local-backend", clock)
     original, calls = submitit.LocalExecutor.submit, []
 
-    def fills_up(self: submitit.LocalExecutor, *args: object, **kw: object) -> object:
+    def fills_up(self: submitit.LocalExecutor, *args: Any, **kw: Any) -> Any:
         calls.append(1)
         if len(calls) == 2:
             raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x.pkl"))
