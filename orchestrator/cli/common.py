@@ -3,7 +3,10 @@ building a backend, finding a run's state from a config file or a run directory.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from typing import Annotated
 
@@ -47,16 +50,37 @@ def fail(lines: list[str], code: int = EXIT_CONFIG) -> typer.Exit:
     return typer.Exit(code)
 
 
+class _LogFile(RotatingFileHandler):
+    """controller.log, rotated at 20 MB with 5 kept. A write that fails (a full disk) is said once on stderr and
+    the controller goes on; loguru's own file sink printed a traceback per record and one more at exit."""
+
+    def __init__(self, path: Path):
+        super().__init__(path, maxBytes=20 << 20, backupCount=5, encoding="utf-8", delay=False)
+        self.failed = False
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        if not self.failed:
+            self.failed = True
+            print(f"warning: {self.baseFilename}: cannot be written ({sys.exc_info()[1]}); the controller goes on "
+                  "logging to the terminal only", file=sys.stderr)
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError):
+            super().flush()
+
+    def close(self) -> None:  # at exit, a buffer the full disk cannot take is dropped, not a traceback
+        with contextlib.suppress(OSError):
+            super().close()
+
+
 def setup_logging(run_dir: Path | None, verbose: bool) -> None:
     logger.remove()
     fmt = "{time:YYYY-MM-DD HH:mm:ss} {level: <7} {message}"
     logger.add(sys.stderr, level="DEBUG" if verbose else "INFO", format=fmt)
     if run_dir is not None:
-        # loguru formats the file name ({time} ...): braces in run_dir are literal text
-        sink = str(run_dir / "controller.log").replace("{", "{{").replace("}", "}}")
         try:
             private_dir(run_dir)
-            logger.add(sink, level="DEBUG", rotation="20 MB", retention=5,
+            logger.add(_LogFile(run_dir / "controller.log"), level="DEBUG",
                        format="{time:YYYY-MM-DDTHH:mm:ss.SSSZ} {level} {message} {extra}")
         except OSError as exc:  # a read-only or full run directory: one line, not a traceback
             raise fail([f"{run_dir}: cannot write the controller's log there ({exc.strerror or exc})"], 1) from None

@@ -102,3 +102,33 @@ def test_sbatch_options_that_are_not_reserved_still_pass(tmp_path: Path) -> None
     extra = {"constraint": "h100", "mail-type": "FAIL", "exclusive": "", "gres": "gpu:4"}
     s = load_settings(write_config(tmp_path, base_config(tmp_path, resources={"nodes": 1, "sbatch_extra": extra})))
     assert s.resources.sbatch_extra == extra
+
+
+def test_a_controller_log_the_disk_cannot_take_is_said_once_never_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 21 re-run (F11): on a full disk loguru's file sink printed `--- Logging error in Loguru Handler ---`
+    with a traceback per record and another at exit. Now the log file says once that it cannot be written."""
+    import errno
+    import logging
+
+    from orchestrator.cli.common import _LogFile
+
+    class Full:
+        def write(self, _text: str) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def seek(self, *_: object) -> int:
+            return 0
+
+        def tell(self) -> int:
+            return 0
+
+        flush = close = lambda self: Full.write(self, "")  # noqa: E731 - every call fails like the disk
+
+    handler = _LogFile(tmp_path / "controller.log")
+    handler.stream = Full()  # type: ignore[assignment]
+    for i in range(5):
+        handler.emit(logging.LogRecord("orchestrator", logging.INFO, __file__, 1, f"record {i}", None, None))
+    handler.close()
+    err = capsys.readouterr().err
+    assert err.count("cannot be written") == 1 and "No space left" in err and "Traceback" not in err
