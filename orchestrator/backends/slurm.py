@@ -7,6 +7,8 @@ never *failed*. Jobs are submitted with --no-requeue so that only the controller
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import shlex
@@ -203,8 +205,9 @@ class SlurmBackend:
                 raise BackendError(f"exclude names nodes sinfo does not know: {','.join(unknown)}")
         ex = self._executor(self.folder(spec), spec)
         submitted_at = self.clock.now()
-        try:
-            job = self._submit(ex, spec)
+        try:  # submitit prints a failed sbatch's stderr itself: it is in the exception, said once by the controller
+            with contextlib.redirect_stderr(io.StringIO()):
+                job = self._submit(ex, spec)
         except Exception as exc:  # noqa: BLE001 - submitit wraps sbatch failures in its own types
             text = str(exc)
             if transient(text):

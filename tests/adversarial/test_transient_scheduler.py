@@ -60,6 +60,15 @@ def test_an_unreachable_scheduler_is_not_a_rejection(tmp_path: Path, text: str,
         submit_with_sbatch_saying(tmp_path, tmp_path / "bin", text, monkeypatch)
 
 
+def test_a_failed_sbatch_is_not_echoed_on_every_retry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 21 re-run (T1b): submitit printed sbatch's stderr on each attempt (107 raw lines in 25 s) beside the
+    controller's one warning; the text is in the exception, which the controller says once."""
+    with pytest.raises(SchedulerUnavailable, match="DNS SRV"):
+        submit_with_sbatch_saying(tmp_path, tmp_path / "bin", UNREACHABLE[0], monkeypatch)
+    assert "sbatch: error" not in capfd.readouterr().err
+
+
 @pytest.mark.parametrize("text", REJECTED, ids=["account", "partition", "nodes"])
 def test_a_rejected_job_is_still_a_rejection(tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(BackendError, match="rejected"):
