@@ -14,7 +14,7 @@ import typer
 from pydantic import ValidationError
 
 from orchestrator.blacklist import Blacklist, compress
-from orchestrator.cli.common import _state_for, app, err, fail, loaded, out
+from orchestrator.cli.common import _state_for, app, err, fail, load, loaded, out, require_run_dir
 from orchestrator.clock import RealClock
 from orchestrator.requests import (
     BlacklistAdd,
@@ -73,6 +73,8 @@ def _edit(target: Path, request: EditRequest, wait_s: float) -> tuple[str, Black
     applied it. ('applied', blacklist before) | ('controller', None) | ('queued', None); exit 1 if refused.
     Edits are serialised among themselves, so concurrent `blacklist` commands never lose one another's."""
     store, where = _state_for(target)
+    if isinstance(request, BlacklistAdd) and not target.is_dir():
+        _begin_ledger(target, store)
     _loaded(store, where)  # a run directory with a state, before anything is created in it
     editors = RunLock(store.run_dir, EDIT_LOCK_FILE)
     try:
@@ -88,6 +90,25 @@ def _edit(target: Path, request: EditRequest, wait_s: float) -> tuple[str, Black
         raise fail([f"{where}: {exc}; nothing changed"[:600]], 1) from None
     finally:
         editors.release()
+
+
+def _begin_ledger(config: Path, store: StateStore) -> None:
+    """`blacklist add CONFIG NODES` before the first run (known-bad nodes kept out of segment 1): the run's
+    ledger begins with the edit. Only in a new or empty run directory; one with traces of a run is left alone."""
+    from orchestrator.cli.run import command_dirs
+
+    try:
+        if store.load() is not None:
+            return
+    except StateError:
+        return  # said by the caller
+    s = load(config, [])
+    require_run_dir(s.run_dir, f"{config}: run_dir {s.run_dir}", (Path(s.checkpoint.dir), *command_dirs(s)))
+    now = RealClock().now()
+    try:
+        store.save(RunState(run=s.name, created_at=now, updated_at=now))
+    except StateError as exc:
+        raise fail([f"{s.run_dir}: {exc}; nothing changed"], 1) from None
 
 
 def _edit_serialised(store: StateStore, where: str, request: EditRequest,

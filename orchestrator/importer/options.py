@@ -168,8 +168,8 @@ class _Resources:
         elif key == "dependency":
             self.notes.append(f"--dependency={val}: the dependency chain is replaced by the controller's loop")
         elif key == "exclude" and val:
-            self.notes.append(f"--exclude={val}: add these by hand if still broken: "
-                              f"orchestrator blacklist add RUN '{val}'")
+            self.notes.append(f"--exclude={val}: not carried over; to keep these out of every segment, before the "
+                              f"first run too: orchestrator blacklist add CONFIG '{val}'")
         elif key == "chdir" and val:
             self.cfg["workdir"] = val
             self.notes.append(f"--chdir={val}: {IGNORED['chdir']}")
