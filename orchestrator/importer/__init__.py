@@ -28,7 +28,7 @@ from orchestrator.importer.names import (
 )
 from orchestrator.importer.options import resources, sbatch_options
 from orchestrator.importer.scan import segments, unquote
-from orchestrator.importer.script import passing_bash_n, tidy, with_launch
+from orchestrator.importer.script import passing_bash_n, tidy, with_array_id, with_launch
 from orchestrator.importer.yamlout import dump_config
 
 __all__ = ["dump_config", "import_sbatch"]
@@ -118,6 +118,8 @@ def _import(text: str, script_name: str, workdir: str | None) -> tuple[dict[str,
         notes.append(f"workdir: {cfg['workdir']} (where sbatch would have started the script); change it if you submit "
                      "from elsewhere")
     script = _launch_script(text, cfg, notes, script_name)
+    if ids := cfg.pop("_array_ids", None):
+        script = with_array_id(script, ids, notes)
     cfg["command"] = ["bash", "-c", script, cfg["name"]]
     missing = undefined(text)
     if missing:

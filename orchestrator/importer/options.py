@@ -45,6 +45,18 @@ def _full_name(key: str) -> str:
     return full.pop() if len(full) == 1 else key
 
 
+def array_ids(val: str, limit: int = 100_000) -> list[int]:
+    """The task ids of `--array=VAL` (`0-9%1`, `1-99:2`, `3,5,7`), in order; [] when it cannot be read."""
+    ids: list[int] = []
+    for part in val.split("%")[0].split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part.strip())
+        if not m:
+            return []
+        first, last, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
+        ids.extend(range(first, min(last, first + limit * step) + 1, max(step, 1)))
+    return ids[:limit]
+
+
 def time_to_min(v: str) -> int:
     """Slurm time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
     days = 0
@@ -184,6 +196,9 @@ class _Resources:
     def _array(self, val: str) -> None:
         m = re.match(r"(\d+)-(\d+)", val)
         n = int(m.group(2)) - int(m.group(1)) + 1 if m else len(val.split("%")[0].split(","))
+        ids = array_ids(val)
+        if ids:
+            self.cfg["_array_ids"] = ids  # import_sbatch sets SLURM_ARRAY_TASK_ID from it in the launch script
         self.cfg.setdefault("policy", {})["max_segments"] = n
         self.notes.append(f"--array={val}: the array's {n} tasks become up to {n} segments (policy.max_segments); "
                           "the controller submits each one after diagnosing the last")

@@ -28,6 +28,7 @@ hostname() {{
 }}
 [ -z "${{ORCH_BATCH_HOST:-}}" ] || HOSTNAME=$ORCH_BATCH_HOST
 """
+HEADER_END = "|| HOSTNAME=$ORCH_BATCH_HOST"  # the header's last line: what the import adds goes after it
 LAUNCH_BEFORE = "set -o pipefail  # orchestrator: the launch's exit code is the job's, even through `| tee`\n"
 LAUNCH_AFTER = "\n__orch_rc=$?  # orchestrator: remembered for the end of the script\n"
 FOOTER = '\nexit "${__orch_rc:-0}"  # orchestrator: the training launch\'s exit code\n'
@@ -39,6 +40,22 @@ def with_launch(text: str, start: int, end: int, replacement: str, line_start: i
     stop = line_end(text, start + len(replacement))
     return text[:line_start] + LAUNCH_BEFORE + text[line_start:stop] + LAUNCH_AFTER + text[stop:].rstrip("\n") + \
         FOOTER
+
+
+def with_array_id(script: str, ids: list[int], notes: list[str]) -> str:
+    """An array job's tasks became segments: segment k runs as the k-th task did, with the same SLURM_ARRAY_*
+    variables (a script reading `$SLURM_ARRAY_TASK_ID` got -1 or nothing before)."""
+    at = script.index("\n", script.index(HEADER_END)) + 1 if HEADER_END in script else 0
+    if ids == list(range(ids[0], ids[0] + len(ids))):
+        pick = f"$(( ORCH_SEGMENT - 1 + {ids[0]} ))"
+    else:
+        pick = f"$(_ids=({' '.join(map(str, ids))}); echo \"${{_ids[ORCH_SEGMENT - 1]:-{ids[-1]}}}\")"
+    lines = (f"export SLURM_ARRAY_TASK_ID={pick}  # orchestrator: segment k runs as the k-th array task\n"
+             f"export SLURM_ARRAY_TASK_MIN={min(ids)} SLURM_ARRAY_TASK_MAX={max(ids)} "
+             f"SLURM_ARRAY_TASK_COUNT={len(ids)}\n")
+    notes.append(f"SLURM_ARRAY_TASK_ID is set from the segment: segment k runs as array task number k "
+                 f"({ids[0]}, {ids[1] if len(ids) > 1 else '...'}, ...), with SLURM_ARRAY_TASK_MIN/MAX/COUNT")
+    return script[:at] + lines + script[at:]
 
 
 def tidy(text: str, source: str) -> str:

@@ -171,3 +171,24 @@ def test_unreadable_option_values_are_noted_not_a_traceback(tmp_path: Path) -> N
     for said in ("--nodes=abc: not a node count", "--time=zz: not a time limit", "(M, M:S, H:M:S,",
                  "--ntasks-per-node=x: not a count"):
         assert said in res.output
+
+
+@pytest.mark.parametrize("array,segment,task", [("0-9%1", 3, "2"), ("3,5,7", 2, "5"), ("1-9:4", 3, "9"),
+                                                ("5-6", 1, "5")])
+def test_an_array_task_id_is_set_from_the_segment(tmp_path: Path, array: str, segment: int, task: str) -> None:
+    """Issue 23: `SLURM_ARRAY_TASK_ID` was unset in an imported array script (a `--job_idx` became -1); segment k
+    now runs as the k-th task of the array did."""
+    import os
+    import subprocess
+
+    script = (f"#!/bin/bash\n#SBATCH -N 1\n#SBATCH --array={array}\n"
+              "srun python train.py --job_idx ${SLURM_ARRAY_TASK_ID:--1} --of $SLURM_ARRAY_TASK_COUNT\n")
+    cfg, notes = import_sbatch(script, "arr")
+    assert any("SLURM_ARRAY_TASK_ID is set from the segment" in n for n in notes)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python").write_text('#!/bin/sh\necho "$@"\n')
+    (bindir / "python").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "ORCH_SEGMENT": str(segment)}
+    got = subprocess.run(cfg["command"][:3], capture_output=True, text=True, env=env, check=True).stdout
+    assert f"--job_idx {task} --of " in got, got
