@@ -46,6 +46,15 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
         return passing_bash_n(tidy(text, source), notes)
     start, end, repl, more = launch_mod.rewrite(found, text, r.get("nodes", 1) > 1)
     notes.extend(more)
+    try:
+        containers = launch_mod.container_options(found, env)
+    except ValueError:  # unbalanced quotes in an expansion: said by the note below
+        containers = [w for w in found.dropped if w.startswith("--container-")]
+    if containers:
+        cfg["_srun_args"] = containers
+        notes.append(f"CONTAINER: {' '.join(containers)[:300]} carried into backend.slurm.srun_args: the agents run "
+                     "inside the image, so the orchestrator (and submitit) must be installed in it; if it is not, "
+                     "remove them there and start the container in the launch itself")
     if found.kind != "srun" and r.get("tasks_per_node", 1) != 1:
         notes.append(f"--ntasks-per-node={r['tasks_per_node']} is not used: the launch is not under srun, so the "
                      "agent starts it once per node (tasks_per_node: 1)")
@@ -127,4 +136,6 @@ def _import(text: str, script_name: str, workdir: str | None) -> tuple[dict[str,
                      + ", ".join(missing))
     cfg["run_dir"] = f"runs/{cfg['name']}"
     cfg["backend"] = {"kind": "slurm"}
+    if srun_args := cfg.pop("_srun_args", None):
+        cfg["backend"]["slurm"] = {"srun_args": srun_args}
     return {k: cfg[k] for k in ORDER if k in cfg}, notes

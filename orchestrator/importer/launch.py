@@ -4,6 +4,7 @@ since the agent is what srun started (one agent per node; the launcher, torchrun
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 from orchestrator.importer.names import resolve
@@ -20,6 +21,8 @@ WANTED = re.compile("=|" + LAUNCHER_TEXT.pattern)
 _ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=.*", re.S)
 _PYTHON = re.compile(r"python[\d.]*$")
 _PYTHON_C = re.compile(r"python[\d.]*\s+(-\w+\s+)*-c\b")
+CONTAINER_FLAGS = {"--container-remap-root", "--container-mount-home", "--container-writable", "--container-readonly",
+                   "--no-container-mount-home", "--container-entrypoint"}
 SRUN_VALUE = {"-N", "-n", "-c", "-w", "-o", "-e", "-J", "-p", "-t", "-G", "-x", "-A", "-q", "-C", "-D", "-m",
               "-d", "-i", "-W", "-r", "-K", "--jobid", "--nodes", "--ntasks", "--ntasks-per-node", "--cpus-per-task",
               "--container-image", "--container-mounts", "--container-workdir", "--container-name",
@@ -128,6 +131,22 @@ def _deepspeed_per_node(words: list[str], c: int) -> tuple[list[str], list[str]]
     node = ["--no_ssh", "--node_rank=$SLURM_NODEID", "--num_nodes=$SLURM_JOB_NUM_NODES",
             "--master_addr=$MASTER_ADDR"]
     return [words[c], *node, *out, *words[i:]], dropped
+
+
+def container_options(launch: Launch, env: dict[str, str]) -> list[str]:
+    """pyxis/enroot options (`--container-image`, `--container-mounts`, ...) among the dropped srun options, also
+    inside an expansion such as `"${ARGS[@]}"`, each as one `--opt=value` word."""
+    # an array expansion ("${ARGS[@]}") is one word per element: quotes off, then expanded, then split
+    words = shlex.split(" ".join(resolve(unquote(w), env) for w in launch.dropped), posix=True)
+    out, i = [], 0
+    while i < len(words):
+        w = words[i]
+        if w.startswith("--container-"):
+            if "=" not in w and w not in CONTAINER_FLAGS and i + 1 < len(words):
+                w, i = f"{w}={words[i + 1]}", i + 1
+            out.append(w)
+        i += 1
+    return out
 
 
 def rewrite(launch: Launch, text: str, multinode: bool) -> tuple[int, int, str, list[str]]:

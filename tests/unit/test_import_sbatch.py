@@ -192,3 +192,21 @@ def test_an_array_task_id_is_set_from_the_segment(tmp_path: Path, array: str, se
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "ORCH_SEGMENT": str(segment)}
     got = subprocess.run(cfg["command"][:3], capture_output=True, text=True, env=env, check=True).stdout
     assert f"--job_idx {task} --of " in got, got
+
+
+@pytest.mark.parametrize("script", [
+    "#!/bin/bash\n#SBATCH -N 2\nsrun --container-image=nvcr.io/nvidia/pytorch:24.05-py3 "
+    "--container-mounts /data:/data,/ckpt:/ckpt --container-workdir=/work python train.py\n",
+    "#!/bin/bash\n#SBATCH -N 2\nARGS=(--container-image nvcr.io/nvidia/pytorch:24.05-py3 "
+    "--container-mounts=/data:/data,/ckpt:/ckpt --container-workdir /work)\nsrun \"${ARGS[@]}\" python train.py\n",
+])
+def test_container_options_reach_the_agents_srun_with_a_loud_note(tmp_path: Path, script: str) -> None:
+    """Issue 23: pyxis/enroot options were dropped with the srun line: the training would run outside its image."""
+    cfg, notes = import_sbatch(script, "ctr")
+    assert cfg["backend"]["slurm"]["srun_args"] == ["--container-image=nvcr.io/nvidia/pytorch:24.05-py3",
+                                                    "--container-mounts=/data:/data,/ckpt:/ckpt",
+                                                    "--container-workdir=/work"]
+    assert any(n.startswith("CONTAINER:") and "must be installed in it" in n for n in notes)
+    written = tmp_path / "c.yaml"
+    written.write_text(dump_config(cfg, notes, "ctr").replace("CHANGE-ME", str(tmp_path / "ckpt")))
+    assert load_settings(written).backend.slurm.srun_args[0].startswith("--container-image=")
