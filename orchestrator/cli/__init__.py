@@ -2,7 +2,7 @@
 
 import sys
 
-from orchestrator.cli import blacklist, inspect, run  # noqa: F401 - registers the commands
+from orchestrator.cli import blacklist, browse, inspect, run  # noqa: F401 - registers the commands
 from orchestrator.cli.common import app
 
 

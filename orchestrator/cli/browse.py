@@ -1,0 +1,133 @@
+"""Reading runs without a controller: `logs` (a segment's node output, as `srun -l` would label it) and `runs`
+(every run under a directory, its state, iteration and ETA). Read-only: nothing is created or locked."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestrator.cli.common import _state_for, app, fail, loaded, out
+from orchestrator.clock import RealClock
+from orchestrator.contract import LOG_SUFFIX, SegmentPaths
+from orchestrator.state import STATE_FILE, RunState, StateError, StateStore
+from orchestrator.tail import LogTail
+from orchestrator.views.ettr import run_metrics
+from orchestrator.views.text import clean
+
+MAX_RUNS = 10_000
+
+
+def _segment(state: RunState, run_dir: Path, index: int | None, where: str) -> SegmentPaths:
+    if not state.segments:
+        raise fail([f"{where}: no segment has been submitted yet"], 1)
+    seg = state.segments[-1] if index is None else next((s for s in state.segments if s.index == index), None)
+    if seg is None:
+        raise fail([f"{where}: no segment {index} (segments 1-{state.segments[-1].index})"], 1)
+    return SegmentPaths.of(run_dir, seg.index)
+
+
+def _tail_lines(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of a log, read from its end (a 2 GB log costs what its end costs)."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            fh.seek(max(0, size - lines * 512 - 65536))
+            data = fh.read()
+    except OSError as exc:
+        raise fail([f"{path}: cannot read: {exc.strerror or exc}"], 1) from None
+    return [clean(x.decode("utf-8", "replace").replace("\x00", "")) for x in data.split(b"\n")[-lines - 1:]
+            if x.strip()][-lines:]
+
+
+@app.command()
+def logs(
+    target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
+    node: Annotated[str | None, typer.Option("--node", help="One node's log (default: every node's).")] = None,
+    segment: Annotated[int | None, typer.Option("--segment", help="Segment number (default: the latest).")] = None,
+    lines: Annotated[int, typer.Option("-n", "--lines", min=1, max=100_000, help="Lines from the end.")] = 20,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing what the node writes.")] = False,
+) -> None:
+    """Print a segment's node output: the last lines of every node (each line after its node's name), or of one.
+
+    \b
+    Examples:
+      orchestrator logs runs/demo
+      orchestrator logs runs/demo --node node3 --segment 1 -n 50
+    """
+    store, where = _state_for(target)
+    paths = _segment(loaded(store, where), store.run_dir, segment, where)
+    found = sorted(p for p in paths.logs.glob(f"*{LOG_SUFFIX}") if p.is_file()) if paths.logs.is_dir() else []
+    if node is not None:
+        found = [p for p in found if p.name == f"{node}{LOG_SUFFIX}"]
+        if not found:
+            raise fail([f"{clean(paths.logs)}: no log of node {clean(node)}"], 1)
+    if not found:
+        raise fail([f"{clean(paths.logs)}: no node log yet"], 1)
+    for path in found:
+        name = path.name[: -len(LOG_SUFFIX)]
+        for line in _tail_lines(path, lines):
+            out.print(f"{clean(name)}: {line}" if node is None else line, markup=False, highlight=False,
+                      soft_wrap=True)
+    if follow:
+        _follow(found)
+
+
+def _follow(paths: list[Path]) -> None:
+    tails = {p: LogTail(p, p.stat().st_size) for p in paths}
+    many = len(paths) > 1
+    try:
+        while True:
+            for path, tail in tails.items():
+                for _, text in tail.read_new():
+                    shown = clean(text)
+                    out.print(f"{clean(path.name[: -len(LOG_SUFFIX)])}: {shown}" if many else shown, markup=False,
+                              highlight=False, soft_wrap=True)
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        return
+
+
+@app.command()
+def runs(directory: Annotated[Path, typer.Argument(help="Where to look (its subdirectories too).")] = Path("."),
+         as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List the runs under a directory: state, segments, iteration, goal, ETA.
+
+    \b
+    Example:
+      orchestrator runs runs
+    """
+    if not directory.is_dir():
+        raise fail([f"{clean(directory)}: not a directory"])
+    rows = []
+    for state_file in sorted(directory.rglob(STATE_FILE))[:MAX_RUNS]:
+        rows.append(_row(state_file))
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        out.print(f"no runs under {clean(directory)}", markup=False)
+        return
+    out.print(f"{'run':<24} {'state':<10} {'segs':>4} {'iteration':>10} {'goal':>10} {'eta':>8}  dir", markup=False)
+    for r in rows:
+        out.print(f"{clean(r['run'])[:24]:<24} {r['status']:<10} {r['segments']:>4} {r['iteration']:>10} "
+                  f"{r['goal']:>10} {r['eta']:>8}  {clean(r['dir'])}", markup=False, highlight=False)
+
+
+def _row(state_file: Path) -> dict[str, object]:
+    run_dir = state_file.parent
+    try:  # a FIFO or a link in place of a state is refused, not waited on (StateStore reads it that way)
+        state = StateStore(run_dir).load()
+    except (OSError, StateError) as exc:
+        return {"run": "?", "status": "unreadable", "segments": 0, "iteration": "-", "goal": "-", "eta": "-",
+                "dir": str(run_dir), "problem": str(exc)[:200]}
+    if state is None:
+        return {"run": "?", "status": "no state", "segments": 0, "iteration": "-", "goal": "-", "eta": "-",
+                "dir": str(run_dir)}
+    eta = run_metrics(state, RealClock().now()).get("eta_s") if state.status.value == "running" else None
+    return {"run": state.run, "status": state.status.value, "segments": len(state.segments),
+            "iteration": state.best_iteration(), "goal": state.target_iteration or "-",
+            "eta": f"{eta / 3600:.1f} h" if isinstance(eta, int | float) else "-", "dir": str(run_dir)}
