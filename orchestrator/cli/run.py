@@ -19,6 +19,7 @@ from orchestrator.cli.common import (
     err,
     fail,
     load,
+    loaded,
     out,
     require_run_dir,
     setup_logging,
@@ -26,7 +27,7 @@ from orchestrator.cli.common import (
 from orchestrator.cli.dryrun import dry, spares_problem
 from orchestrator.clock import Clock, RealClock
 from orchestrator.requests import STOP_REQUEST, apply_request, pending, take_requests
-from orchestrator.runlock import CONTROLLER, LockHeld, RunLock
+from orchestrator.runlock import CONTROLLER, LockHeld, LockUnavailable, RunLock
 from orchestrator.settings import Settings, load_settings, parse_overrides
 from orchestrator.state import STATE_FILE, RunState, StateError, StateStore, atomic_write
 from orchestrator.views.status import timeline_table
@@ -176,22 +177,25 @@ def _handle_signals(ctl: Controller) -> None:
     signal.signal(signal.SIGHUP, lambda _s, _f: ctl.request_reload())
 
 
-def _cancel_current(state: RunState, backend: Backend, store: StateStore, clock: Clock) -> None:
-    """--cancel-on-exit: cancel the job of a run that is still running when the controller stops, and record
-    it, so `status` says the job was cancelled (not that it runs)."""
+def _cancel_current(state: RunState, backend: Backend, store: StateStore, clock: Clock,
+                    by: str = "--cancel-on-exit") -> bool:
+    """--cancel-on-exit (or `orchestrator cancel`): cancel the job of a run that is still running when the
+    controller stops, and record it, so `status` says the job was cancelled (not that it runs). True if one was."""
     if state.status.value == "running" and state.current and state.current.job_id:
         from orchestrator.model import JobRef, JobState, RunStatus
 
         cur = state.current
         assert cur.submitted_at is not None and cur.job_id is not None
         backend.cancel(JobRef(job_id=cur.job_id, submitted_at=cur.submitted_at, backend=backend.name))
-        logger.warning("--cancel-on-exit: job {} (segment {}) cancelled; it does not keep running. "
-                       "'orchestrator run' starts a new segment from the last checkpoint", cur.job_id, cur.index)
-        cur.cancelled_by_controller, cur.cancelled_at = "--cancel-on-exit", clock.now()
+        logger.warning("{}: job {} (segment {}) cancelled; it does not keep running. "
+                       "'orchestrator run' starts a new segment from the last checkpoint", by, cur.job_id, cur.index)
+        cur.cancelled_by_controller, cur.cancelled_at = by, clock.now()
         cur.job_state = JobState.CANCELLED  # what status shows for the current segment (it said RUNNING)
         state.status = RunStatus.STOPPED
-        state.stop_reason = f"controller stopped with --cancel-on-exit: job {cur.job_id} cancelled"
+        state.stop_reason = f"controller stopped with {by}: job {cur.job_id} cancelled"
         store.save(state)
+        return True
+    return False
 
 
 @app.command()
@@ -203,13 +207,19 @@ def stop(target: Annotated[Path, typer.Argument(help="Config file or run directo
     Example:
       orchestrator stop configs/demo.yaml
     """
-    import time
-
     store, where = _state_for(target)
-    lock = RunLock(store.run_dir)
-    if not lock.holder_is_controller():  # creates nothing: `stop /tmp` leaves /tmp as it is
+    if not RunLock(store.run_dir).holder_is_controller():  # creates nothing: `stop /tmp` leaves /tmp as it is
         out.print(clean(f"{where}: no controller is running"), markup=False, highlight=False)
         return
+    _stop_controller(store, where, wait)
+    out.print(clean(f"controller of {where} stopped"), markup=False, highlight=False)
+
+
+def _stop_controller(store: StateStore, where: str, wait: float) -> None:
+    """Ask the running controller to exit and wait for it (exit 1 if it has not within `wait`)."""
+    import time
+
+    lock = RunLock(store.run_dir)
     atomic_write(store.run_dir / STOP_REQUEST, "stop\n")
     pid = lock.holder_pid()
     if pid:
@@ -217,10 +227,42 @@ def stop(target: Annotated[Path, typer.Argument(help="Config file or run directo
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if not lock.is_held():
-            out.print(clean(f"controller of {where} stopped"), markup=False, highlight=False)
             return
         time.sleep(0.2)
     raise fail([f"{where}: the controller ({lock.holder()}) has not exited after {wait:.0f}s; "
                 "it stops at its next poll"], 1)
 
 
+
+
+@app.command()
+def cancel(config: Annotated[Path, typer.Argument(help="The run's config file (the backend to cancel through).")],
+           wait: Annotated[float, typer.Option(help="Seconds to wait for the controller to exit.")] = 60.0) -> None:
+    """Stop the run's controller and cancel its job; the run is recorded as stopped, and `orchestrator run`
+    resumes it later from the newest complete checkpoint.
+
+    \b
+    Example:
+      orchestrator cancel configs/demo.yaml
+    """
+    if config.is_dir():
+        raise fail([f"{clean(config)}: give the run's config file (it says which backend runs the job)"])
+    s = load(config, [])
+    store, where = StateStore(s.run_dir), str(s.run_dir)
+    if RunLock(store.run_dir).holder_is_controller():
+        _stop_controller(store, where, wait)
+    state = loaded(store, where)
+    lock = RunLock(store.run_dir)
+    try:
+        lock.acquire()  # no controller starts while the job is cancelled
+    except (LockHeld, LockUnavailable) as exc:
+        raise fail([f"{where}: {exc}; nothing cancelled"], 1) from None
+    try:
+        clock = RealClock()
+        done = _cancel_current(state, build_backend(s, clock), store, clock, by="orchestrator cancel")
+    finally:
+        lock.release()
+    job = state.current.job_id if state.current else None
+    out.print(clean(f"cancelled job {job} of {where}; 'orchestrator run {config}' resumes the run" if done
+                    else f"{where}: no job to cancel (the run is {state.status.value})"), markup=False,
+              highlight=False)
