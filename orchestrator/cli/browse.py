@@ -131,3 +131,31 @@ def _row(state_file: Path) -> dict[str, object]:
     return {"run": state.run, "status": state.status.value, "segments": len(state.segments),
             "iteration": state.best_iteration(), "goal": state.target_iteration or "-",
             "eta": f"{eta / 3600:.1f} h" if isinstance(eta, int | float) else "-", "dir": str(run_dir)}
+
+
+@app.command()
+def notify(config: Annotated[Path, typer.Argument(help="The run config whose notify.urls to try.")],
+           test: Annotated[bool, typer.Option("--test", help="Send a test notification now.")] = False) -> None:
+    """Check where the run's alerts go; with --test, send one test notification through every notify.urls entry
+    (exit 1 if it is not delivered). The URLs carry tokens: only their schemes are printed.
+
+    \b
+    Example:
+      orchestrator notify configs/demo.yaml --test
+    """
+    from orchestrator.cli.common import load
+    from orchestrator.notify import Notifier
+
+    s = load(config, [])
+    schemes = [u.split("://", 1)[0] for u in s.notify.urls]
+    if not schemes:
+        out.print(f"{clean(config)}: notify.urls is empty: alerts are only logged", markup=False)
+        return
+    out.print(f"notify.urls: {len(schemes)} ({', '.join(sorted(set(schemes)))})", markup=False)
+    if not test:
+        return
+    sent = Notifier(s.notify.urls, RealClock())(f"{s.name}: test notification",
+                                               f"A test from `orchestrator notify --test` for run {s.name}.")
+    if not sent:
+        raise fail([f"{clean(config)}: the test notification was not delivered (see the warning above)"], 1)
+    out.print("test notification delivered", markup=False)

@@ -59,3 +59,41 @@ def test_runs_lists_every_run_under_a_directory(tmp_path: Path) -> None:
     assert any(ln.split()[:5] == ["alpha", "running", "2", "20", "100"] for ln in lines)
     assert any(ln.split()[:2] == ["beta", "done"] for ln in lines)
     assert any("unreadable" in ln for ln in lines)
+
+
+def test_notify_test_delivers_through_the_configured_urls_and_says_when_not(tmp_path: Path) -> None:
+    """Issue 23: a way to check alerts before a month-long run relies on them: a local JSON webhook receives
+    the test, a dead endpoint is reported (exit 1), an empty notify.urls is said."""
+    import http.server
+    import threading
+
+    from tests.conftest import base_config, write_config
+
+    got: list[bytes] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            got.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"json://127.0.0.1:{server.server_port}/hook"
+        cfg = write_config(tmp_path, base_config(tmp_path, notify={"urls": [url]}))
+        res = CliRunner().invoke(app, ["notify", str(cfg), "--test"])
+        assert res.exit_code == 0 and "test notification delivered" in res.output, res.output
+        assert got and b"test notification" in got[0]
+        assert str(server.server_port) not in res.output  # the URL (its token) is not printed
+        dead = write_config(tmp_path, base_config(tmp_path, notify={"urls": ["json://127.0.0.1:9/none"]}))
+        res = CliRunner().invoke(app, ["notify", str(dead), "--test"])
+        assert res.exit_code == 1 and "not delivered" in res.output
+    finally:
+        server.shutdown()
+    empty = write_config(tmp_path, base_config(tmp_path))
+    res = CliRunner().invoke(app, ["notify", str(empty), "--test"])
+    assert res.exit_code == 0 and "notify.urls is empty" in res.output
