@@ -8,6 +8,7 @@ saving state, submitting. What to do is decided elsewhere: `submission.prepare` 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -32,6 +33,7 @@ from orchestrator.loop.supervise import Seen, supervise
 from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
 from orchestrator.settings import PROGRESS_REGEX, Settings
 from orchestrator.state import RunState, SegmentRecord, StateError, StateStore
+from orchestrator.views.metrics import METRICS_FILE, write_metrics
 from orchestrator.watch.segment import SegmentWatch
 
 
@@ -101,6 +103,8 @@ class Controller:
             if self.stop_requested:
                 break
             self.step(state)
+            with contextlib.suppress(OSError):  # run_dir/metrics.prom after every poll; never stops the loop
+                write_metrics(self.s.run_dir / METRICS_FILE, state, self.clock.now(), self._outage.seen_at)
         if self.stop_requested and state.status == RunStatus.RUNNING:
             log.info("controller exit reason={} ({})", self.stop_requested,
                      "the job, if any, keeps running" if self.keep_job else "the job is cancelled next")

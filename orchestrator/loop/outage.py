@@ -33,6 +33,7 @@ class Outage:
         self.what = what
         self.since: datetime | None = None
         self.alerted = False
+        self.seen_at: datetime | None = None  # the last time it was found over (for the scheduler: it answered)
 
     def note(self, run: str, now: datetime, limit_s: float, detail: str) -> Held:
         """The condition holds at `now`: alert the first time, stop once it lasted longer than `limit_s`."""
@@ -51,6 +52,7 @@ class Outage:
 
     def clear(self, now: datetime) -> timedelta | None:
         """The condition is over; how long it lasted (None if it was not on)."""
+        self.seen_at = now
         lasted = None if self.since is None else now - self.since
         self.since, self.alerted = None, False
         return lasted
