@@ -126,7 +126,7 @@ def private_dir(path: Path) -> Path:
 
 
 RUN_DIR_ENTRIES = frozenset({STATE_FILE, BACKUP_FILE, "segments", "requests", "controller.lock", "blacklist-edit.lock",
-                             "controller.log", "stop-request", "local-backend", "report"})
+                             "controller.log", "stop-request", "local-backend", "report", "metrics.prom"})
 
 
 def foreign_entries(run_dir: Path) -> list[str]:
@@ -141,7 +141,7 @@ def foreign_entries(run_dir: Path) -> list[str]:
         return [run_dir.name]
     if STATE_FILE in names:
         return []
-    own = ("controller.log.", f".{STATE_FILE}.", f".{BACKUP_FILE}.", SET_ASIDE)
+    own = ("controller.log.", f".{STATE_FILE}.", f".{BACKUP_FILE}.", SET_ASIDE, "metrics.prom.")
     return sorted(n for n in names if n not in RUN_DIR_ENTRIES and not n.startswith(own))
 
 
