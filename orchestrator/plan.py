@@ -145,7 +145,7 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
     # Megatron's --load and DeepSpeed's load_dir take the checkpoint root (ORCH_RESUME_ROOT) and read its tracker
     env = {**settings.env, "ORCH_RESUME_FROM": ckpt.path if ckpt else "", "ORCH_CHECKPOINT_INTERVAL_S": str(every_s),
            "ORCH_RESUME_ROOT": values["checkpoint_root"], "ORCH_SEGMENT": str(index), "ORCH_RUN_DIR": str(run_dir),
-           "ORCH_PYTHON": python, "ORCH_CONFIG_DIR": values["config_dir"]}
+           "ORCH_PYTHON": python, "ORCH_CONFIG_DIR": values["config_dir"], **tracker_env(settings, state)}
     r = settings.resources
     k = spares(settings, state) if spare_nodes is None else spare_nodes
     return SegmentSpec(
@@ -178,3 +178,11 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
         allocation_dir=str(SegmentPaths.of(run_dir, index).allocation) if k else "",
         request_wait_s=3 * settings.watch.poll_interval_s + settings.watch.read_timeout_s,
     )
+
+
+def tracker_env(settings: Settings, state: RunState) -> dict[str, str]:
+    """One W&B run across every segment: a run id stable for this run (its name and when its ledger began) and
+    resume allowed, so each resubmission continues the same charts. What `env` sets wins."""
+    rid = re.sub(r"[^A-Za-z0-9_-]", "-", f"{state.run}-{state.created_at:%Y%m%d%H%M%S}")[:64]
+    tracked = {"WANDB_RUN_ID": rid, "WANDB_RESUME": "allow"}
+    return {k: v for k, v in tracked.items() if k not in settings.env}

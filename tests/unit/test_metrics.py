@@ -49,3 +49,16 @@ def test_a_write_killed_half_way_leaves_the_previous_file_whole(tmp_path: Path,
     with pytest.raises(KeyboardInterrupt):
         write_metrics(path, state.model_copy(update={"target_iteration": 999}), clock.now(), None)
     assert path.read_text() == before and samples(path)[("orchestrator_goal_iteration", (("run", "t"),))] == 50
+
+
+def test_every_segment_of_a_run_continues_one_wandb_run_unless_env_says_otherwise(tmp_path: Path) -> None:
+    """Issue 23: W&B continuity across segments: a stable WANDB_RUN_ID per run and WANDB_RESUME=allow."""
+    ctl, cluster, _ = make(tmp_path, {"node3": Fault("ecc", at=35)})
+    ctl.run()
+    ids = {dict(spec.env)["WANDB_RUN_ID"] for spec in cluster.submitted}
+    assert len(cluster.submitted) == 2 and len(ids) == 1 and ids.pop().startswith("t-")
+    assert all(dict(spec.env)["WANDB_RESUME"] == "allow" for spec in cluster.submitted)
+    (tmp_path / "own").mkdir()
+    ctl, cluster, _ = make(tmp_path / "own", env={"WANDB_RUN_ID": "mine"})
+    ctl.run()
+    assert dict(cluster.submitted[0].env)["WANDB_RUN_ID"] == "mine"
