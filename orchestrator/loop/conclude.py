@@ -79,7 +79,8 @@ def ledger(state: RunState, job_id: str, verdict: Verdict, decision: Decision, p
         if entry is not None:
             effects.append(Publish(entry))
             if policy.drain_blacklisted and entry.hard:
-                effects.append(Drain(node, f"orchestrator {state.run}: {entry.cause.value} job {entry.job_id}"))
+                effects.append(Drain(node, f"[node_problem] orchestrator {state.run}: {entry.cause.value} job "
+                                           f"{entry.job_id}"))
         if verdict.cause in HARDWARE_CAUSES:
             hw.append(HardwareEvent(node=node, cause=verdict.cause, job_id=job_id, time=now))
         effects.append(Alert(f"{state.run}: node {node} blacklisted", f"{verdict.cause.value}: {text[:300]}"))

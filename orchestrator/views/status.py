@@ -116,7 +116,9 @@ def drain_commands(state: RunState, now: datetime) -> list[str]:
     for e in state.blacklist.entries:
         if e.expires > now and e.source == "auto":
             text = _evidence_line(e.evidence)
-            reason = cut(f"orchestrator {state.run}: {e.cause.value} job {e.job_id}: {text}".replace("\n", " "), 200)
+            owner = "node_problem" if e.hard else "node_suspect"  # whose problem it is, for the admin reading sinfo -R
+            reason = cut(f"[{owner}] orchestrator {state.run}: {e.cause.value} job {e.job_id}: {text}".replace(
+                "\n", " "), 200)
             reason = shell_dq(reason)
             out.append(f'scontrol update NodeName={e.node} State=DRAIN Reason="{reason}"')
     return out

@@ -169,6 +169,7 @@ def test_shared_blacklist_and_drain_across_runs(tmp_path: Path) -> None:
     cluster_a.drain = lambda node, reason: drained.append((node, reason))  # type: ignore[attr-defined]
     assert ctl_a.run().status == RunStatus.DONE
     assert drained and drained[0][0] == "node3" and "gpu_ecc" in drained[0][1]
+    assert drained[0][1].startswith("[node_problem] ")  # whose problem it is, first in sinfo -R (issue 23)
     ctl_b, cluster_b, _ = make(b_dir, policy={"shared_blacklist": shared})
     assert ctl_b.run().status == RunStatus.DONE
     assert cluster_b.submitted[0].exclude == ("node3",)  # learned from run A before its first segment

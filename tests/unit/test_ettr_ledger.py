@@ -68,9 +68,13 @@ def test_drain_lines_quote_safely() -> None:
                             expiry=timedelta(hours=1))
     st = RunState(run="r", created_at=T, updated_at=T, blacklist=bl)
     [line] = drain_commands(st, T)
-    assert line.startswith('scontrol update NodeName=gpu-a7 State=DRAIN Reason="orchestrator r: gpu_ecc job 9: ')
+    assert line.startswith('scontrol update NodeName=gpu-a7 State=DRAIN Reason="[node_problem] orchestrator r: '
+                           'gpu_ecc job 9: ')  # whose problem it is, first (issue 23)
     assert line.count('"') == 2 and "\n" not in line
     assert drain_commands(st, T + timedelta(hours=2)) == []  # expired entries are not drained
+    soft = Blacklist().record("gpu-a8", Cause.SEGFAULT, "x", "9", T, hard=False, expiry=timedelta(hours=1))
+    [line] = drain_commands(RunState(run="r", created_at=T, updated_at=T, blacklist=soft), T)
+    assert 'Reason="[node_suspect] orchestrator r: segfault' in line
 
 
 def test_human() -> None:
