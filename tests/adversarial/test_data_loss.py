@@ -106,40 +106,6 @@ def test_2_an_edit_queued_for_a_controller_that_exited_is_applied_by_the_next_ru
     assert state is not None and state.blacklist.get("node3") is not None
 
 
-def test_2_an_edit_for_a_running_controller_is_handed_over_not_refused(tmp_path: Path) -> None:
-    import signal
-
-    store = new_run(tmp_path / "run")
-    controller = RunLock(store.run_dir)
-    controller.acquire("controller")  # holds the run; applies queued edits like the real loop
-    signal.signal(signal.SIGHUP, lambda *_: None)  # the CLI wakes the controller (this process) with SIGHUP
-
-    def apply_queue() -> None:
-        from orchestrator.loop import operator
-
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not list((store.run_dir / REQUESTS_DIR).glob("*.json")):
-            time.sleep(0.01)
-        state = store.load()
-        assert state is not None
-        settings = load_settings(write_config(tmp_path, base_config(tmp_path)))
-        assert operator.apply_blacklist_requests(settings, state, FakeClock().now())
-        store.save(state)
-
-    import threading
-
-    t = threading.Thread(target=apply_queue)
-    t.start()
-    try:
-        res = CliRunner().invoke(app, ["blacklist", "add", str(store.run_dir), "node7", "--wait", "30"])
-    finally:
-        t.join(60)
-        controller.release()
-    assert res.exit_code == 0 and "by the running controller" in res.output, res.output
-    state = store.load()
-    assert state is not None and state.blacklist.get("node7") is not None
-
-
 def _controller_applying(tmp_path: Path, store: StateStore) -> Any:
     """A stand-in controller that holds the run and applies the queued edit the way the real loop does."""
     import signal
@@ -164,6 +130,19 @@ def _controller_applying(tmp_path: Path, store: StateStore) -> Any:
     t = threading.Thread(target=apply_queue, daemon=True)
     t.start()
     return controller, t
+
+
+def test_2_an_edit_for_a_running_controller_is_handed_over_not_refused(tmp_path: Path) -> None:
+    store = new_run(tmp_path / "run")
+    controller, t = _controller_applying(tmp_path, store)  # holds the run; applies queued edits like the real loop
+    try:
+        res = CliRunner().invoke(app, ["blacklist", "add", str(store.run_dir), "node7", "--wait", "30"])
+    finally:
+        t.join(60)
+        controller.release()
+    assert res.exit_code == 0 and "by the running controller" in res.output, res.output
+    state = store.load()
+    assert state is not None and state.blacklist.get("node7") is not None
 
 
 def test_2_removing_a_node_that_is_not_blacklisted_says_so_through_a_running_controller(tmp_path: Path) -> None:
