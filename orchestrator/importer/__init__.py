@@ -50,11 +50,16 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
         containers = launch_mod.container_options(found, env)
     except ValueError:  # unbalanced quotes in an expansion: said by the note below
         containers = [w for w in found.dropped if w.startswith("--container-")]
+    containers, refused = launch_mod.without_shell(containers, cfg.get("workdir"))
     if containers:
         cfg["_srun_args"] = containers
         notes.append(f"CONTAINER: {' '.join(containers)[:300]} carried into backend.slurm.srun_args: the agents run "
                      "inside the image, so the orchestrator (and submitit) must be installed in it; if it is not, "
                      "remove them there and start the container in the launch itself")
+    if refused:
+        notes.append(f"CONTAINER NOT CARRIED: {' '.join(refused)[:300]}: the value needs the shell (a variable the "
+                     "script does not set, or a command), and srun_args reach srun without one; write the value "
+                     "out in backend.slurm.srun_args, or the training runs outside its image")
     if found.kind != "srun" and r.get("tasks_per_node", 1) != 1:
         notes.append(f"--ntasks-per-node={r['tasks_per_node']} is not used: the launch is not under srun, so the "
                      "agent starts it once per node (tasks_per_node: 1)")

@@ -22,7 +22,8 @@ _ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=.*", re.S)
 _PYTHON = re.compile(r"python[\d.]*$")
 _PYTHON_C = re.compile(r"python[\d.]*\s+(-\w+\s+)*-c\b")
 CONTAINER_FLAGS = {"--container-remap-root", "--container-mount-home", "--container-writable", "--container-readonly",
-                   "--no-container-mount-home", "--container-entrypoint"}
+                   "--no-container-mount-home", "--container-entrypoint", "--container-entrypoint-log",
+                   "--no-container-remap-root"}
 SRUN_VALUE = {"-N", "-n", "-c", "-w", "-o", "-e", "-J", "-p", "-t", "-G", "-x", "-A", "-q", "-C", "-D", "-m",
               "-d", "-i", "-W", "-r", "-K", "--jobid", "--nodes", "--ntasks", "--ntasks-per-node", "--cpus-per-task",
               "--container-image", "--container-mounts", "--container-workdir", "--container-name",
@@ -141,12 +142,28 @@ def container_options(launch: Launch, env: dict[str, str]) -> list[str]:
     out, i = [], 0
     while i < len(words):
         w = words[i]
-        if w.startswith("--container-"):
-            if "=" not in w and w not in CONTAINER_FLAGS and i + 1 < len(words):
+        if w.startswith(("--container-", "--no-container-")):
+            if "=" not in w and w not in CONTAINER_FLAGS and not w.startswith("--no-") and i + 1 < len(words):
                 w, i = f"{w}={words[i + 1]}", i + 1
             out.append(w)
         i += 1
     return out
+
+
+_CWD = re.compile(r"\$\(\s*pwd\s*\)|`\s*pwd\s*`|\$\{PWD\}|\$PWD(?![A-Za-z0-9_])")
+
+
+def without_shell(options: list[str], workdir: str | None) -> tuple[list[str], list[str]]:
+    """(carried, refused): srun_args are argv words and no shell expands them on the way to srun, so the current
+    directory (`$(pwd)`, `$PWD`) becomes the run's workdir, where sbatch would have started the script, and an
+    option whose value still needs the shell (another variable, a command) is refused rather than passed on
+    literally."""
+    carried: list[str] = []
+    refused: list[str] = []
+    for option in options:
+        value = _CWD.sub(lambda _m: workdir or "$PWD", option) if workdir else option
+        (refused if ("$" in value or "`" in value) else carried).append(value)
+    return carried, refused
 
 
 def rewrite(launch: Launch, text: str, multinode: bool) -> tuple[int, int, str, list[str]]:

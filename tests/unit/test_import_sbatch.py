@@ -210,3 +210,26 @@ def test_container_options_reach_the_agents_srun_with_a_loud_note(tmp_path: Path
     written = tmp_path / "c.yaml"
     written.write_text(dump_config(cfg, notes, "ctr").replace("CHANGE-ME", str(tmp_path / "ckpt")))
     assert load_settings(written).backend.slurm.srun_args[0].startswith("--container-image=")
+
+
+@pytest.mark.parametrize(("line", "image"), [
+    ("srun --container-image=$(pwd)/img.sqsh --container-mounts $PWD/results/:/model python train.py",
+     "--container-image=/home/u/img.sqsh"),
+    ("srun --container-image `pwd`/img.sqsh --no-container-entrypoint --container-mounts ${PWD}/results/:/model "
+     "python train.py", "--container-image=/home/u/img.sqsh"),
+])
+def test_the_current_directory_in_a_container_option_becomes_the_workdir(line: str, image: str) -> None:
+    """srun_args reach srun as argv: `$(pwd)` left in them would be a literal path that exists nowhere."""
+    cfg, notes = import_sbatch(f"#!/bin/bash\n#SBATCH -N 2\n{line}\n", "ctr", workdir="/home/u")
+    args = cfg["backend"]["slurm"]["srun_args"]
+    assert args[0] == image and "--container-mounts=/home/u/results/:/model" in args
+    assert not any("$" in a or "`" in a for a in args)
+    assert ("--no-container-entrypoint" in args) == ("--no-container-entrypoint" in line)
+
+
+def test_a_container_option_that_needs_the_shell_is_refused_loudly_not_passed_literally() -> None:
+    script = "#!/bin/bash\n#SBATCH -N 2\nsrun --container-image=$IMAGE --container-mounts=/d:/d python train.py\n"
+    cfg, notes = import_sbatch(script, "ctr", workdir="/home/u")
+    assert cfg["backend"]["slurm"]["srun_args"] == ["--container-mounts=/d:/d"]
+    refused = [n for n in notes if n.startswith("CONTAINER NOT CARRIED:")]
+    assert refused and "--container-image=$IMAGE" in refused[0]
