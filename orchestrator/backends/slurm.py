@@ -38,6 +38,7 @@ from orchestrator.backends.slurm_commands import (
 from orchestrator.clock import Clock
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 from orchestrator.settings import SlurmBackendCfg
+from orchestrator.state import atomic_write
 
 # The scheduler (or its configuration) could not be reached: wait and retry, never "the job was rejected".
 # Matched case-insensitively. A rejection of the job itself (invalid option, account, partition) is not here.
@@ -155,13 +156,24 @@ class SlurmBackend:
             p["qos"] = spec.qos
         if spec.exclude:
             p["exclude"] = spec.exclude_hostlist
-        if self.cfg.setup:
-            p["setup"] = list(self.cfg.setup)
+        if self.cfg.setup:  # the run's environment, for setup lines that read it (import-sbatch's run-once lines)
+            p["setup"] = [f"ORCH_SETUP_ENV={shlex.quote(str(self.setup_env(spec)))}", *self.cfg.setup]
         if spec.spares:
             p["use_srun"] = False  # the allocation supervisor runs on the batch host and starts the steps
         elif self.cfg.srun_args:
             p["srun_args"] = list(self.cfg.srun_args)
         return p
+
+    @staticmethod
+    def setup_env(spec: SegmentSpec) -> Path:
+        return Path(spec.segment_dir) / "setup.env"
+
+    def _write_setup_env(self, spec: SegmentSpec) -> None:
+        """The segment's environment (the config's env, ORCH_*) as `export NAME='value'` lines, private (it may
+        hold tokens), for the batch script's setup lines: under sbatch they saw the same environment."""
+        lines = [f"export {k}={shlex.quote(v)}\n" for k, v in spec.env if re.fullmatch(r"[A-Za-z_]\w*", k)]
+        self.setup_env(spec).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.setup_env(spec), "".join(lines))
 
     def _submit(self, ex: submitit.SlurmExecutor, spec: SegmentSpec) -> submitit.Job[Any]:
         if spec.spares:
@@ -203,6 +215,11 @@ class SlurmBackend:
             unknown = [n for n in spec.exclude if n not in known]
             if unknown:
                 raise BackendError(f"exclude names nodes sinfo does not know: {','.join(unknown)}")
+        if self.cfg.setup:
+            try:
+                self._write_setup_env(spec)
+            except OSError as exc:
+                raise SchedulerUnavailable(f"the setup's environment cannot be written: {exc}") from None
         ex = self._executor(self.folder(spec), spec)
         submitted_at = self.clock.now()
         try:  # submitit prints a failed sbatch's stderr itself: it is in the exception, said once by the controller

@@ -26,6 +26,7 @@ from orchestrator.importer.names import (
     rewrite_resume,
     undefined,
 )
+from orchestrator.importer.once import split_once
 from orchestrator.importer.options import resources, sbatch_options
 from orchestrator.importer.scan import segments, unquote
 from orchestrator.importer.script import passing_bash_n, tidy, with_array_id, with_launch
@@ -68,6 +69,9 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
     shown = resolve(" ".join(unquote(w) for w in words), env)
     notes.append(f"training launch found: {' '.join(shown.split())[:300]}")
     script = with_launch(text, start, end, repl, found.segment.line_start)
+    script, setup = split_once(script, found.segment.line_start, notes)
+    if setup:
+        cfg["_setup"] = [setup]
     script, resumes = rewrite_resume(script)
     for flag, value, _line in resumes:
         var = resume_var(flag)
@@ -141,6 +145,7 @@ def _import(text: str, script_name: str, workdir: str | None) -> tuple[dict[str,
                      + ", ".join(missing))
     cfg["run_dir"] = f"runs/{cfg['name']}"
     cfg["backend"] = {"kind": "slurm"}
-    if srun_args := cfg.pop("_srun_args", None):
-        cfg["backend"]["slurm"] = {"srun_args": srun_args}
+    slurm = {k: v for k in ("srun_args", "setup") if (v := cfg.pop(f"_{k}", None))}
+    if slurm:
+        cfg["backend"]["slurm"] = slurm
     return {k: cfg[k] for k in ORDER if k in cfg}, notes

@@ -240,6 +240,13 @@ class BackendCfg(Section):
     local: LocalBackendCfg = Field(default_factory=LocalBackendCfg)
     slurm: SlurmBackendCfg = Field(default_factory=SlurmBackendCfg)
 
+    @model_validator(mode="after")
+    def _setup_needs_slurm(self) -> BackendCfg:
+        if self.kind == "local" and self.slurm.setup:
+            raise ValueError("backend.slurm.setup runs once in the batch script, and the local backend has none: "
+                             "its lines would not run; remove them or use backend.kind: slurm")
+        return self
+
 
 class UserSignature(Section):
     """A site's own failure message: a pattern, its cause, and whether it blames the node."""

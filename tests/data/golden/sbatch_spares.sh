@@ -22,6 +22,7 @@
 #SBATCH --wckey=submitit
 
 # setup
+ORCH_SETUP_ENV='TMP/my run'"'"'s dir/segments/0001/setup.env'
 module load cuda/12.4
 export NCCL_DEBUG=WARN
 
