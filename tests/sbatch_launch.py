@@ -6,7 +6,10 @@ original arguments."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,8 +27,12 @@ STUB = f"""#!{sys.executable}
 import json, os, sys
 keys = ("SLURMD_NODENAME", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "RANK", "LOCAL_RANK", "WORLD_SIZE",
         "ORCH_NODE_NAME", "ORCH_RESUME_FROM")
-print({MARK!r} + json.dumps({{"prog": os.path.basename(sys.argv[0]), "argv": sys.argv[1:],
-      "env": {{k: os.environ.get(k) for k in keys}}}}), flush=True)
+line = json.dumps({{"prog": os.path.basename(sys.argv[0]), "argv": sys.argv[1:],
+                   "env": {{k: os.environ.get(k) for k in keys}}}})
+print({MARK!r} + line, flush=True)
+if os.environ.get("ORCH_TEST_CALLS"):  # every call, from the batch script's setup and from the nodes
+    with open(os.environ["ORCH_TEST_CALLS"], "a") as f:
+        f.write(line + "\\n")
 for i in range(1, 4):
     print(f"step {{i}}: loss 1.0", flush=True)
 """
@@ -115,3 +122,39 @@ def fill_env(notes: list[str], tmp: Path, script: str) -> dict[str, str]:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).touch()
     return env
+
+
+def run_setup(cfg: dict[str, Any], env: dict[str, str], tmp: Path) -> None:
+    """The imported backend.slurm.setup, once, as the batch script runs it before the step (with the run's
+    environment handed over the way the Slurm backend does it)."""
+    setup = cfg.get("backend", {}).get("slurm", {}).get("setup")
+    if not setup:
+        return
+    env_file = tmp / "setup.env"
+    env_file.write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()))
+    script = f"ORCH_SETUP_ENV={shlex.quote(str(env_file))}\n" + "\n".join(setup)
+    res = subprocess.run(["bash", "-c", script], cwd=cfg.get("workdir") or tmp, env={**os.environ, **env}, timeout=120,
+                   check=False, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+def calls(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
+
+
+def ran_once_on_the_batch_host(found: list[dict[str, Any]], exp: dict[str, Any]) -> str:
+    """'' when every stub call made by the setup (no ORCH_NODE_NAME: the batch host, before the step) was made
+    once and never again by a node, and the nodes made no call but the training launch; else what went wrong."""
+    if exp["entry_point"]:
+        extra = [c for c in found if c["env"].get("ORCH_NODE_NAME")
+                 and not starts_entry(c, exp["entry_point"], exp["must_args"])]
+        if extra:
+            return f"the nodes ran more than the training launch: {[(c['prog'], c['argv'][:3]) for c in extra]}"
+    setup = [c for c in found if not c["env"].get("ORCH_NODE_NAME")]
+    nodes = [c for c in found if c["env"].get("ORCH_NODE_NAME")]
+    seen: dict[str, int] = {}
+    for c in setup:
+        key = json.dumps([c["prog"], c["argv"]])
+        seen[key] = seen.get(key, 0) + 1
+    again = [k for k, n in seen.items() if n > 1 or any(json.dumps([c["prog"], c["argv"]]) == k for c in nodes)]
+    return f"run-once calls repeated: {again}" if again else ""

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from orchestrator.importer.scan import Segment, segments, unquote
-from orchestrator.importer.script import bare_names
+from orchestrator.importer.script import passing_bash_n
 
 # what sets up the launch's shell: these run on every node (they are also in the setup, which runs all of it)
 ENV_WORDS = {"export", "source", ".", "module", "ml", "cd", "pushd", "popd", "set", "shopt", "ulimit", "umask",
@@ -141,10 +141,11 @@ def split_once(script: str, stop: int, notes: list[str]) -> tuple[str, str | Non
     once = [u for u in found if u.kind == "once"]
     if not once:
         return script, None
-    prefix = bare_names(SBATCH_LINE.sub("", script[:found[-1].end]).strip("\n"), [])  # repaired as the script is
+    prefix = SBATCH_LINE.sub("", script[:found[-1].end]).strip("\n")
     setup = ("( # orchestrator: the lines before the launch, once, as under sbatch, with the run's environment\n"
              + LOAD_ENV + prefix + "\nexit 0\n)\n"  # not `( ... ) || exit`: bash ignores `set -e` in such a list
              + '__orch_setup_rc=$?; [ "$__orch_setup_rc" = 0 ] || exit "$__orch_setup_rc"')
+    setup = passing_bash_n(setup, [])  # repaired as the per-node script is (its notes say what was)
     shown = [" ".join(_body(script, u).split()) for u in once]
     for u in reversed(found):
         body = _body(script, u)

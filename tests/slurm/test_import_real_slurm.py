@@ -15,7 +15,16 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.sbatch_launch import EXPECTED, REAL, fill_env, launches, starts_entry, write_stubs
+from tests.sbatch_launch import (
+    EXPECTED,
+    REAL,
+    calls,
+    fill_env,
+    launches,
+    ran_once_on_the_batch_host,
+    starts_entry,
+    write_stubs,
+)
 from tests.slurm.conftest import slurm_env
 
 pytestmark = pytest.mark.slurm
@@ -29,6 +38,7 @@ def _config(tmp: Path, name: str) -> Path:
     write_stubs(bindir, work)
     res = subprocess.run([sys.executable, "-m", "orchestrator", "import-sbatch", str(REAL / name),
                           "-o", str(tmp / "imported.yaml")], capture_output=True, text=True, cwd=work, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(REPO)},
                          check=True)
     notes = [ln[len("note: "):] for ln in res.stderr.splitlines() if ln.startswith("note: ")]
     cfg: dict[str, Any] = yaml.safe_load((tmp / "imported.yaml").read_text())
@@ -40,17 +50,46 @@ def _config(tmp: Path, name: str) -> Path:
                checkpoint={"dir": str(tmp / "ckpt"), "preset": "megatron"},
                policy={"max_segments": 1, "max_no_progress_segments": 1},
                watch={"poll_interval_s": 1, "stall_timeout_s": 60, "startup_timeout_s": 120, "cascade_grace_s": 2},
-               backend={"kind": "slurm", "slurm": {"command_timeout_s": 20}})
+               backend={"kind": "slurm", "slurm": {"command_timeout_s": 20, **cfg["backend"].get("slurm", {})}})
+    env["ORCH_TEST_CALLS"] = str(tmp / "calls.jsonl")
     out = tmp / "run.yaml"
     out.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return out
+
+
+# srun of the batch script (submitit's, starting the agents): records its options, and drops the container ones
+# (the test cluster has no pyxis) before the real srun runs
+SRUN_WRAPPER = """#!/bin/bash
+printf '%s\\n' "$*" >> "$ORCH_TEST_SRUN_LOG"
+args=()
+for a in "$@"; do case "$a" in --container-*|--no-container-*) ;; *) args+=("$a") ;; esac; done
+exec /usr/bin/srun "${args[@]}"
+"""
+
+
+def _controller_env(tmp: Path) -> dict[str, str]:
+    wrap = tmp / "batch-bin"
+    wrap.mkdir()
+    (wrap / "srun").write_text(SRUN_WRAPPER)
+    (wrap / "srun").chmod(0o755)
+    env = slurm_env()
+    return {**env, "PATH": f"{wrap}:{env.get('PATH', os.environ['PATH'])}", "ORCH_TEST_SRUN_LOG": str(tmp / "srun.log")}
+
+
+def _batch_checks(tmp: Path, cfg: dict[str, Any], exp: dict[str, Any]) -> str:
+    """'' when the container options reached the batch script's srun and the run-once lines ran once."""
+    wanted = cfg["backend"].get("slurm", {}).get("srun_args", [])
+    sruns = (tmp / "srun.log").read_text() if (tmp / "srun.log").exists() else ""
+    if wanted and not any(all(w in line for w in wanted) for line in sruns.splitlines()):
+        return f"container options {wanted} not in the batch script's srun: {sruns[-500:]}"
+    return ran_once_on_the_batch_host(calls(tmp / "calls.jsonl"), exp)
 
 
 def _started_everywhere(tmp: Path, name: str) -> str:
     """'' when every node started the entry point with its arguments, else what went wrong."""
     cfg = _config(tmp, name)
     res = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(cfg)], capture_output=True, text=True,
-                         timeout=300, env=slurm_env(), cwd=REPO, check=False)
+                         timeout=300, env=_controller_env(tmp), cwd=REPO, check=False)
     logs = sorted((tmp / "run" / "segments" / "0001" / "logs").glob("*.log"))
     if len(logs) != NODES:
         return f"{len(logs)} node logs; run: {res.stdout[-1500:]} {res.stderr[-1500:]}"
@@ -61,7 +100,7 @@ def _started_everywhere(tmp: Path, name: str) -> str:
             return f"{log.name}: nothing launched: {log.read_text()[-1500:]}"
         if exp["entry_point"] and not any(starts_entry(la, exp["entry_point"], exp["must_args"]) for la in found):
             return f"{log.name}: {exp['entry_point']} {exp['must_args']} not in {found}"
-    return ""
+    return _batch_checks(tmp, yaml.safe_load(cfg.read_text()), exp)
 
 
 def test_real_scripts_start_their_entry_point_on_every_node(cluster: None, tmp_path: Path) -> None:

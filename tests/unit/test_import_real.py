@@ -19,7 +19,17 @@ from orchestrator.importer import dump_config, import_sbatch
 from orchestrator.importer.options import sbatch_options
 from orchestrator.model import SegmentSpec
 from orchestrator.settings import load_settings
-from tests.sbatch_launch import EXPECTED, REAL, fill_env, launches, starts_entry, write_stubs
+from tests.sbatch_launch import (
+    EXPECTED,
+    REAL,
+    calls,
+    fill_env,
+    launches,
+    ran_once_on_the_batch_host,
+    run_setup,
+    starts_entry,
+    write_stubs,
+)
 
 SCRIPTS = sorted(EXPECTED)
 CARRIED = {"nodes": "nodes", "ntasks-per-node": "tasks_per_node", "ntasks": "tasks_per_node",
@@ -79,6 +89,8 @@ def run_agents(tmp_path: Path, name: str, nodes: int = 2) -> dict[str, str]:
                        "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NNODES": str(nodes), "SLURM_JOB_ID": "4242",
                        "SLURM_JOBID": "4242", "SLURM_CPUS_PER_TASK": "2", "SLURM_GPUS_PER_NODE": "8"})
     try:
+        env["ORCH_TEST_CALLS"] = str(tmp_path / "calls.jsonl")
+        run_setup({**cfg, "workdir": str(work)}, env, tmp_path)
         for rank, host in enumerate(hosts):
             spec = SegmentSpec(run_name="t", index=1, job_name="t.seg0001", nodes=nodes,
                                tasks_per_node=min(cfg["resources"].get("tasks_per_node", 1), 2), gpus_per_node=0,
@@ -112,3 +124,4 @@ def test_entry_point_starts_on_every_node(tmp_path: Path, name: str) -> None:
         ok = [la for la in found if starts_entry(la, exp["entry_point"], exp["must_args"])]
         assert ok, f"{host}: {exp['entry_point']} {exp['must_args']} not started\n{found}"
         assert "iter=3" in text or "step 3" in text
+    assert not ran_once_on_the_batch_host(calls(tmp_path / "calls.jsonl"), exp)
