@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from orchestrator.blacklist import Blacklist
 from orchestrator.files import read_regular
-from orchestrator.settings.sections import SAFE_NAME
+from orchestrator.settings.nodes import SAFE_NAME
 from orchestrator.state import MAX_ACKED, REQUESTS_DIR, RunState, atomic_write, private_dir
 
 STOP_REQUEST = "stop-request"

@@ -34,6 +34,7 @@ from orchestrator.backends.slurm_commands import (
     parse_squeue,
     parse_time,
     run_command,
+    without_excluded,
 )
 from orchestrator.clock import Clock
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
@@ -135,7 +136,7 @@ class SlurmBackend:
         return sorted({n for n, st in rows if not st.startswith(bad) and not st.endswith(("*", "~", "#", "!", "%"))})
 
     def _params(self, spec: SegmentSpec) -> dict[str, Any]:
-        extra: dict[str, Any] = {"no-requeue": True, **dict(spec.sbatch_extra)}
+        extra: dict[str, Any] = {"no-requeue": True, **without_excluded(dict(spec.sbatch_extra), spec.exclude)}
         if spec.spares:
             extra["no-kill"] = True  # a failed node leaves the job; the supervisor restarts on a spare
         if spec.account:

@@ -7,7 +7,7 @@ import subprocess
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from orchestrator.blacklist import expand
+from orchestrator.blacklist import compress, expand
 from orchestrator.model import JobRef, JobState, JobStatus
 
 Runner = Callable[[list[str], float], str]
@@ -88,3 +88,14 @@ def parse_squeue(text: str) -> dict[str, JobStatus]:
             out[parts[0]] = JobStatus(state=state, nodes=tuple(expand(parts[2])) if parts[2] else (),
                                       reason=parts[3], nodes_final=state == JobState.RUNNING)
     return out
+
+
+def without_excluded(extra: dict[str, str], exclude: tuple[str, ...]) -> dict[str, str]:
+    """sbatch_extra with the excluded nodes taken out of a pinned `nodelist` (sbatch refuses a node both listed
+    and excluded; Slurm adds other nodes when fewer are listed than asked for, as it does under sbatch -w)."""
+    if "nodelist" not in extra or not exclude:
+        return extra
+
+    kept = [n for n in expand(extra["nodelist"]) if n not in set(exclude)]
+    rest = {k: v for k, v in extra.items() if k != "nodelist"}
+    return {**rest, "nodelist": compress(kept)} if kept else rest

@@ -24,8 +24,7 @@ IGNORED = {"output": "per-node logs are written by the agent under run_dir/segme
            "requeue": "segments are submitted with --no-requeue; the controller owns retries",
            "no-requeue": "segments are always submitted with --no-requeue",
            "signal": "submitit sends USR2 before the time limit; the agent passes it on as a warning",
-           "nodelist": "the controller places segments itself (it excludes bad nodes); pin nodes with "
-                       "resources.sbatch_extra.nodelist if you must",
+           "nodelist": "it needs the shell: write the nodes out in resources.sbatch_extra.nodelist",
            "export": "the agent passes the controller's environment plus `env`; put what the job needs in `env`",
            "parsable": "not a job property", "test-only": "not a job property", "wait": "the controller polls the job",
            "chdir": "became `workdir`"}
@@ -179,9 +178,17 @@ class _Resources:
             self._array(val)
         elif key == "dependency":
             self.notes.append(f"--dependency={val}: the dependency chain is replaced by the controller's loop")
+        elif key == "exclude" and val and not re.search(r"[$`\s]", val):
+            self.r["exclude"] = val
+            self.notes.append(f"--exclude={val}: resources.exclude: never used, in any segment (the blacklist adds "
+                              "its own nodes to it)")
         elif key == "exclude" and val:
-            self.notes.append(f"--exclude={val}: not carried over; to keep these out of every segment, before the "
-                              f"first run too: orchestrator blacklist add CONFIG '{val}'")
+            self.notes.append(f"--exclude={val}: not carried over (it needs the shell); write the nodes out in "
+                              "resources.exclude")
+        elif key == "nodelist" and val and not re.search(r"[$`\s]", val):
+            self.extra["nodelist"] = val
+            self.notes.append(f"--nodelist={val}: carried over in resources.sbatch_extra: every segment asks for these "
+                              "nodes, less any the blacklist or resources.exclude holds (Slurm adds others as needed)")
         elif key == "chdir" and val:
             self.cfg["workdir"] = val
             self.notes.append(f"--chdir={val}: {IGNORED['chdir']}")

@@ -14,7 +14,7 @@ from loguru import logger
 
 from orchestrator import checkpoint as ckpt_mod
 from orchestrator.backends.base import Backend
-from orchestrator.blacklist import Blacklist, ExcludePlan
+from orchestrator.blacklist import Blacklist, ExcludePlan, compress
 from orchestrator.model import SegmentSpec
 from orchestrator.plan import plan, spares
 from orchestrator.settings import Policy, Settings
@@ -34,10 +34,20 @@ def exclude_cap(policy: Policy, inventory: int | None, nodes_needed: int) -> int
 
 
 def exclude_plan(blacklist: Blacklist, policy: Policy, inventory: list[str] | None, nodes_needed: int,
-                 now: datetime) -> ExcludePlan:
+                 now: datetime, fixed: list[str] | tuple[str, ...] = ()) -> ExcludePlan:
+    """The blacklist's plan plus the config's resources.exclude (`fixed`: always out, first in the cap; names the
+    cluster does not know are left out, with a note, as sbatch would refuse them)."""
+    known = set(inventory) if inventory is not None else None
+    fixed_known = sorted(n for n in fixed if known is None or n in known)
     cap = exclude_cap(policy, len(inventory) if inventory is not None else None, nodes_needed)
-    return blacklist.prune(now).exclude_plan(now, policy.strike_threshold, cap,
-                                             set(inventory) if inventory is not None else None)
+    got = blacklist.prune(now).exclude_plan(now, policy.strike_threshold, max(0, cap - len(fixed_known)), known)
+    if not fixed:
+        return got
+    notes = [got.note] if got.note else []
+    if unknown := [n for n in fixed if n not in fixed_known]:
+        notes.append(f"resources.exclude names nodes the cluster does not know: {compress(unknown)} (left out)")
+    return ExcludePlan(nodes=tuple(sorted(set(got.nodes) | set(fixed_known))), dropped=got.dropped,
+                       note="; ".join(notes))
 
 
 def shared_path(settings: Settings) -> Path | None:
@@ -134,13 +144,13 @@ def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime
     n, k, note = settings.resources.nodes, spares(settings, state), ""
     up = getattr(backend, "usable_nodes", lambda: inventory)() if k else inventory
     if k and inventory is not None:  # spares only from nodes that are up and that the blacklist leaves
-        usable = len(set(up if up is not None else inventory) - set(exclude_plan(bl, settings.policy, inventory, n,
-                                                                                   now).nodes))
+        out = exclude_plan(bl, settings.policy, inventory, n, now, settings.resources.exclude).nodes
+        usable = len(set(up if up is not None else inventory) - set(out))
         if (cut := max(0, min(k, usable - n))) < k:
             note = f"{cut} instead of {k}: only {usable} usable node(s) (up, not blacklisted) for {n} needed"
             logger.warning("spare nodes: {}", note)
         k = cut
-    excl = exclude_plan(bl, settings.policy, inventory, n + k, now)
+    excl = exclude_plan(bl, settings.policy, inventory, n + k, now, settings.resources.exclude)
     return Prepared(plan(settings, state, ckpt, excl, python, k), excl, bl, note)
 
 

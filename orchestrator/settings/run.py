@@ -9,9 +9,9 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from orchestrator.settings.nodes import SAFE_NAME
 from orchestrator.settings.patterns import catastrophic, too_slow
 from orchestrator.settings.sections import (
-    SAFE_NAME,
     BackendCfg,
     CheckpointCfg,
     Goal,

@@ -10,10 +10,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.model import Cause
+from orchestrator.settings.nodes import SAFE_NAME, node_list
 from orchestrator.settings.patterns import catastrophic, too_slow
 from orchestrator.settings.urls import apprise_urls
 
-SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
 SAFE_VALUE = re.compile(r"^[^\x00-\x1f;`$&|<>\\'\"]*$")
 
 
@@ -75,6 +75,9 @@ class Resources(Section):
     sbatch_extra: dict[str, str] = Field(
         default_factory=dict, description="Extra sbatch options, e.g. {constraint: h100}. Values are quoted."
     )
+    exclude: list[str] = Field(default_factory=list, description="Nodes never used, on top of the blacklist (a "
+                               "list or a hostlist, e.g. 'gpu[017,203]'; import-sbatch takes the script's --exclude).")
+    _nodes = field_validator("exclude", mode="before")(classmethod(lambda cls, v: node_list(v)))
 
     @field_validator("spare_nodes", mode="before")
     @classmethod
@@ -210,12 +213,10 @@ class LocalBackendCfg(Section):
     @field_validator("nodes")
     @classmethod
     def _names(cls, v: list[str] | int) -> list[str] | int:
-        if isinstance(v, int):
-            if not 1 <= v <= MAX_LOCAL_NODES:
-                raise ValueError(f"needs 1 to {MAX_LOCAL_NODES} virtual nodes")
-            return v
-        if not 1 <= len(v) <= MAX_LOCAL_NODES:
+        if not 1 <= (v if isinstance(v, int) else len(v)) <= MAX_LOCAL_NODES:
             raise ValueError(f"needs 1 to {MAX_LOCAL_NODES} virtual nodes")
+        if isinstance(v, int):
+            return v
         for n in v:
             if not SAFE_NAME.match(n):
                 raise ValueError(f"invalid node name {n!r}")
