@@ -26,7 +26,7 @@ KEEP_UNSET = {"CONFIG_FILE"}
 STUB = f"""#!{sys.executable}
 import json, os, sys
 keys = ("SLURMD_NODENAME", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "RANK", "LOCAL_RANK", "WORLD_SIZE",
-        "ORCH_NODE_NAME", "ORCH_RESUME_FROM")
+        "ORCH_NODE_NAME", "ORCH_RESUME_FROM", "SLURM_ARRAY_TASK_ID")
 line = json.dumps({{"prog": os.path.basename(sys.argv[0]), "argv": sys.argv[1:],
                    "env": {{k: os.environ.get(k) for k in keys}}}})
 print({MARK!r} + line, flush=True)
@@ -44,13 +44,32 @@ VALUE = {{"-N", "-n", "-c", "-w", "-o", "-e", "-J", "-p", "-t", "--nodes", "--nt
 args, i = sys.argv[1:], 0
 while i < len(args) and args[i].startswith("-"):
     i += 2 if args[i] in VALUE else 1
-os.execvp(args[i], args[i:])
+try:
+    os.execvp(args[i], args[i:])
+except FileNotFoundError:
+    if not any(a.startswith("--container-image") for a in args[:i]):
+        raise
+    print("stub srun: in the container image:", *args[i:], flush=True)  # a program of the image, not of this host
 """
 SCONTROL = """#!/bin/bash
 if [ "$1 $2" = "show hostnames" ]; then
   list="${3:-$SLURM_JOB_NODELIST}"
   tr ',' '\\n' <<< "$list"  # one write, as scontrol's: `| head -n 1` under pipefail must not see SIGPIPE
 fi
+"""
+# real programs that run-once lines use: recorded like the stubs, then run
+RECORDED = ("mkdir", "cat", "wget", "curl")
+RECORD = f"""#!{sys.executable}
+import json, os, shutil, sys
+name = os.path.basename(sys.argv[0])
+if os.environ.get("ORCH_TEST_CALLS"):
+    with open(os.environ["ORCH_TEST_CALLS"], "a") as f:
+        f.write(json.dumps({{"prog": name, "argv": sys.argv[1:],
+                            "env": {{"ORCH_NODE_NAME": os.environ.get("ORCH_NODE_NAME")}}}}) + "\\n")
+here = os.path.dirname(os.path.abspath(sys.argv[0]))
+path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.abspath(p or ".") != here)
+real = shutil.which(name, path=path) or "/bin/" + name
+os.execv(real, [real, *sys.argv[1:]])
 """
 LAUNCHERS = ("python", "python3", "torchrun", "deepspeed", "accelerate", "singularity")
 NOOPS = ("module", "conda", "dcgmi", "pkill", "nvidia-smi", "clear", "git")
@@ -59,7 +78,8 @@ NOOPS = ("module", "conda", "dcgmi", "pkill", "nvidia-smi", "clear", "git")
 def write_stubs(bindir: Path, workdir: Path) -> None:
     """Stubs on PATH, plus the relative programs some scripts start from their working directory."""
     bindir.mkdir(parents=True, exist_ok=True)
-    files = {**{n: STUB for n in LAUNCHERS}, **{n: "#!/bin/sh\nexit 0\n" for n in NOOPS}}
+    files = {**{n: STUB for n in LAUNCHERS}, **{n: "#!/bin/sh\nexit 0\n" for n in NOOPS},
+             **{n: RECORD for n in RECORDED}}
     files["scontrol"] = SCONTROL
     files["srun"] = SRUN
     for name, text in files.items():
@@ -70,6 +90,10 @@ def write_stubs(bindir: Path, workdir: Path) -> None:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(STUB)
         p.chmod(0o755)
+    # DeepLearningExamples' CPU/NIC binding wrapper (`./bind.sh ... -- python ...`): runs what follows `--`
+    (workdir / "bind.sh").write_text('#!/bin/bash\nwhile [ $# -gt 0 ] && [ "$1" != -- ]; do shift; done\nshift\n'
+                                     'exec "$@"\n')
+    (workdir / "bind.sh").chmod(0o755)
 
 
 def launches(log_text: str) -> list[dict[str, Any]]:
@@ -111,6 +135,8 @@ def fill_env(notes: list[str], tmp: Path, script: str) -> dict[str, str]:
                 if name not in KEEP_UNSET:
                     env[name] = str(tmp / "site" / name)
     env["HOME"] = str(tmp / "home")
+    for rel in re.findall(r">\s*([A-Za-z_][\w.-]*(?:/[\w.-]+)*)/[\w.-]+", script):
+        (tmp / "work" / rel).mkdir(parents=True, exist_ok=True)  # the script's repository has its own folders
     known = {**assignments(script, segments(script)), **env}
     for m in re.finditer(r"(?m)^\s*(source|\.|cd)\s+(\S+)", script):
         path = resolve(m.group(2).strip("'\""), known).replace("~", env["HOME"], 1)
@@ -146,8 +172,8 @@ def ran_once_on_the_batch_host(found: list[dict[str, Any]], exp: dict[str, Any])
     """'' when every stub call made by the setup (no ORCH_NODE_NAME: the batch host, before the step) was made
     once and never again by a node, and the nodes made no call but the training launch; else what went wrong."""
     if exp["entry_point"]:
-        extra = [c for c in found if c["env"].get("ORCH_NODE_NAME")
-                 and not starts_entry(c, exp["entry_point"], exp["must_args"])]
+        extra = [c for c in found if c["env"].get("ORCH_NODE_NAME") and c["prog"] in LAUNCHERS
+                 and not starts_entry(c, exp["entry_point"], exp.get("must_args", []))]
         if extra:
             return f"the nodes ran more than the training launch: {[(c['prog'], c['argv'][:3]) for c in extra]}"
     setup = [c for c in found if not c["env"].get("ORCH_NODE_NAME")]
@@ -158,3 +184,47 @@ def ran_once_on_the_batch_host(found: list[dict[str, Any]], exp: dict[str, Any])
         seen[key] = seen.get(key, 0) + 1
     again = [k for k, n in seen.items() if n > 1 or any(json.dumps([c["prog"], c["argv"]]) == k for c in nodes)]
     return f"run-once calls repeated: {again}" if again else ""
+
+
+def positional_args(labels: dict[str, Any], tmp: Path) -> tuple[str, ...]:
+    """What a user gives a script that reads $1..$N (`sbatch SCRIPT ARGS`): a site directory for each."""
+    n = max((int(v) for v in labels.get("undefined_vars", []) if v.isdigit()), default=0)
+    return tuple(str(tmp / "site" / f"arg{i}") for i in range(1, n + 1))
+
+
+def run_imported(tmp_path: Path, script: Path, nodes: int = 2, args: tuple[str, ...] = (),
+                 extra_env: dict[str, str] | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+    """The imported launch, its setup run once first, then the real agent on `nodes` virtual nodes:
+    ({node: log text}, config)."""
+    from orchestrator.agent.main import NodeAgent
+    from orchestrator.importer import import_sbatch
+    from orchestrator.model import SegmentSpec
+    from orchestrator.settings import PROGRESS_REGEX
+
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg, notes = import_sbatch(script.read_text(), script.stem, str(work), args)
+    bindir = tmp_path / "bin"
+    write_stubs(bindir, work)
+    env = {**fill_env(notes, tmp_path, script.read_text()), **(extra_env or {})}
+    hosts = [f"vn{i}" for i in range(1, nodes + 1)]
+    saved = dict(os.environ)
+    os.environ.update({"PATH": f"{bindir}:{saved['PATH']}", "SLURM_JOB_NODELIST": ",".join(hosts),
+                       "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NNODES": str(nodes), "SLURM_JOB_ID": "4242",
+                       "SLURM_JOBID": "4242", "SLURM_CPUS_PER_TASK": "2", "SLURM_GPUS_PER_NODE": "8"})
+    try:
+        # what the plan and Slurm give every segment: its number, and the user
+        env.update(ORCH_TEST_CALLS=str(tmp_path / "calls.jsonl"), ORCH_SEGMENT="1", USER=os.environ.get("USER", "u"))
+        run_setup({**cfg, "workdir": str(work)}, env, tmp_path)
+        for rank, host in enumerate(hosts):
+            spec = SegmentSpec(run_name="t", index=1, job_name="t.seg0001", nodes=nodes,
+                               tasks_per_node=min(cfg["resources"].get("tasks_per_node", 1), 2), gpus_per_node=0,
+                               time_limit_min=5, command=tuple(cfg["command"]), env=tuple(sorted(env.items())),
+                               workdir=str(work), run_dir=str(tmp_path / "run"),
+                               segment_dir=str(tmp_path / "run" / "segments" / "0001"), progress_regex=PROGRESS_REGEX)
+            NodeAgent(spec, host, rank, nodes, "4242").run()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    logs = tmp_path / "run" / "segments" / "0001" / "logs"
+    return {h: (logs / f"{h}.log").read_text() for h in hosts}, cfg

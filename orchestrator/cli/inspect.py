@@ -123,6 +123,8 @@ def report(
 @app.command("import-sbatch")
 def import_sbatch_cmd(
     script: Annotated[Path, typer.Argument(help="An existing batch script with #SBATCH lines.")],
+    args: Annotated[list[str] | None, typer.Argument(help="The script's own arguments, as to `sbatch SCRIPT ARGS` "
+                                                     "(after `--` when one starts with a dash).")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the config here (default stdout).")]
     = None,
 ) -> None:
@@ -136,17 +138,12 @@ def import_sbatch_cmd(
     Examples:
       orchestrator import-sbatch tests/data/sbatch/real/csc-ddp-torchrun-gpu8.sbatch -o /tmp/ddp.yaml
       orchestrator import-sbatch tests/data/sbatch/chain.sh
+      orchestrator import-sbatch tests/data/sbatch/real2/mlperf-gpt3-run.sbatch /data /ckpt /code img -o /tmp/m.yaml
     """
-    from orchestrator.files import read_regular, require_regular_or_absent
+    from orchestrator.files import require_regular_or_absent
     from orchestrator.importer import dump_config, import_sbatch
 
-    try:  # a FIFO or /dev/zero is refused, not waited on
-        raw = read_regular(script, MAX_SCRIPT_BYTES + 1, follow=True)
-    except OSError as exc:
-        raise fail([f"{script}: cannot read: {exc.strerror or exc}"]) from None
-    if len(raw) > MAX_SCRIPT_BYTES:
-        raise fail([f"{script}: over {MAX_SCRIPT_BYTES >> 20} MiB: not a batch script"])
-    text = raw.decode("utf-8", errors="replace")
+    text = _script_text(script)
     if "#SBATCH" not in text and "srun" not in text:
         raise fail([f"{script}: no #SBATCH line and no srun line: is this a Slurm batch script?"])
     if output is not None and output.is_dir():
@@ -156,7 +153,7 @@ def import_sbatch_cmd(
     except OSError as exc:
         raise fail([f"-o {output}: {exc.strerror}; give a regular file's path"]) from None
     try:
-        cfg, notes = import_sbatch(text, script.stem, str(Path.cwd()))
+        cfg, notes = import_sbatch(text, script.stem, str(Path.cwd()), tuple(args or ()))
     except Exception as exc:  # noqa: BLE001 - a script we cannot read is the user's input, not our crash
         raise fail([f"{script}: cannot translate this script: {type(exc).__name__}: {str(exc)[:200]}"]) from None
     body = dump_config(cfg, notes, str(script))
@@ -173,6 +170,18 @@ def import_sbatch_cmd(
 
 
 MAX_SCRIPT_BYTES = 32 << 20
+
+
+def _script_text(script: Path) -> str:
+    from orchestrator.files import read_regular
+
+    try:  # a FIFO or /dev/zero is refused, not waited on
+        raw = read_regular(script, MAX_SCRIPT_BYTES + 1, follow=True)
+    except OSError as exc:
+        raise fail([f"{script}: cannot read: {exc.strerror or exc}"]) from None
+    if len(raw) > MAX_SCRIPT_BYTES:
+        raise fail([f"{script}: over {MAX_SCRIPT_BYTES >> 20} MiB: not a batch script"])
+    return raw.decode("utf-8", errors="replace")
 
 
 @app.command()

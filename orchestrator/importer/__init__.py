@@ -26,13 +26,21 @@ from orchestrator.importer.names import (
     rewrite_resume,
     undefined,
 )
-from orchestrator.importer.once import split_once
+from orchestrator.importer.once import LOAD_ENV, split_once
 from orchestrator.importer.options import resources, sbatch_options
 from orchestrator.importer.scan import segments, unquote
-from orchestrator.importer.script import passing_bash_n, tidy, with_array_id, with_launch
+from orchestrator.importer.script import (
+    LAUNCH_BEFORE,
+    array_lines,
+    passing_bash_n,
+    tidy,
+    with_array_id,
+    with_launch,
+)
 from orchestrator.importer.yamlout import dump_config
 
 __all__ = ["dump_config", "import_sbatch"]
+POSITIONAL = re.compile(r"(?m)^[^#\n]*(?<!\\)\$(\{#?)?[1-9@*#]")  # `$1`, `${2:?}`, `"$@"`, `$#` outside comments
 ORDER = ["name", "run_dir", "workdir", "command", "env", "resources", "checkpoint", "policy", "backend"]
 
 
@@ -69,7 +77,8 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
     shown = resolve(" ".join(unquote(w) for w in words), env)
     notes.append(f"training launch found: {' '.join(shown.split())[:300]}")
     script = with_launch(text, start, end, repl, found.segment.line_start)
-    script, setup = split_once(script, found.segment.line_start, notes)
+    # up to the launch's first word: `clear; srun ...` ran `clear` once too (with_launch put a line before it)
+    script, setup = split_once(script, found.segment.words[0][0] + len(LAUNCH_BEFORE), notes, cfg["_args"])
     if setup:
         cfg["_setup"] = [setup]
     script, resumes = rewrite_resume(script)
@@ -112,20 +121,21 @@ def launch_mod_preset(resumes: list[str], saves: list[str]) -> str:
     return SAVE_FLAGS[saves[0]] if saves else "megatron"
 
 
-def import_sbatch(text: str, script_name: str = "script",
-                  workdir: str | None = None) -> tuple[dict[str, Any], list[str]]:
+def import_sbatch(text: str, script_name: str = "script", workdir: str | None = None,
+                  args: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
     """(config mapping, notes) for a batch script. `workdir`: where sbatch would have run it (the current
     directory of the user by default), unless the script says --chdir."""
     collecting = gc.isenabled()
     gc.disable()  # a large script makes millions of small objects and no cycles: the collector only costs time
     try:
-        return _import(text, script_name, workdir)
+        return _import(text, script_name, workdir, args)
     finally:
         if collecting:
             gc.enable()
 
 
-def _import(text: str, script_name: str, workdir: str | None) -> tuple[dict[str, Any], list[str]]:
+def _import(text: str, script_name: str, workdir: str | None,
+            args: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
     text = text.replace("\r\n", "\n")
     notes: list[str] = []
     name = re.sub(r"[^A-Za-z0-9_.+-]", "-", script_name).lstrip("-.") or "run"
@@ -135,10 +145,16 @@ def _import(text: str, script_name: str, workdir: str | None) -> tuple[dict[str,
         cfg["workdir"] = str(PurePosixPath(workdir) / cfg.get("workdir", "."))
         notes.append(f"workdir: {cfg['workdir']} (where sbatch would have started the script); change it if you submit "
                      "from elsewhere")
+    cfg["_args"] = args
     script = _launch_script(text, cfg, notes, script_name)
+    if not cfg.pop("_args") and POSITIONAL.search(text):
+        notes.append("the script reads its own arguments ($1, $@, ...), as given to `sbatch SCRIPT ARGS`: give them "
+                     "after the script (orchestrator import-sbatch SCRIPT -- ARGS...); here it runs without any")
     if ids := cfg.pop("_array_ids", None):
         script = with_array_id(script, ids, notes)
-    cfg["command"] = ["bash", "-c", script, cfg["name"]]
+        if setup := cfg.get("_setup"):  # the run-once lines read it too (ORCH_SEGMENT is in the setup's environment)
+            cfg["_setup"] = [setup[0].replace(LOAD_ENV, LOAD_ENV + array_lines(ids), 1)]
+    cfg["command"] = ["bash", "-c", script, cfg["name"], *args]
     missing = undefined(text)
     if missing:
         notes.append("the script uses variables it does not set (they must come from the environment, e.g. `env`): "

@@ -31,7 +31,16 @@ SRUN_VALUE = {"-N", "-n", "-c", "-w", "-o", "-e", "-J", "-p", "-t", "-G", "-x", 
               "--exclude", "--mpi", "--gres", "--gpus", "--gpus-per-node", "--gpus-per-task", "--cpu-bind",
               "--distribution", "--mem", "--chdir", "--export", "--account", "--qos", "--job-name", "--het-group",
               "--relative", "--ntasks-per-gpu", "--mem-per-cpu", "--mem-per-gpu", "--cpus-per-gpu", "--gpu-bind",
-              "--constraint", "--dependency", "--signal", "--network", "--reservation"}
+              "--constraint", "--dependency", "--signal", "--network", "--reservation", "--comment", "--wckey",
+              "-L", "--licenses", "-M", "--clusters", "--cluster", "--begin", "--deadline", "--mail-type",
+              "--mail-user", "--switches", "--threads-per-core", "--cores-per-socket", "--sockets-per-node",
+              "--ntasks-per-core", "--ntasks-per-socket", "--mem-bind", "--hint", "--prolog", "--epilog",
+              "--task-prolog", "--task-epilog", "--slurmd-debug", "--tmp", "--uid", "--gid", "--priority",
+              "--profile", "--power", "-S", "--core-spec", "--thread-spec", "--cpu-freq", "--delay-boot",
+              "--gres-flags", "--mincpus", "--tres-per-task", "--open-mode", "--container", "--container-id",
+              "--accel-bind", "--acctg-freq", "--bb", "--bbf", "--extra", "--segment",
+              "--stepmgr", "--tres-bind", "--nodefile", "-F", "--mcs-label", "--ntasks-per-tres",
+              "--time-min", "--gpu-freq"}
 MPI_VALUE = {"-n", "-np", "-N", "-H", "--host", "--hostfile", "-hostfile", "--map-by", "--bind-to", "-x",
              "--mca", "-mca", "--npernode", "-ppn", "-f"}
 

@@ -3,9 +3,11 @@ without defining (named in the notes), and the checkpoint paths its launch passe
 
 from __future__ import annotations
 
+import bisect
+import functools
 import re
 
-from orchestrator.importer.scan import Segment, unquote
+from orchestrator.importer.scan import Segment, _skip_quoted, unquote
 
 ASSIGN = re.compile(r"([A-Za-z_]\w*)(\+?)=(.*)", re.S)
 DEFAULTED = re.compile(r"\$\{([A-Za-z_]\w*)(:?[-=])")
@@ -134,12 +136,52 @@ def rewrite_resume(text: str) -> tuple[str, list[tuple[str, str, int]]]:
     rx = re.compile(_FLAG_VALUE.format(flags="|".join(re.escape(f) for f in sorted(RESUME_FLAGS, key=len,
                                                                                    reverse=True))))
     found = flag_values(text, RESUME_FLAGS)
+    quoted = _double_quoted(text)
     lines = text.split("\n")
+    at = 0
     for i, line in enumerate(lines):
         if not line.lstrip().startswith("#"):
-            lines[i] = rx.sub(lambda m: f"{m.group(1)}{m.group(2)}\"${{{resume_var(m.group(1))}:-"
-                                        f"{_in_double_quotes(m.group(3))}}}\"", line)
+            lines[i] = rx.sub(functools.partial(_resume_at, quoted, at), line)
+        at += len(line) + 1
     return "\n".join(lines), found
+
+
+def _resume_at(quoted: list[tuple[int, int]], at: int, m: re.Match[str]) -> str:
+    return _resume_value(m, _inside(quoted, at + m.start()))
+
+
+def _resume_value(m: re.Match[str], in_string: bool) -> str:
+    var = resume_var(m.group(1))
+    if in_string:  # `options+=" --load ${CKPT}"`: already one word of a string; no quotes of its own
+        return f"{m.group(1)}{m.group(2)}${{{var}:-{m.group(3)}}}"
+    return f"{m.group(1)}{m.group(2)}\"${{{var}:-{_in_double_quotes(m.group(3))}}}\""
+
+
+def _double_quoted(text: str) -> list[tuple[int, int]]:
+    """The spans of text inside "..." at the top level (a string may span lines)."""
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2
+        elif c == "'":
+            j = text.find("'", i + 1)
+            i = len(text) if j < 0 else j + 1
+        elif c == "#" and (i == 0 or text[i - 1] in " \t\n;"):
+            j = text.find("\n", i)
+            i = len(text) if j < 0 else j
+        elif c == '"':
+            j = _skip_quoted(text, i)
+            out.append((i, j))
+            i = j
+        else:
+            i += 1
+    return out
+
+
+def _inside(spans: list[tuple[int, int]], pos: int) -> bool:
+    k = bisect.bisect_right(spans, (pos, 1 << 62)) - 1
+    return k >= 0 and spans[k][0] < pos < spans[k][1]
 
 
 def _in_double_quotes(value: str) -> str:
@@ -149,4 +191,13 @@ def _in_double_quotes(value: str) -> str:
         return value[1:-1]
     if len(value) >= 2 and value[0] == value[-1] == "'":
         return re.sub(r'([\\$`"}])', r"\\\1", value[1:-1])
-    return value.replace("}", "\\}")
+    out, depth = [], 0  # a `}` closing a `${...}` of the value stays; a lone one is escaped
+    for k, ch in enumerate(value):
+        if ch == "{" and k and value[k - 1] == "$":
+            depth += 1
+        elif ch == "}":
+            if not depth:
+                out.append("\\")
+            depth = max(depth - 1, 0)
+        out.append(ch)
+    return "".join(out)

@@ -12,10 +12,11 @@ block, a function, a here-document); a unit that both sets variables and does wo
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 from orchestrator.importer.scan import Segment, segments, unquote
-from orchestrator.importer.script import passing_bash_n
+from orchestrator.importer.script import LAUNCH_BEFORE, passing_bash_n
 
 # what sets up the launch's shell: these run on every node (they are also in the setup, which runs all of it)
 ENV_WORDS = {"export", "source", ".", "module", "ml", "cd", "pushd", "popd", "set", "shopt", "ulimit", "umask",
@@ -123,7 +124,7 @@ def _body(text: str, unit: Unit) -> str:
     return "\n".join(lines)
 
 
-def split_once(script: str, stop: int, notes: list[str]) -> tuple[str, str | None]:
+def split_once(script: str, stop: int, notes: list[str], args: tuple[str, ...] = ()) -> tuple[str, str | None]:
     """(per-node script, setup): the units of script[:stop] that only do work are replaced by a comment in the
     per-node script; the setup is all of script[:stop] (it sets the variables the work reads), in a subshell
     that stops the batch script where the original would have stopped (`set -e`, `exit`)."""
@@ -141,15 +142,19 @@ def split_once(script: str, stop: int, notes: list[str]) -> tuple[str, str | Non
     once = [u for u in found if u.kind == "once"]
     if not once:
         return script, None
-    prefix = SBATCH_LINE.sub("", script[:found[-1].end]).strip("\n")
+    prefix = SBATCH_LINE.sub("", script[:found[-1].end]).replace(LAUNCH_BEFORE, "").strip("\n")
     setup = ("( # orchestrator: the lines before the launch, once, as under sbatch, with the run's environment\n"
-             + LOAD_ENV + prefix + "\nexit 0\n)\n"  # not `( ... ) || exit`: bash ignores `set -e` in such a list
+             + LOAD_ENV + ("set -- " + shlex.join(args) + "  # the script's arguments\n" if args else "")
+             + prefix + "\nexit 0\n)\n"  # not `( ... ) || exit`: bash ignores `set -e` in such a list
              + '__orch_setup_rc=$?; [ "$__orch_setup_rc" = 0 ] || exit "$__orch_setup_rc"')
     setup = passing_bash_n(setup, [])  # repaired as the per-node script is (its notes say what was)
     shown = [" ".join(_body(script, u).split()) for u in once]
     for u in reversed(found):
         body = _body(script, u)
-        if u.kind == "once":
+        if u.kind == "once" and "\n" not in script[u.start + len(body):stop]:  # `clear; srun ...`: on the launch's line
+            work = body.rstrip("; \t")
+            script = script[:u.start] + ":" + script[u.start + len(work):]
+        elif u.kind == "once":
             script = (script[:u.start] + "# orchestrator: ran once before the launch (backend.slurm.setup): "
                       + " ".join(body.split())[:120] + script[u.start + len(body):])
     notes.append(f"RUN ONCE: {len(once)} command(s) before the launch ran once under sbatch; they now run once, "

@@ -46,16 +46,20 @@ def with_array_id(script: str, ids: list[int], notes: list[str]) -> str:
     """An array job's tasks became segments: segment k runs as the k-th task did, with the same SLURM_ARRAY_*
     variables (a script reading `$SLURM_ARRAY_TASK_ID` got -1 or nothing before)."""
     at = script.index("\n", script.index(HEADER_END)) + 1 if HEADER_END in script else 0
+    notes.append(f"SLURM_ARRAY_TASK_ID is set from the segment: segment k runs as array task number k "
+                 f"({ids[0]}, {ids[1] if len(ids) > 1 else '...'}, ...), with SLURM_ARRAY_TASK_MIN/MAX/COUNT")
+    return script[:at] + array_lines(ids) + script[at:]
+
+
+def array_lines(ids: list[int]) -> str:
+    """The SLURM_ARRAY_* exports of segment $ORCH_SEGMENT, as the array's task of the same rank had them."""
     if ids == list(range(ids[0], ids[0] + len(ids))):
         pick = f"$(( ORCH_SEGMENT - 1 + {ids[0]} ))"
     else:
         pick = f"$(_ids=({' '.join(map(str, ids))}); echo \"${{_ids[ORCH_SEGMENT - 1]:-{ids[-1]}}}\")"
-    lines = (f"export SLURM_ARRAY_TASK_ID={pick}  # orchestrator: segment k runs as the k-th array task\n"
-             f"export SLURM_ARRAY_TASK_MIN={min(ids)} SLURM_ARRAY_TASK_MAX={max(ids)} "
-             f"SLURM_ARRAY_TASK_COUNT={len(ids)}\n")
-    notes.append(f"SLURM_ARRAY_TASK_ID is set from the segment: segment k runs as array task number k "
-                 f"({ids[0]}, {ids[1] if len(ids) > 1 else '...'}, ...), with SLURM_ARRAY_TASK_MIN/MAX/COUNT")
-    return script[:at] + lines + script[at:]
+    return (f"export SLURM_ARRAY_TASK_ID={pick}  # orchestrator: segment k runs as the k-th array task\n"
+            f"export SLURM_ARRAY_TASK_MIN={min(ids)} SLURM_ARRAY_TASK_MAX={max(ids)} "
+            f"SLURM_ARRAY_TASK_COUNT={len(ids)}\n")
 
 
 def tidy(text: str, source: str) -> str:

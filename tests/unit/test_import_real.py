@@ -6,7 +6,6 @@ its original arguments on every node."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,21 +13,17 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.agent.main import NodeAgent
 from orchestrator.importer import dump_config, import_sbatch
 from orchestrator.importer.options import sbatch_options
-from orchestrator.model import SegmentSpec
 from orchestrator.settings import load_settings
 from tests.sbatch_launch import (
     EXPECTED,
     REAL,
     calls,
-    fill_env,
     launches,
     ran_once_on_the_batch_host,
-    run_setup,
+    run_imported,
     starts_entry,
-    write_stubs,
 )
 
 SCRIPTS = sorted(EXPECTED)
@@ -76,40 +71,7 @@ def test_unfilled_placeholder_is_rejected(tmp_path: Path) -> None:
 
 
 def run_agents(tmp_path: Path, name: str, nodes: int = 2) -> dict[str, str]:
-    """The imported launch, run by the real agent on `nodes` virtual nodes: {node: log text}."""
-    work = tmp_path / "work"
-    work.mkdir()
-    cfg, notes = imported(name, work)
-    bindir = tmp_path / "bin"
-    write_stubs(bindir, work)
-    env = fill_env(notes, tmp_path, (REAL / name).read_text())
-    hosts = [f"vn{i}" for i in range(1, nodes + 1)]
-    saved = dict(os.environ)
-    os.environ.update({"PATH": f"{bindir}:{saved['PATH']}", "SLURM_JOB_NODELIST": ",".join(hosts),
-                       "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NNODES": str(nodes), "SLURM_JOB_ID": "4242",
-                       "SLURM_JOBID": "4242", "SLURM_CPUS_PER_TASK": "2", "SLURM_GPUS_PER_NODE": "8"})
-    try:
-        env["ORCH_TEST_CALLS"] = str(tmp_path / "calls.jsonl")
-        run_setup({**cfg, "workdir": str(work)}, env, tmp_path)
-        for rank, host in enumerate(hosts):
-            spec = SegmentSpec(run_name="t", index=1, job_name="t.seg0001", nodes=nodes,
-                               tasks_per_node=min(cfg["resources"].get("tasks_per_node", 1), 2), gpus_per_node=0,
-                               time_limit_min=5, command=tuple(cfg["command"]), env=tuple(sorted(env.items())),
-                               workdir=str(work), run_dir=str(tmp_path / "run"),
-                               segment_dir=str(tmp_path / "run" / "segments" / "0001"),
-                               progress_regex=load_progress_regex())
-            NodeAgent(spec, host, rank, nodes, "4242").run()
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    logs = tmp_path / "run" / "segments" / "0001" / "logs"
-    return {h: (logs / f"{h}.log").read_text() for h in hosts}
-
-
-def load_progress_regex() -> str:
-    from orchestrator.settings import PROGRESS_REGEX
-
-    return PROGRESS_REGEX
+    return run_imported(tmp_path, REAL / name, nodes)[0]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

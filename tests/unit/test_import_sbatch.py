@@ -4,6 +4,8 @@ a valid config once CHANGE-ME values are filled in. The 19 real public scripts a
 
 from __future__ import annotations
 
+import os
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -233,3 +235,36 @@ def test_a_container_option_that_needs_the_shell_is_refused_loudly_not_passed_li
     assert cfg["backend"]["slurm"]["srun_args"] == ["--container-mounts=/d:/d"]
     refused = [n for n in notes if n.startswith("CONTAINER NOT CARRIED:")]
     assert refused and "--container-image=$IMAGE" in refused[0]
+
+
+@pytest.mark.parametrize(("line", "want"), [
+    ('options+=" --load ${CKPT}"\nsrun python train.py $options', ' --load /resume'),  # in a string (run_gpt3.sh)
+    ("srun python train.py --load ${CKPT}", "--load /resume"),
+    ("srun python train.py --load '/a b/}c'", "--load /resume"),
+])
+def test_a_resume_flag_reads_the_orchestrators_checkpoint_wherever_it_is_written(tmp_path: Path, line: str,
+                                                                                  want: str) -> None:
+    """`--load ${CKPT}` inside a string became `"${ORCH_RESUME_ROOT:-${CKPT\\}}"`: quotes that broke the string and
+    an escaped brace that left the expansion open; the script failed `bash -n`."""
+    script = f"#!/bin/bash\n#SBATCH -N 2\nCKPT=/first\noptions=\n{line}\n"
+    cfg, notes = import_sbatch(script, "x", workdir=str(tmp_path))
+    assert not any("bash -n" in n for n in notes), notes
+    (tmp_path / "python").write_text('#!/bin/sh\necho "$@"\n')
+    (tmp_path / "python").chmod(0o755)
+    for resume, expect in (("/resume", want), ("", want.replace("/resume", "/first" if "CKPT" in line else "/a b/}c"))):
+        out = subprocess.run(cfg["command"][:3], capture_output=True, text=True, timeout=10, check=False,
+                             env={"PATH": f"{tmp_path}:{os.environ['PATH']}", "ORCH_RESUME_ROOT": resume})
+        assert expect in out.stdout, (line, out.stdout, out.stderr)
+
+
+def test_the_scripts_arguments_are_given_to_every_node_and_to_the_setup(tmp_path: Path) -> None:
+    """`sbatch run.sh /data img` passes arguments to the script: imported with the same arguments, the per-node
+    script and the run-once setup both see them; without them, a note says the script reads arguments."""
+    script = "#!/bin/bash\n#SBATCH -N 2\nDATA=${1:?data}\nmkdir -p \"$DATA/out\"\nsrun python train.py --data $DATA\n"
+    cfg, notes = import_sbatch(script, "x", workdir=str(tmp_path), args=(str(tmp_path / "d d"),))
+    assert cfg["command"][4:] == [str(tmp_path / "d d")]
+    setup = cfg["backend"]["slurm"]["setup"][0]
+    assert subprocess.run(["bash", "-c", setup], timeout=10, check=False).returncode == 0
+    assert (tmp_path / "d d" / "out").is_dir()
+    _, bare = import_sbatch(script, "x", workdir=str(tmp_path))
+    assert any("reads its own arguments" in n for n in bare)
