@@ -19,6 +19,8 @@ from orchestrator.importer.scan import segments
 
 REAL = Path(__file__).resolve().parent / "data" / "sbatch" / "real"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((REAL / "expected.json").read_text())
+REAL2 = REAL.parent / "real2"  # set 2: containers, run-once lines, arrays, exclude/node lists
+LABELS: dict[str, dict[str, Any]] = json.loads((REAL2 / "expected.json").read_text())
 MARK = "STUB-LAUNCH "
 # Left unset in the tests: set, nanotron copies its config file under /fsx/...
 KEEP_UNSET = {"CONFIG_FILE"}
@@ -228,3 +230,31 @@ def run_imported(tmp_path: Path, script: Path, nodes: int = 2, args: tuple[str, 
         os.environ.update(saved)
     logs = tmp_path / "run" / "segments" / "0001" / "logs"
     return {h: (logs / f"{h}.log").read_text() for h in hosts}, cfg
+
+
+def entry_of(label: dict[str, Any]) -> str | None:
+    """The entry point as a suffix: a prefix that needs the shell (`${PWD}/..`, `` `pwd`/ ``) is dropped."""
+    entry: str | None = label["entry_point"]
+    if entry and ("$" in entry or "`" in entry) and not entry.startswith("-m "):
+        entry = entry.rsplit("/", 1)[-1]
+    return entry
+
+
+def array_ids(value: str) -> list[int]:
+    ids: list[int] = []
+    for part in value.split("%")[0].split(","):
+        a, _, b = part.partition("-")
+        ids.extend(range(int(a), int(b or a) + 1))
+    return ids
+
+
+def run_once_counts(found: list[dict[str, Any]], label: dict[str, Any]) -> str:
+    """'' when each recorded program the answer key lists as run-once ran at least that often on the batch host
+    and never on a node."""
+    for program in {o["program"] for o in label["run_once"]} & {*RECORDED, *LAUNCHERS}:
+        want = sum(o["count"] for o in label["run_once"] if o["program"] == program)
+        on_batch = [c for c in found if c["prog"] == program and not c["env"].get("ORCH_NODE_NAME")]
+        on_nodes = [c for c in found if c["prog"] == program and c["env"].get("ORCH_NODE_NAME")]
+        if len(on_batch) < want or on_nodes:
+            return f"{program}: {len(on_batch)} on the batch host (want {want}), {len(on_nodes)} on nodes"
+    return ""

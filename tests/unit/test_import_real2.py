@@ -9,44 +9,27 @@ script's --exclude is resources.exclude and its --nodelist is kept."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from orchestrator.blacklist import expand
 from orchestrator.importer import import_sbatch
 from tests.sbatch_launch import (
-    LAUNCHERS,
-    RECORDED,
+    LABELS,
+    REAL2,
+    array_ids,
     calls,
+    entry_of,
     launches,
     positional_args,
     ran_once_on_the_batch_host,
     run_imported,
+    run_once_counts,
     starts_entry,
 )
 
-REAL2 = Path(__file__).resolve().parents[1] / "data" / "sbatch" / "real2"
-LABELS: dict[str, dict[str, Any]] = json.loads((REAL2 / "expected.json").read_text())
 SCRIPTS = sorted(LABELS)
-
-
-def entry_of(label: dict[str, Any]) -> str | None:
-    """The entry point as a suffix: a prefix that needs the shell (`${PWD}/..`, `` `pwd`/ ``) is dropped."""
-    entry: str | None = label["entry_point"]
-    if entry and ("$" in entry or "`" in entry) and not entry.startswith("-m "):
-        entry = entry.rsplit("/", 1)[-1]
-    return entry
-
-
-def array_ids(value: str) -> list[int]:
-    ids: list[int] = []
-    for part in value.split("%")[0].split(","):
-        a, _, b = part.partition("-")
-        ids.extend(range(int(a), int(b or a) + 1))
-    return ids
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -85,8 +68,4 @@ def test_run_once_lines_run_once_and_the_entry_point_on_every_node(tmp_path: Pat
         if label["uses_array_task_id"]:
             assert {la["env"]["SLURM_ARRAY_TASK_ID"] for la in started} == {str(array_ids(label["array"])[0])}
     assert not ran_once_on_the_batch_host(found, {"entry_point": entry})
-    for program in {o["program"] for o in label["run_once"]} & {*RECORDED, *LAUNCHERS}:
-        want = sum(o["count"] for o in label["run_once"] if o["program"] == program)
-        on_batch = [c for c in found if c["prog"] == program and not c["env"].get("ORCH_NODE_NAME")]
-        on_nodes = [c for c in found if c["prog"] == program and c["env"].get("ORCH_NODE_NAME")]
-        assert len(on_batch) >= want and not on_nodes, (program, want, on_batch, on_nodes)
+    assert not run_once_counts(found, label)
