@@ -249,6 +249,8 @@ def srun_task_env(node_rank: int, local_rank: int, per_node: int, nnodes: int, o
            "SLURM_STEP_NUM_TASKS": str(world)}
     if not outer.get("SLURM_JOB_NUM_NODES"):  # the local backend: no Slurm around the agent
         env.update({"SLURM_JOB_NUM_NODES": str(nnodes), "SLURM_NNODES": str(nnodes)})
+    if per_node > 1 and str(cpus := outer.get("SLURM_CPUS_PER_TASK", "")).isdigit():  # each task's share, as srun
+        env["SLURM_CPUS_PER_TASK"] = str(max(1, int(cpus) // per_node))  # gives it (the agent asked for them all)
     return env
 
 
