@@ -141,6 +141,11 @@ class CheckRecord(Record):
     name: str
     ok: bool
     detail: str = ""
+    unknown: bool = False  # the check could not run: not a failure, and never a sign of health
+
+    @property
+    def verdict(self) -> str:
+        return "unknown" if self.unknown else "ok" if self.ok else "FAILED"
 
 
 class Heartbeat(Record):

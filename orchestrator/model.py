@@ -128,6 +128,7 @@ class SegmentSpec(Frozen):
     progress_regex: str
     preflight_commands: tuple[tuple[str, ...], ...] = ()
     preflight_timeout_s: float = 20.0
+    preflight_nhc: str = "auto"  # run LBNL NHC where installed (settings preflight.nhc)
     interval_advice: str = ""  # the advised checkpoint interval and the expected effective training time
     spares: int = Field(0, ge=0)  # spare nodes allocated beyond `nodes` (--no-kill; restarts inside the job)
     allocation_dir: str = ""  # with spares: where the allocation supervisor and the controller talk

@@ -172,7 +172,7 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
         sbatch_extra=tuple(sorted(r.sbatch_extra.items())),
         progress_regex=settings.progress_regex,
         preflight_commands=tuple(tuple(c) for c in settings.preflight.commands),
-        preflight_timeout_s=settings.preflight.timeout_s,
+        preflight_timeout_s=settings.preflight.timeout_s, preflight_nhc=settings.preflight.nhc,
         interval_advice=advice,
         spares=k,
         allocation_dir=str(SegmentPaths.of(run_dir, index).allocation) if k else "",

@@ -126,7 +126,8 @@ def private_dir(path: Path) -> Path:
 
 
 RUN_DIR_ENTRIES = frozenset({STATE_FILE, BACKUP_FILE, "segments", "requests", "controller.lock", "blacklist-edit.lock",
-                             "controller.log", "stop-request", "local-backend", "report", "metrics.prom"})
+                             "controller.log", "stop-request", "local-backend", "report", "metrics.prom",
+                             "events.jsonl"})
 
 
 def foreign_entries(run_dir: Path) -> list[str]:

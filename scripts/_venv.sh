@@ -12,7 +12,15 @@ if [ "${ORCH_NO_VENV:-}" != "1" ]; then
 fi
 stamp="$REPO/.venv/.installed-$(sha1sum "$REPO/pyproject.toml" | cut -c1-12)-${1:-base}"
 if [ "${ORCH_NO_VENV:-}" = "1" ] || [ ! -e "$stamp" ]; then
-  python -m pip install -q --disable-pip-version-check --upgrade pip >&2 || true
-  python -m pip install -q --disable-pip-version-check -e "$REPO${2:-}" >&2
+  # pip's and setuptools' chatter goes to a log, shown only when the install fails
+  if [ "${ORCH_NO_VENV:-}" = "1" ]; then log="$(mktemp "${TMPDIR:-/tmp}/orch-pip-XXXXXX.log")"
+  else log="$REPO/.venv/pip-install.log"; fi
+  echo "installing the project and its dependencies (log: $log)" >&2
+  python -m pip install -q --disable-pip-version-check --upgrade pip >"$log" 2>&1 || true
+  if ! python -m pip install -q --disable-pip-version-check -e "$REPO${2:-}" >>"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "the install failed; the whole log: $log" >&2
+    exit 1
+  fi
   [ "${ORCH_NO_VENV:-}" = "1" ] || touch "$stamp"
 fi

@@ -199,7 +199,7 @@ class NodeAgent:
         self.heartbeat()
         results = preflight.run_all(self.spec, self.node)
         for r in results:
-            self.emit("agent", f"{PREFLIGHT_MARKER} {r.name}: {'ok' if r.ok else 'FAILED'}: {r.detail}")
+            self.emit("agent", f"{PREFLIGHT_MARKER} {r.name}: {r.verdict}: {r.detail}")
         failed = [r for r in results if not r.ok]
         if failed:
             self.emit("agent", f"{PREFLIGHT_MARKER} FAILED: {failed[0].detail}")

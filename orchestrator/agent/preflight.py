@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -106,7 +108,36 @@ def run_command(argv: tuple[str, ...], timeout: float) -> CheckRecord:
     return CheckRecord(name=name, ok=True, detail="ok")
 
 
+NHC_FAILED = re.compile(r"Health check failed:\s*(.*)")
+
+
+def check_nhc(log: Path, timeout: float, nhc: str | None = None) -> CheckRecord | None:
+    """LBNL Node Health Check, the site's own checks, where installed (None where not). MARK_OFFLINE=0: the
+    orchestrator reports and excludes, NHC does not drain the node itself. Only NHC's own verdict ("Health check
+    failed: ...") fails the node; NHC that cannot run (no permission, no config, our timeout) is unknown."""
+    nhc = nhc or shutil.which("nhc", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+    if nhc is None:
+        return None
+    argv = [nhc, "MARK_OFFLINE=0", f"TIMEOUT={max(1, int(timeout) - 2)}", f"LOGFILE={log}"]
+    try:
+        res = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)  # noqa: S603
+    except subprocess.TimeoutExpired:
+        return CheckRecord(name="nhc", ok=True, unknown=True, detail=f"nhc did not finish within {timeout:.0f}s")
+    except OSError as exc:
+        return CheckRecord(name="nhc", ok=True, unknown=True, detail=f"nhc could not start: {exc}")
+    out = (res.stdout + res.stderr).decode(errors="replace")
+    if res.returncode == 0:
+        return CheckRecord(name="nhc", ok=True, detail="node health check passed")
+    if m := NHC_FAILED.search(out):
+        return _bad("nhc", f"ORCH-NHC FAILED: {m.group(1).strip()[:300]}")
+    last = (out.strip().splitlines() or [""])[-1]
+    return CheckRecord(name="nhc", ok=True, unknown=True, detail=f"nhc exited {res.returncode}: {last[:200]}")
+
+
 def run_all(spec: SegmentSpec, node: str) -> list[CheckRecord]:
-    results = [check_gpus(node, dict(spec.env)), probe_dir(Path(spec.segment_dir) / "nodes", spec.preflight_timeout_s)]
+    records = Path(spec.segment_dir) / "nodes"
+    results = [check_gpus(node, dict(spec.env)), probe_dir(records, spec.preflight_timeout_s)]
+    if spec.preflight_nhc == "auto" and (nhc := check_nhc(records / f"nhc-{node}.log", spec.preflight_timeout_s)):
+        results.append(nhc)
     results += [run_command(c, spec.preflight_timeout_s) for c in spec.preflight_commands]
     return results

@@ -6,6 +6,7 @@ into an action with the run's history. The rules are listed, with a real example
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from orchestrator.diagnose.cascade import from_cascade, killed_everywhere
@@ -221,7 +222,8 @@ def _from_roots(nodes: list[NodeEvidence], roots: list[NodeMatch], secondary: li
     everyone = all_hosts(nodes)
     symmetric = len(everyone) > 1 and set(culprits) >= everyone
     hw = hardware_hosts(kinds)
-    judged = judge_root(cause, best[1], culprits, symmetric, hw, nodes, ctx)
+    same_text = len({re.sub(r"\d+", "N", m.text.strip()) for _, m in culprit_matches}) == 1
+    judged = judge_root(cause, best[1], culprits, symmetric, hw, nodes, ctx, same_text)
     cause, culprits, owner, rule, note = judged
     if not culprits and cause in (Cause.HANG, Cause.NODE_FAIL):  # e.g. a ps listing with no host on its lines
         culprits = silent(nodes, secondary)

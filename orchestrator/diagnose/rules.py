@@ -37,8 +37,9 @@ EXPLAINABLE = frozenset({Cause.USER_BUG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.
 
 
 def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool, hw: dict[str, Cause],
-                nodes: list[NodeEvidence], ctx: Context) -> Judged:
-    """Whose fault the root is, by DECISIONS.md: (cause, culprits, owner, rule, note)."""
+                nodes: list[NodeEvidence], ctx: Context, same_text: bool = False) -> Judged:
+    """Whose fault the root is, by DECISIONS.md: (cause, culprits, owner, rule, note). `same_text`: every
+    culprit printed the same line (digits aside)."""
     explained = [h for h in culprits if h in hw]  # only the failing host's own report explains its failure
     if cause in (Cause.USER_OOM, Cause.GPU_OOM_STARTUP):
         return judge_oom(cause, best, culprits, symmetric, nodes, ctx)
@@ -46,6 +47,11 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool, 
         if symmetric and best.signature == "gpu_unavailable":
             return Cause.USER_BUG, [], Owner.JOB, "same_on_every_node", (
                 "no GPU usable on any node: the job's device settings, not a node")
+        if symmetric and same_text and cause != Cause.NODE_FAIL and not explained:
+            return cause, [], Owner.JOB, "same_on_every_node", (
+                f"the same {cause.value} line on every node at once, and no node's own hardware report: hardware "
+                "fails one node at a time, so the line is the job's own output (or the fleet's): check what the "
+                "training prints")
         if cause == Cause.GPU_LOST and any(hw.get(h) == Cause.GPU_ECC for h in culprits):
             cause = Cause.GPU_ECC  # a generic launch failure on a GPU whose own counters show uncorrectable ECC
         return cause, culprits, Owner.NODE, "node_hardware" if cause != Cause.NODE_FAIL else "node_failed", ""

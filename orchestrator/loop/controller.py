@@ -8,7 +8,6 @@ saving state, submitting. What to do is decided elsewhere: `submission.prepare` 
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -24,6 +23,7 @@ from orchestrator.diagnose.signatures import table_for
 from orchestrator.loop import operator, progress
 from orchestrator.loop.conclude import apply_outcome, conclude, log_blame
 from orchestrator.loop.effects import Alert, Cancel, EffectRunner, Notify
+from orchestrator.loop.exports import Exports
 from orchestrator.loop.injob import in_allocation, job_submitted_at
 from orchestrator.loop.notes import Notes
 from orchestrator.loop.outage import Outage, poll_job, save_patiently
@@ -33,7 +33,6 @@ from orchestrator.loop.supervise import Seen, supervise
 from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
 from orchestrator.settings import PROGRESS_REGEX, Settings
 from orchestrator.state import RunState, SegmentRecord, StateError, StateStore
-from orchestrator.views.metrics import METRICS_FILE, write_metrics
 from orchestrator.watch.segment import SegmentWatch
 
 
@@ -56,6 +55,7 @@ class Controller:
         self.keep_job = True  # False with --cancel-on-exit: the caller cancels the job after run()
         self._stall, self._outage = Outage("filesystem stall"), Outage("scheduler unreachable")
         self.steps = Steps(self)  # segments that run as steps of a job with spare nodes
+        self.exports = Exports()  # metrics file and endpoint, heartbeat, events.jsonl, after every poll
 
     # ---- lifecycle -------------------------------------------------------------------------
     def request_stop(self, why: str = "signal") -> None:
@@ -103,13 +103,13 @@ class Controller:
             if self.stop_requested:
                 break
             self.step(state)
-            with contextlib.suppress(OSError):  # run_dir/metrics.prom after every poll; never stops the loop
-                write_metrics(self.s.run_dir / METRICS_FILE, state, self.clock.now(), self._outage.seen_at)
+            self.exports.after_poll(self.s, state, self.clock.now(), self._outage.seen_at)  # never stops the loop
         if self.stop_requested and state.status == RunStatus.RUNNING:
             log.info("controller exit reason={} ({})", self.stop_requested,
                      "the job, if any, keeps running" if self.keep_job else "the job is cancelled next")
         if self._watch:
             self._watch.close()
+        self.exports.close()
         return state
 
     def step(self, state: RunState) -> None:

@@ -8,6 +8,7 @@ Every problem is reported as one line naming the file and the field path; the ca
 - `errors.py`: `ConfigError` and the one-line-per-problem formatting.
 """
 
+from orchestrator.settings.checks import PreflightCfg
 from orchestrator.settings.errors import ConfigError
 from orchestrator.settings.loading import check_paths, load_settings, parse_overrides, path_warnings
 from orchestrator.settings.run import PLACEHOLDERS, PROGRESS_REGEX, Settings, last_iteration
@@ -18,7 +19,6 @@ from orchestrator.settings.sections import (
     LocalBackendCfg,
     NotifyCfg,
     Policy,
-    PreflightCfg,
     Resources,
     Section,
     SlurmBackendCfg,

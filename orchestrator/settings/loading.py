@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 
 from orchestrator.settings.errors import ConfigError, format_errors
 from orchestrator.settings.run import Settings
-from orchestrator.settings.source import env_sources, env_warnings, parse_overrides, read_yaml
+from orchestrator.settings.source import env_problems, env_sources, parse_overrides, read_yaml
 
 __all__ = ["check_paths", "load_settings", "parse_overrides", "path_warnings"]
 
@@ -73,7 +73,7 @@ def path_warnings(s: Settings) -> list[str]:
     """Things that are legal but probably wrong: a checkpoint dir that does not exist yet (a typo means starting
     from scratch) or that is not where the command saves."""
     where = s.config_path or "config"
-    out = env_warnings(list(Settings.model_fields))
+    out = env_problems(list(Settings.model_fields))[1]
     ck = Path(s.checkpoint.dir)
     if not ck.exists():
         out.append(f"{where}: checkpoint.dir: {ck} does not exist (yet): a typo here means every segment starts "
@@ -93,6 +93,8 @@ def load_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settin
     data = read_yaml(path)
     loaded = _with_yaml(data)
     fields = list(Settings.model_fields)
+    if misspelled := env_problems(fields)[0]:
+        raise ConfigError(misspelled)
     sources = {**env_sources(fields), **{k: "--set" for k in overrides or {}}}
     try:
         settings = loaded(**(overrides or {}))

@@ -9,6 +9,8 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from orchestrator.settings.checks import PreflightCfg
+from orchestrator.settings.exports import ExportsCfg
 from orchestrator.settings.nodes import SAFE_NAME
 from orchestrator.settings.patterns import catastrophic, too_slow
 from orchestrator.settings.sections import (
@@ -17,7 +19,6 @@ from orchestrator.settings.sections import (
     Goal,
     NotifyCfg,
     Policy,
-    PreflightCfg,
     Resources,
     UserSignature,
     Watch,
@@ -107,6 +108,7 @@ class Settings(BaseSettings):
     signatures: list[UserSignature] = Field(default_factory=list, description="Extra diagnosis signatures.")
     preflight: PreflightCfg = Field(default_factory=PreflightCfg)
     notify: NotifyCfg = Field(default_factory=NotifyCfg)
+    exports: ExportsCfg = Field(default_factory=ExportsCfg)
     config_path: Path | None = Field(None, exclude=True, description="Set by the loader.")
 
     @field_validator("run_dir", "workdir")

@@ -1,5 +1,5 @@
 """The sections of a run config (resources, checkpoint, goal, policy, watch, backend, signatures,
-preflight, notify) and the value checks they share."""
+notify) and the value checks they share."""
 
 from __future__ import annotations
 
@@ -281,19 +281,3 @@ class NotifyCfg(Section):
                                   description="An identical message within this window is not resent.")
 
     _urls = field_validator("urls")(apprise_urls)
-
-
-class PreflightCfg(Section):
-    """Checks every node runs before the training starts."""
-    commands: list[list[str]] = Field(default_factory=list, description="Extra checks, each an argv list.")
-    timeout_s: float = Field(20.0, gt=0, le=86_400, description="Timeout of each preflight check.")
-
-    @field_validator("commands")
-    @classmethod
-    def _argv(cls, v: list[list[str]]) -> list[list[str]]:
-        for i, argv in enumerate(v):
-            if not argv or not argv[0].strip():
-                raise ValueError(f"check {i} is empty: each check is an argv list such as [nvidia-smi, -L]")
-            if any("\x00" in a for a in argv):
-                raise ValueError(f"check {i} contains a NUL byte")
-        return v

@@ -136,16 +136,27 @@ def env_sources(fields: list[str]) -> dict[str, str]:
     return out
 
 
-def env_warnings(fields: list[str]) -> list[str]:
-    """ORCH_* variables that look like settings but are none (a misspelling is otherwise silently ignored)."""
-    out = []
+def env_problems(fields: list[str]) -> tuple[list[str], list[str]]:
+    """(errors, warnings) for ORCH_* variables that are no setting. One that was clearly meant as one (a section
+    `ORCH_X__Y`, a name close to a setting, a setting's name run into its field) is an error: ignored, it
+    would silently leave the value it meant to set. Any other is a warning (perhaps a variable of your own)."""
+    errors, warnings = [], []
     for var in sorted(os.environ):
         up = var.upper()
         if not up.startswith("ORCH_") or up.startswith(NOT_SETTINGS):
             continue
         top = up[5:].lower().split("__")[0]
-        if top not in fields:
-            near = difflib.get_close_matches(top, fields, n=1, cutoff=0.6)
-            hint = f" (did you mean ORCH_{near[0].upper()}?)" if near else ""
-            out.append(f"environment: {var} is not a setting{hint}; it is ignored")
-    return out
+        if top in fields:
+            continue
+        near = difflib.get_close_matches(top, fields, n=1, cutoff=0.6)
+        run_in = next((f for f in fields if top.startswith(f + "_")), None)
+        if near or run_in:
+            rest = up[5:].split("__", 1)[1] if "__" in up else ""
+            meant = (f"ORCH_{near[0].upper()}" + (f"__{rest}" if rest else "") if near
+                     else f"ORCH_{(run_in or '').upper()}__{up[6 + len(run_in or ''):]}")
+            errors.append(f"environment: {var} is not a setting (did you mean {meant}?); unset it or correct it")
+        elif "__" in up:
+            errors.append(f"environment: {var} is not a setting: there is no section {top!r}; unset it or correct it")
+        else:
+            warnings.append(f"environment: {var} is not a setting; it is ignored")
+    return errors, warnings

@@ -1,5 +1,5 @@
-"""The run as Prometheus metrics: a text file (`run_dir/metrics.prom`) written atomically after every poll, for
-node_exporter's textfile collector. prometheus_client writes the exposition format and the atomic replace."""
+"""The run as Prometheus metrics, rebuilt after every poll (`loop/exports.py` writes them to `run_dir/metrics.prom`
+for node_exporter's textfile collector, atomically, and serves them over HTTP when asked)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ def registry(state: RunState, now: datetime, job_seen_at: datetime | None) -> Co
     gauge("iterations_per_hour", "Training rate of the current (or last) segment.", m.get("rate_per_h"))
     gauge("effective_training_time_ratio", "Productive time / wall time since the first segment.", m.get("ettr"))
     gauge("wall_seconds", "Wall time since the first segment was submitted.", m.get("wall_s"))
+    gauge("effective_training_seconds", "Productive training time since the first segment (kept progress).",
+          m.get("productive_s"))
     gauge("eta_seconds", "Estimated time to the goal at the current rate.", m.get("eta_s"))
     lost = Gauge("orchestrator_lost_seconds", "Time lost, by the cause of the segment that lost it.",
                  ["run", "cause"], registry=reg)

@@ -69,11 +69,26 @@ def test_env_errors_are_blamed_on_the_variable_not_the_file(tmp_path: Path, monk
     assert err.value.problems[0].startswith("environment ORCH_WATCH__POLL_INTERVAL_S: watch.poll_interval_s")
 
 
-def test_a_misspelled_orch_variable_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ORCH_POLICIY__MAX_SEGMENTS", "2")
+@pytest.mark.parametrize(("var", "meant"), [
+    ("ORCH_POLICIY__MAX_SEGMENTS", "ORCH_POLICY__MAX_SEGMENTS"), ("ORCH_RESOURCE__NODES", "ORCH_RESOURCES__NODES"),
+    ("ORCH_WATCHS__POLL_INTERVAL_S", "ORCH_WATCH__POLL_INTERVAL_S"), ("ORCH_POLICY_MAX_SEGMENTS",
+                                                                      "ORCH_POLICY__MAX_SEGMENTS"),
+    ("ORCH_RUNDIR", "ORCH_RUN_DIR"), ("ORCH_NOPE__X", None)])
+def test_a_misspelled_orch_variable_is_an_error_naming_what_was_meant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      var: str, meant: str | None) -> None:
+    """Second re-run, B17: ignored with a warning, the value it meant to set silently stayed the file's."""
+    monkeypatch.setenv(var, "2")
+    with pytest.raises(ConfigError) as err:
+        load_settings(write_config(tmp_path, base_config(tmp_path)))
+    line = err.value.problems[0]
+    assert line.startswith(f"environment: {var} is not a setting")
+    assert (f"did you mean {meant}?" in line) if meant else "no section 'nope'" in line
+
+
+def test_an_orch_variable_like_no_setting_is_only_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_MYTEAM_TOKEN", "x")  # a variable of the user's own, not a setting's misspelling
     s = load_settings(write_config(tmp_path, base_config(tmp_path)))
-    assert any("ORCH_POLICIY__MAX_SEGMENTS is not a setting (did you mean ORCH_POLICY?)" in w
-               for w in path_warnings(s))
+    assert any("ORCH_MYTEAM_TOKEN is not a setting; it is ignored" in w for w in path_warnings(s))
 
 
 def test_a_huge_value_is_not_echoed(tmp_path: Path) -> None:

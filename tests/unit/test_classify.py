@@ -224,3 +224,21 @@ def test_a_hardware_report_does_not_explain_an_error_every_node_raised() -> None
              node("n3", progress(5) + [bug], 1)]
     v = classify(FAILED, nodes, Context())
     assert v.cause == Cause.USER_BUG and v.culprit_nodes == () and action_without_history(v)[0] == "stop_and_alert"
+
+
+def test_the_same_ecc_line_on_every_node_at_once_is_the_jobs_output_not_every_nodes_gpu() -> None:
+    """Second re-run, W11b: a training that prints its argv (holding the words of a CUDA ECC error) on every
+    rank had every node hard-blacklisted. Hardware fails one node at a time: the same line everywhere, with no
+    node's own hardware report, is the job's; nobody is excluded."""
+    argv = "[rank{}]: args: --inject 'RuntimeError: CUDA error: uncorrectable ECC error encountered'"
+    nodes = [node(f"n{i}", [argv.format(i)] + progress(3), exit_code=1 if i == 2 else 0) for i in (1, 2, 3)]
+    v = classify(FAILED, nodes, Context())
+    assert not v.blame and not v.culprit_nodes and v.fault_owner == Owner.JOB and v.rule == "same_on_every_node"
+
+
+def test_real_ecc_on_two_nodes_with_different_gpus_is_still_each_nodes() -> None:
+    """Different lines (other GPUs, other PCI addresses, other errors) are no echo of one text."""
+    nodes = [node("n1", progress(3) + ["NVRM: Xid (PCI:0000:3b:00): 48, pid=1234, DBE (double bit error) ECC Error"]),
+             node("n2", progress(3) + [f"2: {ECC}"])]
+    v = classify(FAILED, nodes, Context())
+    assert v.cause == Cause.GPU_ECC and v.blame and set(v.culprit_nodes) == {"n1", "n2"}
