@@ -94,12 +94,13 @@ def interval(settings: Settings, state: RunState) -> tuple[int, str]:
     a = advise(observed(state), settings.resources.nodes, write_s, restart_cost_s(state), current_s,
                max_interval_s=limit_min * 60 / 2)
     capped = a.interval_s < a.optimum_s
-    how = "timed" if timed else "configured"
-    note = (f"checkpoint every {fmt_min(a.interval_s)}"
-            + (f" (half the {limit_min} min time limit; the optimum is {fmt_min(a.optimum_s)})" if capped else "")
-            + f" (job MTBF {a.mtbf_h:.1f} h, write {write_s:.0f} s {how}): expected effective training time "
-            f"{a.ettr_advised:.1%}, {a.ettr_now:.1%} at the {'configured' if c.interval_s else 'default'} "
-            f"{fmt_min(current_s)}")
+    why = (f"half the {limit_min} min time limit; the failure rate alone would give {fmt_min(a.optimum_s)}"
+           if capped else "the best for the failure rate")
+    now = ("would not save before the time limit" if current_s > limit_min * 60
+           else f"would give {a.ettr_now:.1%}")
+    note = (f"every {fmt_min(a.interval_s)} ({why}): expected effective training time {a.ettr_advised:.1%}; "
+            f"the {'configured' if c.interval_s else 'default'} {fmt_min(current_s)} {now}; from a job MTBF of "
+            f"{a.mtbf_h:.0f} h and a {write_s:.0f} s checkpoint write ({'timed' if timed else 'configured'})")
     return round(a.interval_s), note
 
 

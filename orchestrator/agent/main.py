@@ -206,8 +206,8 @@ class NodeAgent:
             self._exit_record(PREFLIGHT_EXIT, [], results)
             return PREFLIGHT_EXIT
         self.facts.baseline()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
+        for sig in (s for s in (signal.SIGTERM, signal.SIGINT) if signal.getsignal(s) != signal.SIG_IGN):
+            signal.signal(sig, self._on_signal)  # an ignored SIGINT stays so: the local backend's Ctrl-C guard
         # Slurm's --signal=USR2@N reaches every process of the step; its default action would kill the
         # training. The ranks inherit "ignore" (a training script that handles USR2 installs its own handler).
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)

@@ -25,7 +25,7 @@ from loguru import logger
 
 from orchestrator.agent.main import run_node
 from orchestrator.backends.base import BackendError, SchedulerUnavailable
-from orchestrator.backends.procs import agents_under, alive, ours, proc_stat
+from orchestrator.backends.procs import agents_under, alive, deaf_to_ctrl_c, ours, proc_stat
 from orchestrator.clock import Clock
 from orchestrator.files import read_regular
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
@@ -181,10 +181,11 @@ class LocalBackend:
             return
         jobs: dict[str, Any] = {}
         try:
-            for rank, node in enumerate(nodes):
-                ex = submitit.LocalExecutor(folder=Path(spec.segment_dir) / "submitit" / node)
-                ex.update_parameters(timeout_min=spec.time_limit_min + 10, tasks_per_node=1)
-                jobs[node] = ex.submit(run_node, spec, node, rank, rec.job_id)
+            with deaf_to_ctrl_c():  # the job outlives a Ctrl-C in the controller's terminal, as a Slurm job does
+                for rank, node in enumerate(nodes):
+                    ex = submitit.LocalExecutor(folder=Path(spec.segment_dir) / "submitit" / node)
+                    ex.update_parameters(timeout_min=spec.time_limit_min + 10, tasks_per_node=1)
+                    jobs[node] = ex.submit(run_node, spec, node, rank, rec.job_id)
         except OSError as exc:  # a full disk half way: no agent is left running unwatched, the job stays to start
             for job in jobs.values():
                 with contextlib.suppress(OSError, ValueError):

@@ -4,6 +4,10 @@ run found without the job table."""
 from __future__ import annotations
 
 import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -42,3 +46,19 @@ def agents_under(segments: Path) -> list[int]:
         if "submitit.core._submit" in args and any(a.startswith(root) for a in args) and alive(int(entry.name)):
             out.append(int(entry.name))
     return out
+
+
+@contextmanager
+def deaf_to_ctrl_c() -> Iterator[None]:
+    """Processes started inside ignore SIGINT: a job of the local backend outlives a Ctrl-C in the controller's
+    terminal, as a Slurm job does (submitit's local executor starts them in the terminal's process group, and an
+    ignored signal stays ignored across exec; Python then installs no KeyboardInterrupt handler either). The
+    controller itself hears Ctrl-C again as soon as they are started."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -30,6 +30,7 @@ from orchestrator.backends.slurm_commands import (
     SACCT_FIELDS,
     CommandFailed,
     Runner,
+    first_failure,
     parse_sacct,
     parse_squeue,
     parse_time,
@@ -100,6 +101,7 @@ class SlurmBackend:
             wait=wait_rexp(multiplier=1, max=2 if quick else 30),
             sleep=self._sleep,
             reraise=False,
+            before_sleep=None if quick else first_failure(argv[0], self.cfg.retry_max_s),
         )
         try:
             for attempt in retry:

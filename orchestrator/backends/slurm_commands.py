@@ -7,6 +7,9 @@ import subprocess
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from loguru import logger
+from tenacity import RetryCallState
+
 from orchestrator.blacklist import compress, expand
 from orchestrator.model import JobRef, JobState, JobStatus
 
@@ -99,3 +102,14 @@ def without_excluded(extra: dict[str, str], exclude: tuple[str, ...]) -> dict[st
     kept = [n for n in expand(extra["nodelist"]) if n not in set(exclude)]
     rest = {k: v for k, v in extra.items() if k != "nodelist"}
     return {**rest, "nodelist": compress(kept)} if kept else rest
+
+
+def first_failure(program: str, limit_s: float) -> Callable[[RetryCallState], None]:
+    """tenacity's before_sleep: the first failure of a command is said at once (an unreachable scheduler was
+    silent for the minutes its retries took), the later ones only if they all fail."""
+    def say(rs: RetryCallState) -> None:
+        if rs.attempt_number == 1:
+            err = rs.outcome.exception() if rs.outcome is not None else None
+            logger.warning("{} failed ({}); retrying for up to {:.0f} s", program, " ".join(str(err).split())[:300],
+                           limit_s)
+    return say

@@ -91,6 +91,7 @@ def _supervised(s: Settings, config: Path, set_: list[str], clock: Clock, start_
     ctl.keep_job = not cancel_on_exit
     _handle_signals(ctl)
     _say_where(s)
+    _say_inherited(s, ctl.store)
     try:
         _apply_queued(ctl.store, clock)
         if from_scratch:
@@ -111,6 +112,27 @@ def _say_where(s: Settings) -> None:
     rd = clean(s.run_dir)
     logger.info("logs: run directory {rd}, controller log {rd}/controller.log, node logs "
                 "{rd}/segments/NNNN/logs/<host>.log, state {rd}/state.json", rd=rd)
+
+
+def _say_inherited(s: Settings, store: StateStore) -> None:
+    """A new run directory over a checkpoint directory that already holds checkpoints (`--set run_dir=NEW` with
+    the old checkpoint.dir): segment 1 resumes from them. Legal (a moved run), but never silent."""
+    from orchestrator.checkpoint import find_latest
+    from orchestrator.timeout import call_with_timeout
+
+    try:
+        if store.load() is not None:
+            return
+    except StateError:
+        return  # said by the controller itself
+    done, found = call_with_timeout(lambda: find_latest(s.checkpoint), s.watch.read_timeout_s)
+    if not done or found is None or isinstance(found, BaseException):
+        return
+    goal = s.goal.target_iteration
+    logger.warning("run_dir {} is new, but checkpoint.dir {} already holds {} (iteration {}): segment 1 resumes "
+                   "from it{}; give this run its own checkpoint.dir to start from scratch", clean(s.run_dir),
+                   clean(s.checkpoint.dir), clean(found.path), found.iteration,
+                   " and the goal is already reached" if goal is not None and (found.iteration or 0) >= goal else "")
 
 
 def _controller(s: Settings, config: Path, set_: list[str], clock: Clock,

@@ -107,3 +107,21 @@ def test_queue_position_among_pending_jobs_of_the_partition(tmp_path: Path) -> N
     assert b.queue_position(ref("504")).startswith("position 3 of 3") and "expected start unknown" in \
         b.queue_position(ref("504"))
     assert b.queue_position(ref("999")) == ""  # not pending any more
+
+
+def test_the_first_failure_of_a_command_is_said_before_the_retries_not_after(tmp_path: Path) -> None:
+    """Issue 23: with no scheduler reachable, a new run said nothing for the 2 minutes its first sbatch/sinfo
+    retries took. The first failure is said at once, on one line, with how long the retries may take."""
+    from loguru import logger
+
+    b, attempts, clock = down_backend(tmp_path)
+    said: list[tuple[float, str]] = []
+    sink = logger.add(lambda m: said.append((clock.slept, str(m))), level="WARNING")
+    try:
+        with pytest.raises(SchedulerUnavailable):
+            b.cancel(ref("92"))
+    finally:
+        logger.remove(sink)
+    assert len(said) == 1 and said[0][0] == 0  # before the first backoff
+    assert "scancel failed (scancel: slurm_load_jobs error: Unable to contact" in said[0][1]
+    assert "retrying for up to 600 s" in said[0][1] and "\n" not in said[0][1].rstrip("\n")
