@@ -4,8 +4,8 @@ without defining (named in the notes), and the checkpoint paths its launch passe
 from __future__ import annotations
 
 import bisect
-import functools
 import re
+from collections.abc import Iterator
 
 from orchestrator.importer.scan import Segment, _skip_quoted, unquote
 
@@ -71,8 +71,11 @@ def _strip_for_uses(text: str) -> list[str]:
         s = line.lstrip()
         if s.startswith("#"):
             continue
-        lines.append(re.sub(r"\b(awk|gawk|sed|perl|jq)\b([^|;']*)'[^']*'", r"\1\2", line))
+        lines.append(_PROGRAM.sub(r"\1\2", line) if "'" in line else line)
     return lines
+
+
+_PROGRAM = re.compile(r"\b(awk|gawk|sed|perl|jq)\b([^|;']*)'[^']*'")
 
 
 def undefined(text: str) -> list[str]:
@@ -109,19 +112,27 @@ SAVE_FLAGS = {"--save": "megatron", "--save-dir": "megatron", "--save_dir": "meg
 RESUME_FLAGS = {"--load": "megatron", "--resume_from_checkpoint": "hf", "--resume-from-checkpoint": "hf",
                 "--ckpt_path": "lightning", "--ckpt-path": "lightning", "--load_dir": "deepspeed",
                 "--load-dir": "deepspeed", "--resume": "glob", "--load_path": "glob", "--load-path": "glob"}
-_FLAG_VALUE = r"(?<![\w-])({flags})(=|[ \t]+)(?!-)(\"[^\"]*\"|'[^']*'|[^\s\\;|&)'\"]+)"
+_FLAG_VALUE = r"(?<![\w-])({flags})(=|[ \t]+)(?!-)(\"[^\"\n]*\"|'[^'\n]*'|[^\s\\;|&)'\"]+)"
+
+
+def _flag_rx(flags: dict[str, str]) -> re.Pattern[str]:
+    return re.compile(_FLAG_VALUE.format(flags="|".join(re.escape(f) for f in sorted(flags, key=len, reverse=True))))
+
+
+def _uncommented(text: str, rx: re.Pattern[str]) -> Iterator[tuple[re.Match[str], int]]:
+    """(match, line number) of `rx` over the whole text (one search, not one per line) outside comment lines."""
+    line, at = 1, 0
+    for m in rx.finditer(text):
+        line += text.count("\n", at, m.start())
+        at = m.start()
+        start = text.rfind("\n", 0, m.start()) + 1
+        if not text[start:m.start()].lstrip().startswith("#"):
+            yield m, line
 
 
 def flag_values(text: str, flags: dict[str, str]) -> list[tuple[str, str, int]]:
     """(flag, value as written, line) for every `--flag VALUE` / `--flag=VALUE` outside comments."""
-    rx = re.compile(_FLAG_VALUE.format(flags="|".join(re.escape(f) for f in sorted(flags, key=len, reverse=True))))
-    out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.lstrip().startswith("#"):
-            continue
-        for m in rx.finditer(line):
-            out.append((m.group(1), m.group(3), n))
-    return out
+    return [(m.group(1), m.group(3), n) for m, n in _uncommented(text, _flag_rx(flags))]
 
 
 def resume_var(flag: str) -> str:
@@ -133,21 +144,16 @@ def rewrite_resume(text: str) -> tuple[str, list[tuple[str, str, int]]]:
     `--resume_from_checkpoint X` -> `--resume_from_checkpoint "${ORCH_RESUME_FROM:-X}"` (X as before on the first
     segment, one argument either way). Megatron's `--load` and DeepSpeed's `--load_dir` take the checkpoint
     *root* (they read the tracker file in it), so they get `"${ORCH_RESUME_ROOT:-X}"`."""
-    rx = re.compile(_FLAG_VALUE.format(flags="|".join(re.escape(f) for f in sorted(RESUME_FLAGS, key=len,
-                                                                                   reverse=True))))
-    found = flag_values(text, RESUME_FLAGS)
+    matches = list(_uncommented(text, _flag_rx(RESUME_FLAGS)))
+    found = [(m.group(1), m.group(3), n) for m, n in matches]
+    if not matches:
+        return text, found
     quoted = _double_quoted(text)
-    lines = text.split("\n")
-    at = 0
-    for i, line in enumerate(lines):
-        if not line.lstrip().startswith("#"):
-            lines[i] = rx.sub(functools.partial(_resume_at, quoted, at), line)
-        at += len(line) + 1
-    return "\n".join(lines), found
-
-
-def _resume_at(quoted: list[tuple[int, int]], at: int, m: re.Match[str]) -> str:
-    return _resume_value(m, _inside(quoted, at + m.start()))
+    out, last = [], 0
+    for m, _n in matches:
+        out += [text[last:m.start()], _resume_value(m, _inside(quoted, m.start()))]
+        last = m.end()
+    return "".join(out) + text[last:], found
 
 
 def _resume_value(m: re.Match[str], in_string: bool) -> str:
@@ -157,11 +163,14 @@ def _resume_value(m: re.Match[str], in_string: bool) -> str:
     return f"{m.group(1)}{m.group(2)}\"${{{var}:-{_in_double_quotes(m.group(3))}}}\""
 
 
+_QUOTE_STOPS = re.compile(r"[\\'\"#]")  # what can start or hide a quote: the rest is skipped in one search
+
+
 def _double_quoted(text: str) -> list[tuple[int, int]]:
     """The spans of text inside "..." at the top level (a string may span lines)."""
     out, i = [], 0
-    while i < len(text):
-        c = text[i]
+    while (m := _QUOTE_STOPS.search(text, i)) is not None:
+        i, c = m.start(), m.group()
         if c == "\\":
             i += 2
         elif c == "'":

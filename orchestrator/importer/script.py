@@ -28,6 +28,8 @@ hostname() {{
 }}
 [ -z "${{ORCH_BATCH_HOST:-}}" ] || HOSTNAME=$ORCH_BATCH_HOST
 """
+_SBATCH = re.compile(r"\s*#SBATCH\b")
+_BARE = re.compile(r"\s*([A-Z][A-Z0-9_]*)\s*")
 HEADER_END = "|| HOSTNAME=$ORCH_BATCH_HOST"  # the header's last line: what the import adds goes after it
 LAUNCH_BEFORE = "set -o pipefail  # orchestrator: the launch's exit code is the job's, even through `| tee`\n"
 LAUNCH_AFTER = "\n__orch_rc=$?  # orchestrator: remembered for the end of the script\n"
@@ -66,7 +68,7 @@ def tidy(text: str, source: str) -> str:
     """Drop the shebang and #SBATCH lines; no tabs or trailing blanks (the YAML block stays readable)."""
     lines = []
     for n, line in enumerate(text.replace("\r\n", "\n").split("\n")):
-        if (n == 0 and line.startswith("#!")) or re.match(r"\s*#SBATCH\b", line):
+        if (n == 0 and line.startswith("#!")) or ("#SBATCH" in line and _SBATCH.match(line)):
             continue
         lines.append(line.replace("\t", "    ").rstrip())
     while lines and not lines[0]:
@@ -96,7 +98,7 @@ def bare_names(script: str, notes: list[str]) -> str:
     delims = set(re.findall(r"<<-?\s*['\"]?([A-Za-z_]\w*)", script))
     lines = script.split("\n")
     for i, line in enumerate(lines):
-        m = re.fullmatch(r"\s*([A-Z][A-Z0-9_]*)\s*", line)
+        m = _BARE.fullmatch(line) if line[:1].isspace() or line[:1].isupper() else None
         if m and m.group(1) not in delims:
             lines[i] = "# orchestrator: commented out, not a command (a missing `=value`?): " + line
             notes.append(f"`{m.group(1)}` alone on a line runs as a command that does not exist (an assignment "
