@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from orchestrator.backends.base import BackendError, SchedulerUnavailable
+from orchestrator.backends.base import BackendDefaults, BackendError, SchedulerUnavailable
 from orchestrator.clock import FakeClock
 from orchestrator.contract import (
     AllocationPaths,
@@ -68,7 +68,7 @@ class FakeJob:
         return self.submitted is not None and bool(self.submitted.allocation_dir)
 
 
-class FakeCluster:
+class FakeCluster(BackendDefaults):
     name = "fake"
 
     def __init__(self, clock: FakeClock, nodes: list[str], target: int, ckpt_dir: Path, step_s: float = 1.0,
@@ -79,6 +79,7 @@ class FakeCluster:
         self.corrupt: set[int] = set()  # checkpoints (by iteration) that fail to load
         self.jobs: dict[str, FakeJob] = {}
         self.submitted: list[SegmentSpec] = []
+        self.drained: list[tuple[str, str]] = []  # drain(node, reason) calls, as scontrol would get them
         self.polls = 0
         self.unavailable_until: datetime | None = None
         self.down: set[str] = set()  # crashed nodes: no new job gets them
@@ -117,6 +118,9 @@ class FakeCluster:
             j = self.jobs.get(r.job_id)
             out[r.job_id] = JobStatus(state=j.state, nodes=tuple(j.held)) if j else JobStatus(state=JobState.UNKNOWN)
         return out
+
+    def drain(self, node: str, reason: str) -> None:
+        self.drained.append((node, reason))
 
     def cancel(self, ref: JobRef) -> None:
         j = self.jobs[ref.job_id]

@@ -42,3 +42,33 @@ class Backend(Protocol):
     def render(self, spec: SegmentSpec) -> str:
         """The exact submission, for --dry-run."""
         ...
+
+    # optional features: BackendDefaults says what a backend without them does
+    def usable_nodes(self) -> list[str] | None:
+        """Nodes up and able to take work (spares are only sized from these), or None if unknown."""
+        ...
+
+    def drain(self, node: str, reason: str) -> None:
+        """Take a node out of the scheduler's service with a reason (an admin's courtesy); may do nothing."""
+        ...
+
+    def queue_position(self, ref: JobRef) -> str:
+        """Where a pending job stands in its queue, in words, or ''."""
+        ...
+
+
+class BackendDefaults:
+    """The optional features of a backend, declared once: a backend that has no such thing inherits these
+    (the loop never asks with getattr whether a backend can)."""
+
+    def nodes(self) -> list[str] | None:
+        raise NotImplementedError
+
+    def usable_nodes(self) -> list[str] | None:
+        return self.nodes()
+
+    def drain(self, node: str, reason: str) -> None:
+        return None  # no scheduler to drain in: the blacklist alone keeps the node out
+
+    def queue_position(self, ref: JobRef) -> str:
+        return ""

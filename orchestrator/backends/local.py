@@ -24,7 +24,7 @@ import submitit
 from loguru import logger
 
 from orchestrator.agent.main import run_node
-from orchestrator.backends.base import BackendError, SchedulerUnavailable
+from orchestrator.backends.base import BackendDefaults, BackendError, SchedulerUnavailable
 from orchestrator.backends.procs import agents_under, alive, deaf_to_ctrl_c, ours, proc_stat
 from orchestrator.clock import Clock
 from orchestrator.files import read_regular
@@ -61,7 +61,7 @@ class LocalJobRecord:
 LAST_ID = "last-id"
 
 
-class LocalBackend:
+class LocalBackend(BackendDefaults):
     """Owns virtual nodes on this machine: one submitit LocalExecutor per node, lowest free nodes
     first, --exclude honoured; its job table is a file so a restarted controller re-attaches."""
     name = "local"

@@ -25,7 +25,7 @@ from tenacity import wait_random_exponential as wait_rexp
 
 from orchestrator.agent.allocation import run_allocation
 from orchestrator.agent.main import run_node
-from orchestrator.backends.base import BackendError, SchedulerUnavailable
+from orchestrator.backends.base import BackendDefaults, BackendError, SchedulerUnavailable
 from orchestrator.backends.slurm_commands import (
     SACCT_FIELDS,
     CommandFailed,
@@ -75,7 +75,7 @@ def _path_first(bindir: Path) -> Iterator[None]:
         os.environ["PATH"] = old
 
 
-class SlurmBackend:
+class SlurmBackend(BackendDefaults):
     """Owns talking to Slurm: submission through submitit (--no-requeue), one sacct per poll with
     a squeue fallback, bounded retries, drain; a command that fails is 'unknown', never a job failure."""
     name = "slurm"

@@ -51,7 +51,7 @@ class Controller:
         self.stop_requested, self.reload_requested = "", False
         self.reloader: Callable[[], Settings] | None = None
         self._watch: SegmentWatch | None = None
-        self.notes = Notes(getattr(backend, "queue_position", lambda r: ""))
+        self.notes = Notes(backend.queue_position)
         self.keep_job = True  # False with --cancel-on-exit: the caller cancels the job after run()
         self._stall, self._outage = Outage("filesystem stall"), Outage("scheduler unreachable")
         self.steps = Steps(self)  # segments that run as steps of a job with spare nodes

@@ -80,10 +80,7 @@ class EffectRunner:
             failpoints.hit("after_cancel")
 
     def _drain(self, e: Drain) -> None:
-        drain = getattr(self.backend, "drain", None)
-        if drain is None:
-            return
         try:
-            drain(e.node, e.reason)
+            self.backend.drain(e.node, e.reason)
         except Exception as exc:  # noqa: BLE001 - draining is a courtesy; the run goes on
             logger.warning("drain of {} failed: {}", e.node, exc)

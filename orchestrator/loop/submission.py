@@ -142,7 +142,7 @@ def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime
     ckpt = find_checkpoint(settings, state)
     inventory = backend.nodes()
     n, k, note = settings.resources.nodes, spares(settings, state), ""
-    up = getattr(backend, "usable_nodes", lambda: inventory)() if k else inventory
+    up = backend.usable_nodes() if k else inventory
     if k and inventory is not None:  # spares only from nodes that are up and that the blacklist leaves
         out = exclude_plan(bl, settings.policy, inventory, n, now, settings.resources.exclude).nodes
         usable = len(set(up if up is not None else inventory) - set(out))

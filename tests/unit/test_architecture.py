@@ -91,3 +91,12 @@ def test_every_class_says_what_it_owns() -> None:
                for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
                if isinstance(node, ast.ClassDef) and not ast.get_docstring(node)]
     assert not missing, missing
+
+
+def test_no_backend_feature_is_reached_with_getattr() -> None:
+    """Issue 24: optional backend features are declared (`backends/base.BackendDefaults`), never probed."""
+    probes = [f"{rel(p)}:{node.lineno}" for p in sources()
+              for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "hasattr") and node.args and "backend" in ast.unparse(node.args[0])]
+    assert not probes, probes

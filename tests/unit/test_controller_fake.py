@@ -165,9 +165,8 @@ def test_shared_blacklist_and_drain_across_runs(tmp_path: Path) -> None:
     b_dir.mkdir()
     ctl_a, cluster_a, _ = make(a_dir, {"node3": Fault("ecc", at=35)},
                                policy={"shared_blacklist": shared, "drain_blacklisted": True})
-    drained: list[tuple[str, str]] = []
-    cluster_a.drain = lambda node, reason: drained.append((node, reason))  # type: ignore[attr-defined]
     assert ctl_a.run().status == RunStatus.DONE
+    drained = cluster_a.drained
     assert drained and drained[0][0] == "node3" and "gpu_ecc" in drained[0][1]
     assert drained[0][1].startswith("[node_problem] ")  # whose problem it is, first in sinfo -R (issue 23)
     ctl_b, cluster_b, _ = make(b_dir, policy={"shared_blacklist": shared})
