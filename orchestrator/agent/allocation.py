@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -66,17 +67,17 @@ def _query(argv: list[str]) -> str | None:
     return res.stdout if res.returncode == 0 else None
 
 
-def job_nodes(job_id: str) -> list[str] | None:
+def job_nodes(job_id: str, query: Callable[[list[str]], str | None] = _query) -> list[str] | None:
     """The nodes the job holds now (a failed node is removed from a --no-kill job), or None if unknown."""
-    out = _query(["squeue", "-h", "-j", job_id, "-o", "%N"])
+    out = query(["squeue", "-h", "-j", job_id, "-o", "%N"])
     if out is None or not out.strip():
         return None
     return list(hostlist.expand_hostlist(out.strip().splitlines()[0]))
 
 
-def down_nodes(nodes: list[str]) -> list[str]:
+def down_nodes(nodes: list[str], query: Callable[[list[str]], str | None] = _query) -> list[str]:
     """Those of `nodes` Slurm sees as down, failing or not responding."""
-    out = _query(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N %t"])
+    out = query(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N %t"])
     down = set()
     for line in (out or "").splitlines():
         parts = line.split()
@@ -86,13 +87,27 @@ def down_nodes(nodes: list[str]) -> list[str]:
     return sorted(down)
 
 
+@dataclass(frozen=True)
+class Host:
+    """What the supervisor takes from the batch host: processes, Slurm's answers, time and its pace (a test
+    passes its own: no monkeypatching)."""
+    popen: Callable[..., Any] = subprocess.Popen
+    query: Callable[[list[str]], str | None] = _query
+    sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = time.monotonic
+    poll_s: float = POLL_S
+    stop_grace_s: float = STOP_GRACE_S
+    request_wait_s: float = REQUEST_WAIT_S
+
+
 class AllocationSupervisor:
     """Owns the job steps of one allocation: starts each segment's step on the nodes asked for, stops it
     when the controller asks for the next one, and writes a StepRecord for each step."""
 
     def __init__(self, spec: SegmentSpec, srun_args: tuple[str, ...] = (), job_id: str = "",
-                 allocation: list[str] | None = None, popen: Callable[..., Any] = subprocess.Popen):
-        self.first, self.srun_args, self.popen = spec, srun_args, popen
+                 allocation: list[str] | None = None, host: Host | None = None):
+        self.host = host or Host()
+        self.first, self.srun_args, self.popen = spec, srun_args, self.host.popen
         self.job_id = job_id or os.environ.get("SLURM_JOB_ID", "")
         nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
         self.allocation = allocation or (list(hostlist.expand_hostlist(nodelist)) if nodelist else [])
@@ -125,9 +140,9 @@ class AllocationSupervisor:
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.terminate()
-        deadline = time.monotonic() + STOP_GRACE_S
-        while self.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        deadline = self.host.monotonic() + self.host.stop_grace_s
+        while self.proc.poll() is None and self.host.monotonic() < deadline:
+            self.host.sleep(0.05)
         if self.proc.poll() is None:
             self.proc.kill()
             try:
@@ -165,20 +180,20 @@ class AllocationSupervisor:
                 note = f"stopped: the controller started segment {req.segment}" if req else STEP_SIGNAL_NOTE
                 self.record(rec.model_copy(update={"ended": _now(), "exit_code": self.proc.poll(), "note": note}))
                 return None, req
-            time.sleep(POLL_S)
+            self.host.sleep(self.host.poll_s)
 
     def lost(self, nodes: list[str]) -> list[str]:
-        held = job_nodes(self.job_id) if self.job_id else None
+        held = job_nodes(self.job_id, self.host.query) if self.job_id else None
         gone = {n for n in nodes if held is not None and n not in held}
-        return sorted(gone | set(down_nodes(nodes)))
+        return sorted(gone | set(down_nodes(nodes, self.host.query)))
 
     def wait_request(self, after: int) -> StepRequest | None:
-        deadline = time.monotonic() + max(REQUEST_WAIT_S, self.first.request_wait_s)
-        while time.monotonic() < deadline and not self.stopping:
+        deadline = self.host.monotonic() + max(self.host.request_wait_s, self.first.request_wait_s)
+        while self.host.monotonic() < deadline and not self.stopping:
             req = self.pending(after)
             if req is not None:
                 return req
-            time.sleep(POLL_S)
+            self.host.sleep(self.host.poll_s)
         return None
 
     def next_step(self, req: StepRequest, held: list[str]) -> tuple[SegmentSpec, list[str]] | str:
@@ -208,7 +223,7 @@ class AllocationSupervisor:
             if req is None:
                 self.log(f"no request from the controller after segment {spec.index}; ending the job")
                 return code if code and 0 < code < 256 else 1
-            held = job_nodes(self.job_id) or self.allocation
+            held = job_nodes(self.job_id, self.host.query) or self.allocation
             nxt = self.next_step(req, held)
             if isinstance(nxt, str):
                 self.log(nxt)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator.agent import allocation
-from orchestrator.agent.allocation import AllocationSupervisor, step_argv
+from orchestrator.agent.allocation import AllocationSupervisor, Host, step_argv
 from orchestrator.contract import AllocationPaths, SegmentPaths, StepRecord, StepRequest, read_record, write_record
 from orchestrator.model import SegmentSpec
 
@@ -80,23 +80,34 @@ class Popen:
         return [next(a for a in argv if a.startswith("--nodelist=")) for argv, _ in self.calls]
 
 
+VIEW: dict[str, list[str]] = {}  # what Slurm says: the nodes the job holds, and those it declared down
+
+
+def slurm_says(argv: list[str]) -> str:
+    """squeue's and sinfo's answers from VIEW, in their own formats."""
+    if argv[0] == "squeue":
+        return ",".join(VIEW["held"]) + "\n"
+    asked = next(argv[i + 1] for i, a in enumerate(argv) if a == "-n").split(",")
+    return "".join(f"{n} {'down' if n in VIEW['down'] else 'alloc'}\n" for n in asked)
+
+
 @pytest.fixture(autouse=True)
-def fast(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[str]]]:
-    """No waiting, a fixed view of the job's nodes, and the process's signal handlers restored afterwards."""
-    view = {"held": list(ALLOC), "down": []}
-    monkeypatch.setattr(allocation, "POLL_S", 0.0)
-    monkeypatch.setattr(allocation, "STOP_GRACE_S", 0.0)
-    monkeypatch.setattr(allocation, "REQUEST_WAIT_S", 0.0)  # a failed step with no request ends the job at once
-    monkeypatch.setattr(allocation, "job_nodes", lambda job_id: list(view["held"]))
-    monkeypatch.setattr(allocation, "down_nodes", lambda nodes: [n for n in nodes if n in view["down"]])
+def fast() -> Iterator[dict[str, list[str]]]:
+    """A fixed view of the job's nodes, and the process's signal handlers restored afterwards."""
+    VIEW.clear()
+    VIEW.update(held=list(ALLOC), down=[])
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}
-    yield view
+    yield VIEW
     for s, handler in saved.items():
         signal.signal(s, handler)
 
 
-def supervisor(spec: SegmentSpec, popen: Popen, srun_args: tuple[str, ...] = ()) -> AllocationSupervisor:
-    return AllocationSupervisor(spec, srun_args, job_id="555", allocation=list(ALLOC), popen=popen)
+def supervisor(spec: SegmentSpec, popen: Popen, srun_args: tuple[str, ...] = (), request_wait_s: float = 0.0,
+               cls: type[AllocationSupervisor] = AllocationSupervisor) -> AllocationSupervisor:
+    """No waiting (a failed step with no request ends the job at once), Slurm's answers from VIEW."""
+    host = Host(popen=popen, query=slurm_says, sleep=lambda s: None, poll_s=0.0, stop_grace_s=0.0,
+                request_wait_s=request_wait_s)
+    return cls(spec, srun_args, job_id="555", allocation=list(ALLOC), host=host)
 
 
 def step_record(spec: SegmentSpec, segment: int) -> StepRecord:
@@ -158,13 +169,13 @@ def test_first_step_runs_on_the_first_nodes_and_is_recorded_at_start_and_end(tmp
     assert SegmentPaths(Path(spec.segment_dir)).spec.exists()  # the agents of the first step read it there
 
 
-def test_exit_zero_ends_the_supervisor_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_wait(self: AllocationSupervisor, after: int) -> None:
-        raise AssertionError("a step that exited 0 needs no decision from the controller")
+def test_exit_zero_ends_the_supervisor_at_once(tmp_path: Path) -> None:
+    class NoWait(AllocationSupervisor):
+        def wait_request(self, after: int) -> None:
+            raise AssertionError("a step that exited 0 needs no decision from the controller")
 
-    monkeypatch.setattr(AllocationSupervisor, "wait_request", no_wait)
     popen = Popen(FakeProc([0]))
-    assert supervisor(make_spec(tmp_path), popen).run() == 0 and len(popen.calls) == 1
+    assert supervisor(make_spec(tmp_path), popen, cls=NoWait).run() == 0 and len(popen.calls) == 1
 
 
 def test_a_request_for_the_next_segment_stops_the_step_and_starts_the_next(tmp_path: Path) -> None:
@@ -225,9 +236,8 @@ def test_the_request_is_read_again_only_when_the_file_was_replaced(tmp_path: Pat
 
 
 def test_a_failed_step_records_lost_nodes_and_waits_for_the_request(
-        tmp_path: Path, fast: dict[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, fast: dict[str, list[str]]) -> None:
     spec = make_spec(tmp_path)
-    monkeypatch.setattr(allocation, "REQUEST_WAIT_S", 600.0)  # the request is there at the first look
 
     def node2_dies(n: int) -> None:
         if n == 2:  # Slurm removed node2 from the --no-kill job and killed the step; the controller decides
@@ -236,7 +246,7 @@ def test_a_failed_step_records_lost_nodes_and_waits_for_the_request(
 
     first = FakeProc([None, 1], on_poll=node2_dies)
     popen = Popen(first, FakeProc([0]))
-    assert supervisor(spec, popen).run() == 0
+    assert supervisor(spec, popen, request_wait_s=600.0).run() == 0  # the request is there at the first look
     assert not first.terminated  # it had ended by itself
     rec = step_record(spec, 1)
     assert rec.exit_code == 1 and rec.lost_nodes == ["node2"] and rec.ended and not rec.note
@@ -319,7 +329,7 @@ def test_sigterm_stops_the_step_and_ends_the_supervisor(tmp_path: Path) -> None:
 def test_allocation_and_job_id_come_from_slurm_s_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "777")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[01-03]")
-    sup = AllocationSupervisor(make_spec(tmp_path, allocation_dir=""), popen=Popen())
+    sup = AllocationSupervisor(make_spec(tmp_path, allocation_dir=""), host=Host(popen=Popen()))
     assert sup.job_id == "777" and sup.allocation == ["gpu01", "gpu02", "gpu03"]
     assert sup.paths.root == SegmentPaths.of(tmp_path / "run", 1).allocation  # default: under the segment
 
@@ -336,8 +346,6 @@ def test_the_first_step_runs_the_submitted_spec_not_one_left_by_an_earlier_job(t
 
 @pytest.mark.parametrize("state,down", [("down*", True), ("fail", True), ("idle*", False), ("mix*", False),
                                         ("alloc", False)])
-def test_only_nodes_slurm_declared_down_count_as_lost(monkeypatch: pytest.MonkeyPatch, state: str,
-                                                      down: bool) -> None:
-    monkeypatch.undo()  # the real down_nodes, with sinfo's answer played
-    monkeypatch.setattr(allocation, "_query", lambda argv: f"node2 {state}\nnode1 alloc\n")
-    assert allocation.down_nodes(["node1", "node2"]) == (["node2"] if down else [])
+def test_only_nodes_slurm_declared_down_count_as_lost(state: str, down: bool) -> None:
+    sinfo = f"node2 {state}\nnode1 alloc\n"  # sinfo's answer, played
+    assert allocation.down_nodes(["node1", "node2"], lambda argv: sinfo) == (["node2"] if down else [])
