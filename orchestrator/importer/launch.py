@@ -120,10 +120,22 @@ def find_launch(segs: list[Segment], text: str, env: dict[str, str]) -> Launch |
     batch script itself; a launcher (torchrun, deepspeed, accelerate) before plain python; the last one on a tie.
     Data preparation (`python prepare.py` before the srun, `python -c ...`) and helper steps inside `$(...)`
     are not the launch."""
+    # A rank launcher or a launch tool scores 2 or more, plain python 1 at most: the lines that can hold one
+    # (or expand variables into one) are judged first; every line only when none of them is such a launch.
+    strong = _best([s for s in segs if _STRONG.search(text, s.words[0][0], s.words[-1][1])], text, env)
+    if strong is not None and strong[0][0] >= 2:
+        return strong[1]
+    best = _best(segs, text, env)
+    return best[1] if best is not None else None
+
+
+_STRONG = re.compile(r"srun|mpirun|mpiexec|torchrun|deepspeed|accelerate|torch\.distributed|[$`'\"\\]")
+
+
+def _best(segs: list[Segment], text: str, env: dict[str, str]) -> tuple[tuple[int, int], Launch] | None:
     found = [la for la in (_classify(s, text, env) for s in segs) if la is not None]
-    scored = [(_score(la, text, env), la) for la in found]
-    scored = [(s, la) for s, la in scored if s[0] > 0]
-    return max(scored, key=lambda x: x[0])[1] if scored else None
+    scored = [(sc, la) for la in found if (sc := _score(la, text, env))[0] > 0]
+    return max(scored, key=lambda x: x[0]) if scored else None
 
 
 def _deepspeed_per_node(words: list[str], c: int) -> tuple[list[str], list[str]]:

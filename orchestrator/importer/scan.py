@@ -112,6 +112,55 @@ def _word_end(text: str, i: int, pending: list[tuple[str, bool]]) -> int:
 _FLAT_LINE = re.compile(r"[^\\'\"`$()<\n]*")  # no quote, substitution, here-document or continuation in it
 
 
+_OPENS = re.compile(r"[\\`]|\$\(|<<")
+# a command that is itself an expansion (`$LAUNCHER $CMD`, `"$PY" train.py`): may be a launch, always read
+_EXPANDED_COMMAND = re.compile(r"\s*(?:(?:time|exec|nohup|eval|command|then|do|else|!|\{|\()\s+)*[$\"']")
+
+
+def _closed(text: str, start: int, end: int) -> bool:
+    """text[start:end] (one line) opens nothing that could run past its end: no backslash, backtick, `$(` or
+    here-document, its quotes pair up on their own (an even number of each kind, never nested), and so do its
+    braces and parentheses (`${X` or `A=(` would go on to the next line)."""
+    if _OPENS.search(text, start, end) or _EXPANDED_COMMAND.match(text, start, end):
+        return False
+    line = text[start:end]
+    dq, sq = line.count('"'), line.count("'")
+    return (dq % 2 == 0 and sq % 2 == 0 and not (dq and sq) and line.count("{") == line.count("}")
+            and line.count("(") == line.count(")"))
+
+
+_SIMPLE_LINE = re.compile(r"[^\\`<>#(){}\n]*")  # what a line may hold to be split into words by one regex
+_SIMPLE_WORD = re.compile(r"""(?:[^ \t;|&"']+|"[^"\n]*"|'[^'\n]*')+|[;|&]""")
+
+
+def _shortcut(text: str, i: int, wanted: re.Pattern[str], out: list[Segment]) -> int:
+    """For a line starting at `i` that nothing crosses: skip it if `wanted` finds nothing in it, split it into
+    segments by one regex if it is simple (words, simple quotes, `;`, `|`, `&`); the next line's start, or 0
+    when the line needs the character scanner."""
+    flat = _FLAT_LINE.match(text, i)
+    j = flat.end()  # type: ignore[union-attr]
+    if j < len(text) and text[j] != "\n":  # quotes or `$`: a shortcut still if nothing crosses the line
+        nl = text.find("\n", j)
+        j = len(text) if nl < 0 else nl
+        if not _closed(text, i, j):
+            return 0
+    if not wanted.search(text, i, j):
+        return j + 1
+    if _SIMPLE_LINE.match(text, i).end() != j or "$(" in text[i:j]:  # type: ignore[union-attr]
+        return 0
+    cur = Segment(line_start=i)
+    for m in _SIMPLE_WORD.finditer(text, i, j):
+        if m.group() in SEPARATORS:
+            if cur.words:
+                out.append(cur)
+            cur = Segment(line_start=i)
+        else:
+            cur.words.append(m.span())
+    if cur.words:
+        out.append(cur)
+    return j + 1
+
+
 def segments(text: str, wanted: re.Pattern[str] | None = None) -> list[Segment]:
     """The simple commands outside quotes, substitutions and here-documents, in order. With `wanted`, a line
     that starts at the top level, holds nothing that spans lines and has no match of `wanted` is skipped
@@ -122,13 +171,10 @@ def segments(text: str, wanted: re.Pattern[str] | None = None) -> list[Segment]:
     i, line_start = 0, 0
     while i < len(text):
         c = text[i]
-        if wanted is not None and i == line_start and not pending:
-            flat = _FLAT_LINE.match(text, i)
-            j = flat.end()  # type: ignore[union-attr]
-            if (j == len(text) or text[j] == "\n") and not wanted.search(text, i, j):
-                i = line_start = j + 1
-                cur = Segment(line_start=line_start)
-                continue
+        if wanted is not None and i == line_start and not pending and (nxt := _shortcut(text, i, wanted, out)):
+            i = line_start = nxt
+            cur = Segment(line_start=line_start)
+            continue
         if c == "\\" and text.startswith("\\\n", i):
             i += 2
         elif c in " \t":

@@ -12,7 +12,8 @@ from orchestrator.importer.scan import Segment, segments
 
 PIECES = ["echo", "ls", "srun", "python", "train.py", "torchrun", "--nproc", "A=1", "B=$A", "x", " ", " ", "\t",
           "\n", "\n", ";", "|", "&&", "&", "> /dev/null", "2>&1", "# c", "#", "'", '"', "\\\n", "\\", "$(", ")",
-          "${", "}", "`", "(", "<<EOF\nbody srun x\nEOF\n", "<<-'E'\n\tq\"\n\tE\n", "=", "export", "{", "mpirun"]
+          "${", "}", "`", "(", "<<EOF\nbody srun x\nEOF\n", "<<-'E'\n\tq\"\n\tE\n", "=", "export", "{", "mpirun",
+          '"$X"', "$L", "'q r'", '"a b"', "V=\"x y\"", "||", "\n$CMD", "\nexec \"$PY\" t.py"]
 
 scripts = st.lists(st.sampled_from(PIECES), max_size=60).map("".join)
 
@@ -21,7 +22,7 @@ def _key(text: str, seg: Segment) -> tuple[int, tuple[tuple[int, int], ...]]:
     return seg.line_start, tuple(seg.words)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(scripts)
 def test_skipping_plain_lines_keeps_every_command_that_matters(text: str) -> None:
     every = segments(text)
