@@ -8,7 +8,7 @@ import math
 import os
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
@@ -140,3 +140,29 @@ def pending(run_dir: Path) -> list[Path]:
         return sorted((Path(run_dir) / REQUESTS_DIR).glob("*.json"))
     except OSError:
         return []
+
+
+class Applied(NamedTuple):
+    """What applying the queue did, for the caller to say: one line per edit applied or rejected, and per file
+    that was no request."""
+    applied: list[str]
+    rejected: list[str]
+    problems: list[str]
+
+
+def apply_queued(run_dir: Path, state: RunState, now: datetime,
+                 also: tuple[BlacklistAdd | BlacklistRemove | BlacklistClear, ...] = ()) -> Applied:
+    """The one place queued blacklist edits (and `also`, an edit of the caller's own, last) reach the state:
+    the controller at each poll, `run` before it starts one, `blacklist` without a controller. A bad edit is
+    rejected with a line and never stops the caller; the caller saves."""
+    queued, problems = take_requests(run_dir, state)
+    applied, rejected = [], []
+    for req in [*queued, *also]:
+        what = f"op={req.op} nodes={','.join(getattr(req, 'nodes', ())) or '-'}"
+        try:
+            state.blacklist = apply_request(state.blacklist, req, now)
+        except (ValueError, OverflowError) as exc:
+            rejected.append(f"{what}: {exc}"[:300])
+            continue
+        applied.append(what)
+    return Applied(applied, rejected, problems)

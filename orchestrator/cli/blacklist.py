@@ -20,10 +20,10 @@ from orchestrator.requests import (
     BlacklistAdd,
     BlacklistClear,
     BlacklistRemove,
+    apply_queued,
     apply_request,
     check_node_names,
     pending,
-    take_requests,
     write_request,
 )
 from orchestrator.runlock import EDIT_LOCK_FILE, LockHeld, LockUnavailable, RunLock
@@ -47,11 +47,11 @@ def _apply_locked(store: StateStore, where: str, request: EditRequest | None) ->
     state = _loaded(store, where)
     before = state.blacklist
     now = RealClock().now()
-    queued, problems = take_requests(store.run_dir, state)
-    for p in problems:
+    done = apply_queued(store.run_dir, state, now)  # edits queued for a controller that is gone, first
+    for p in [*done.problems, *(f"queued edit rejected: {r}" for r in done.rejected)]:
         err.print(f"warning: {p}", markup=False, highlight=False)
-    for req in [*queued, *([request] if request else [])]:
-        state.blacklist = apply_request(state.blacklist, req, now)
+    if request is not None:  # the user's own edit: a problem with it is the command's error, not a warning
+        state.blacklist = apply_request(state.blacklist, request, now)
     store.save(state)
     return before
 

@@ -26,7 +26,7 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.dryrun import dry, spares_problem
 from orchestrator.clock import Clock, RealClock
-from orchestrator.requests import STOP_REQUEST, apply_request, pending, take_requests
+from orchestrator.requests import STOP_REQUEST, apply_queued, pending
 from orchestrator.runlock import CONTROLLER, LockHeld, LockUnavailable, RunLock
 from orchestrator.settings import Settings, load_settings, parse_overrides
 from orchestrator.state import STATE_FILE, RunState, StateError, StateStore, atomic_write
@@ -183,12 +183,13 @@ def _apply_queued(store: StateStore, clock: Clock) -> None:
     state = store.load()
     if state is None:
         return  # a new run: the controller applies them once it has a ledger
-    reqs, problems = take_requests(store.run_dir, state)
-    for p in problems:
+    done = apply_queued(store.run_dir, state, clock.now())
+    for p in done.problems:
         logger.warning("blacklist request {}", p)
-    for req in reqs:
-        state.blacklist = apply_request(state.blacklist, req, clock.now())
-        logger.info("blacklist request applied op={} nodes={}", req.op, ",".join(getattr(req, "nodes", ())) or "-")
+    for r in done.rejected:
+        logger.error("blacklist request rejected {}", r)
+    for a in done.applied:
+        logger.info("blacklist request applied {}", a)
     store.save(state)
 
 

@@ -10,7 +10,7 @@ from loguru import logger
 
 from orchestrator import failpoints
 from orchestrator.model import RunStatus
-from orchestrator.requests import STOP_REQUEST, apply_request, take_requests
+from orchestrator.requests import STOP_REQUEST, apply_queued
 from orchestrator.settings import Settings
 from orchestrator.state import RunState
 
@@ -54,18 +54,12 @@ def reload(settings: Settings, reloader: Callable[[], Settings]) -> Settings:
 
 def apply_blacklist_requests(settings: Settings, state: RunState, now: datetime) -> bool:
     """Apply queued blacklist edits to the state; True if any was applied (the caller saves)."""
-    requests, problems = take_requests(settings.run_dir, state)
+    done = apply_queued(settings.run_dir, state, now)
     failpoints.hit("after_take_requests")
-    for p in problems:
+    for p in done.problems:
         logger.warning("blacklist request {}", p)
-    applied = False
-    for req in requests:
-        nodes = ",".join(getattr(req, "nodes", ())) or "-"
-        try:
-            state.blacklist = apply_request(state.blacklist, req, now)
-        except (ValueError, OverflowError) as exc:  # a bad request never stops the controller
-            logger.error("blacklist request rejected op={} nodes={}: {}", req.op, nodes, exc)
-            continue
-        applied = True
-        logger.info("blacklist request applied op={} nodes={}", req.op, nodes)
-    return applied
+    for r in done.rejected:  # a bad request never stops the controller
+        logger.error("blacklist request rejected {}", r)
+    for a in done.applied:
+        logger.info("blacklist request applied {}", a)
+    return bool(done.applied)
