@@ -30,6 +30,7 @@ hostname() {{
 """
 _SBATCH = re.compile(r"\s*#SBATCH\b")
 _BARE = re.compile(r"\s*([A-Z][A-Z0-9_]*)\s*")
+_BARE_LINE = re.compile(r"^[ \t]*[A-Z][A-Z0-9_]*[ \t]*$", re.M)
 HEADER_END = "|| HOSTNAME=$ORCH_BATCH_HOST"  # the header's last line: what the import adds goes after it
 LAUNCH_BEFORE = "set -o pipefail  # orchestrator: the launch's exit code is the job's, even through `| tee`\n"
 LAUNCH_AFTER = "\n__orch_rc=$?  # orchestrator: remembered for the end of the script\n"
@@ -64,16 +65,18 @@ def array_lines(ids: list[int]) -> str:
             f"SLURM_ARRAY_TASK_COUNT={len(ids)}\n")
 
 
+_SBATCH_LINES = re.compile(r"^[ \t]*#SBATCH\b.*(?:\n|$)", re.M)
+_TRAILING = re.compile(r"[ \t]+$", re.M)
+
+
 def tidy(text: str, source: str) -> str:
-    """Drop the shebang and #SBATCH lines; no tabs or trailing blanks (the YAML block stays readable)."""
-    lines = []
-    for n, line in enumerate(text.replace("\r\n", "\n").split("\n")):
-        if (n == 0 and line.startswith("#!")) or ("#SBATCH" in line and _SBATCH.match(line)):
-            continue
-        lines.append(line.replace("\t", "    ").rstrip())
-    while lines and not lines[0]:
-        lines.pop(0)
-    return HEADER.format(source=source) + "\n".join(lines).rstrip("\n") + "\n"
+    """Drop the shebang and #SBATCH lines; no tabs or trailing blanks (the YAML block stays readable). Done with
+    whole-text substitutions: a 20 MB script is never held as a list of its lines."""
+    text = text.replace("\r\n", "\n")
+    if text.startswith("#!"):
+        text = text[text.find("\n") + 1:] if "\n" in text else ""
+    text = _TRAILING.sub("", _SBATCH_LINES.sub("", text).replace("\t", "    "))
+    return HEADER.format(source=source) + text.lstrip("\n").rstrip("\n") + "\n"
 
 
 def syntax_error(script: str) -> tuple[int, str] | None:
@@ -95,6 +98,8 @@ def syntax_error(script: str) -> tuple[int, str] | None:
 def bare_names(script: str, notes: list[str]) -> str:
     """A line that is only an upper-case name (`SAVE_INTERVAL`) runs as a command that does not exist: an
     assignment missing its `=value`. Under `set -e` the original stops there; commented out, and named."""
+    if not _BARE_LINE.search(script):
+        return script  # the common case, without splitting a large script into its lines
     delims = set(re.findall(r"<<-?\s*['\"]?([A-Za-z_]\w*)", script))
     lines = script.split("\n")
     for i, line in enumerate(lines):
