@@ -56,31 +56,24 @@ class Blacklist(Frozen):
         source: str = "auto",
     ) -> Blacklist:
         """Add a strike against `node`; a hard strike excludes it at once."""
-        old = self.get(node)
-        live = old is not None and old.expires > now
-        strikes = (old.strikes + 1) if (old and live) else 1
-        entry = BlacklistEntry(
-            node=node,
-            cause=cause,
-            evidence=evidence[:500],
-            job_id=job_id,
-            since=now,
-            expires=now + expiry,
-            strikes=strikes,
-            hard=hard or bool(old and live and old.hard),
-            source=source,
-        )
+        entry = _struck(self.get(node), node, cause, evidence, job_id, now, hard, expiry, source)
         return Blacklist(entries=tuple(e for e in self.entries if e.node != node) + (entry,))
 
     def add_manual(self, nodes: list[str], reason: str, now: datetime, expiry: timedelta) -> Blacklist:
-        """Nodes excluded by hand (an operator's word counts as a hard strike)."""
-        bl = self
+        """Nodes excluded by hand (an operator's word counts as a hard strike). One pass: as many `record`s
+        in a row, without rebuilding the whole list per node (4,096 nodes on a list of 20,000 took 40 s)."""
+        current = {e.node: e for e in self.entries}
+        touched: dict[str, BlacklistEntry] = {}
         for n in nodes:
-            bl = bl.record(n, Cause.UNKNOWN, reason, "manual", now, hard=True, expiry=expiry, source="manual")
-        return bl
+            touched.pop(n, None)  # as record() does: the node moves to the end
+            touched[n] = current[n] = _struck(current.get(n), n, Cause.UNKNOWN, reason, "manual", now, True,
+                                              expiry, "manual")
+        kept = tuple(e for e in self.entries if e.node not in touched)
+        return Blacklist(entries=kept + tuple(touched.values()))
 
     def remove_all(self, nodes: list[str]) -> Blacklist:
-        return Blacklist(entries=tuple(e for e in self.entries if e.node not in nodes))
+        gone = set(nodes)
+        return Blacklist(entries=tuple(e for e in self.entries if e.node not in gone))
 
     def remove(self, node: str) -> Blacklist:
         return Blacklist(entries=tuple(e for e in self.entries if e.node != node))
@@ -114,3 +107,12 @@ class Blacklist(Frozen):
             dropped=tuple(e.node for e in dropped),
             note="; ".join(notes),
         )
+
+
+def _struck(old: BlacklistEntry | None, node: str, cause: Cause, evidence: str, job_id: str, now: datetime,
+            hard: bool, expiry: timedelta, source: str) -> BlacklistEntry:
+    """The entry of `node` after one more strike (a strike on an expired entry starts again at one)."""
+    live = old is not None and old.expires > now
+    return BlacklistEntry(node=node, cause=cause, evidence=evidence[:500], job_id=job_id, since=now,
+                          expires=now + expiry, strikes=(old.strikes + 1) if (old and live) else 1,
+                          hard=hard or bool(old and live and old.hard), source=source)

@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.blacklist import compress
 from orchestrator.model import BlacklistEntry
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import human, run_metrics, segment_label
@@ -231,8 +232,11 @@ def blacklist_table(state: RunState, now: datetime) -> Table:
     t = Table(title="blacklist")
     for col in ("node", "cause", "strikes", "since", "expires", "evidence"):
         t.add_column(col)
+    groups: dict[tuple[str, ...], list[str]] = {}  # entries alike but for the node: one row, a hostlist
     for e in state.blacklist.entries:
         expires = (_ts(e.expires) or "") + ("" if e.expires > now else " (expired)")
-        t.add_row(*(plain(c) for c in (e.node, e.cause.value, str(e.strikes), _ts(e.since) or "", expires)),
-                  Text(cut(_short_evidence(e.evidence), 100)))
+        key = (e.cause.value, str(e.strikes), _ts(e.since) or "", expires, cut(_short_evidence(e.evidence), 100))
+        groups.setdefault(key, []).append(e.node)
+    for (cause, strikes, since, expires, evidence), nodes in groups.items():
+        t.add_row(*(plain(c) for c in (compress(nodes), cause, strikes, since, expires)), Text(evidence))
     return t
