@@ -160,7 +160,7 @@ class Evidence(Frozen):
     file: str = ""
     line: int = 0
     text: str
-    role: str = "root"  # root | secondary | context
+    role: str = "root"  # root | secondary | context | exit (a node that exited non-zero)
     cause: Cause = Cause.UNKNOWN
     source: str = "log"  # log | node
 

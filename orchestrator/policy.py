@@ -98,8 +98,9 @@ def _done(state: RunState, verdict: Verdict, goal: Goal) -> Decision | None:
     best = state.best_iteration()
     if verdict.cause != Cause.SUCCESS or (goal.target_iteration is not None and best < goal.target_iteration):
         return None
-    how = ("the training printed its end" if verdict.rule == "printed_its_end"  # exit codes may say otherwise
-           else "the training command exited 0 on every node")
+    exits = [f"{e.node} {e.text}" for e in verdict.evidence if e.role == "exit"]
+    how = ("the training printed its end" + (f" ({'; '.join(exits[:4])})" if exits else "")
+           if verdict.rule == "printed_its_end" else "the training command exited 0 on every node")
     return Decision(action=Action.DONE, reason=how
                     + (f" and iteration {best} >= {goal.target_iteration}" if goal.target_iteration else ""),
                     rule="goal_reached")

@@ -143,9 +143,13 @@ def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict
         return Verdict(cause=Cause.SUCCESS, confidence=0.95, summary="all nodes exited 0", owner=Owner.FINISHED,
                        rule="all_exited_0")
     if _finished(nodes, roots):
-        return verdict(Cause.SUCCESS, [], False, 0.8, evs(roots + secondary, "secondary"),
-                        "the training printed its end and then ended (teardown, or idle until the time limit)",
-                        "printed_its_end", Owner.FINISHED)
+        failed = [n for n in nodes if n.exit_code]  # said, not hidden: an exit after the end is still an exit
+        exits = [Evidence(node=n.node, file=n.file, text=f"exited {n.exit_code} after the training printed its end",
+                          role="exit") for n in failed]
+        said = "; ".join(f"{n.node} exited {n.exit_code}" for n in failed[:8])
+        return verdict(Cause.SUCCESS, [], False, 0.8, exits + evs(roots + secondary, "secondary"),
+                        "the training printed its end and then ended (teardown, or idle until the time limit)"
+                        + (f"; {said} after it" if said else ""), "printed_its_end", Owner.FINISHED)
     if not roots and (ctx.stalled or any(n.stuck_detail for n in nodes)):
         hung = _hang(nodes, evs(secondary, "secondary"), stuck_only=not ctx.stalled)
         if hung is not None:

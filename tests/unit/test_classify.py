@@ -242,3 +242,24 @@ def test_real_ecc_on_two_nodes_with_different_gpus_is_still_each_nodes() -> None
              node("n2", progress(3) + [f"2: {ECC}"])]
     v = classify(FAILED, nodes, Context())
     assert v.cause == Cause.GPU_ECC and v.blame and set(v.culprit_nodes) == {"n1", "n2"}
+
+
+def test_a_node_that_exits_non_zero_after_the_printed_end_is_said() -> None:
+    """Second re-run, W10b: done because the training printed its end, with no word that node2 exited 1."""
+    from datetime import UTC, datetime
+
+    from orchestrator.model import Action
+    from orchestrator.policy import decide
+    from orchestrator.settings import Goal, Policy
+    from orchestrator.state import RunState, SegmentRecord
+
+    done = "training finished: iteration 40/40"
+    nodes = [node("n1", progress(40) + [done], exit_code=0), node("n2", progress(40) + [done], exit_code=1)]
+    v = classify(FAILED, nodes, Context())
+    assert v.rule == "printed_its_end" and "n2 exited 1" in v.summary
+    assert [(e.node, e.role) for e in v.evidence if e.role == "exit"] == [("n2", "exit")]
+    now = datetime.now(UTC)
+    seg = SegmentRecord(index=1, job_name="r.seg0001", end_iteration=40)
+    d = decide(RunState(run="r", created_at=now, updated_at=now, segments=[seg]), v, Policy(),
+               Goal(target_iteration=40), now)
+    assert d.action == Action.DONE and "n2 exited 1 after the training printed its end" in d.reason
