@@ -6,6 +6,7 @@ huge lines (cut at MAX_LINE), and a half-written last line (held back until comp
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -46,6 +47,8 @@ class LogTail:
                 self.offset, self._held, self.line_no = 0, 0, 0
             budget = max_bytes
             while budget > 0:
+                if not self._held:  # a hole of a sparse file (NULs no one wrote) is skipped, not read
+                    self.offset = _next_data(fd, self.offset, size)
                 # the held-back part of a line is read again with what follows it, not joined in memory (a copy)
                 buf = os.pread(fd, min(CHUNK, budget) + self._held, self.offset - self._held)
                 if len(buf) <= self._held:
@@ -60,7 +63,8 @@ class LogTail:
                     newlines = block.count(b"\n")
                     out.append((self.line_no + 1, block, newlines))
                     self.line_no += newlines  # a monster line handed over in pieces is still one line
-                self._held = len(buf) - cut
+                # NULs after the last line (a crash's padding, a sparse file's hole) start no line: not held
+                self._held = len(buf) - cut if buf[cut:].strip(b"\x00") else 0
             if final and self._held:
                 out.append((self.line_no + 1, os.pread(fd, self._held, self.offset - self._held), 0))
                 self.line_no += 1
@@ -68,6 +72,17 @@ class LogTail:
         finally:
             os.close(fd)
         return out
+
+
+def _next_data(fd: int, offset: int, size: int) -> int:
+    """Where data starts at or after `offset` (SEEK_DATA): a hole reads as NULs, which hold no line and are
+    dropped anyway, so a 2 GB sparse log costs what its data costs. `offset` itself where it cannot be told."""
+    if not hasattr(os, "SEEK_DATA") or offset >= size:
+        return offset
+    try:
+        return max(offset, os.lseek(fd, offset, os.SEEK_DATA))
+    except OSError as exc:  # ENXIO: only a hole to the end; EINVAL and others: a filesystem that cannot say
+        return size if exc.errno == errno.ENXIO else offset
 
 
 def _clean(raw: bytes) -> str:
