@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 import hostlist
 
-from orchestrator.model import BlacklistEntry, Cause, Frozen
+from orchestrator.model import BlacklistEntry, Cause, EntrySource, Frozen
 
 
 def compress(nodes: list[str] | tuple[str, ...]) -> str:
@@ -53,7 +53,7 @@ class Blacklist(Frozen):
         *,
         hard: bool,
         expiry: timedelta,
-        source: str = "auto",
+        source: EntrySource = EntrySource.AUTO,
     ) -> Blacklist:
         """Add a strike against `node`; a hard strike excludes it at once."""
         entry = _struck(self.get(node), node, cause, evidence, job_id, now, hard, expiry, source)
@@ -67,7 +67,7 @@ class Blacklist(Frozen):
         for n in nodes:
             touched.pop(n, None)  # as record() does: the node moves to the end
             touched[n] = current[n] = _struck(current.get(n), n, Cause.UNKNOWN, reason, "manual", now, True,
-                                              expiry, "manual")
+                                              expiry, EntrySource.MANUAL)
         kept = tuple(e for e in self.entries if e.node not in touched)
         return Blacklist(entries=kept + tuple(touched.values()))
 
@@ -110,7 +110,7 @@ class Blacklist(Frozen):
 
 
 def _struck(old: BlacklistEntry | None, node: str, cause: Cause, evidence: str, job_id: str, now: datetime,
-            hard: bool, expiry: timedelta, source: str) -> BlacklistEntry:
+            hard: bool, expiry: timedelta, source: EntrySource) -> BlacklistEntry:
     """The entry of `node` after one more strike (a strike on an expired entry starts again at one)."""
     live = old is not None and old.expires > now
     return BlacklistEntry(node=node, cause=cause, evidence=evidence[:500], job_id=job_id, since=now,

@@ -11,6 +11,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TypeVar
 
@@ -219,7 +220,7 @@ class StepRequest(Record):
     time: str = ""
 
 
-STEP_SIGNAL_NOTE = "stopped by a signal"  # a StepRecord's note when the supervisor stopped it because the job ends
+STEP_SIGNAL_NOTE = "stopped by a signal"  # the note (for people) of a step ended StepEnd.SIGNALLED
 
 
 def write_private(path: Path, text: str) -> None:
@@ -229,6 +230,15 @@ def write_private(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
     os.replace(tmp, path)
+
+
+class StepEnd(StrEnum):
+    """How a job step inside an allocation ended (StepRecord.end)."""
+    EXITED = "exited"  # the training exited by itself (its code in exit_code)
+    SIGNALLED = "signalled"  # the supervisor stopped it on a signal: the job is ending (scancel, preemption)
+    SUPERSEDED = "superseded"  # stopped because the controller started the next segment in the job
+    REFUSED = "refused"  # a requested step that could not run in this allocation
+    LOST = "lost"  # a node of the step left the job (Slurm removed it): the step is dead
 
 
 class StepRecord(Record):
@@ -243,6 +253,7 @@ class StepRecord(Record):
     exit_code: int | None = None
     lost_nodes: list[str] = []
     note: str = ""
+    end: StepEnd | None = None  # None while the step runs
 
 
 R = TypeVar("R", bound=Record)

@@ -101,6 +101,14 @@ class RunStatus(StrEnum):
     STOPPED = "stopped"
 
 
+class CancelReason(StrEnum):
+    """Why the controller cancelled a running segment (the detail sentence is kept beside it, for people)."""
+    STALL = "stall"  # no progress for the stall or start-up limit: a hang
+    PREFLIGHT = "preflight"  # a node failed its start-up checks: no training can run there
+    PEER_FAILED = "peer_failed"  # a rank failed; its peers would wait forever
+    OPERATOR = "operator"  # --cancel-on-exit or `orchestrator cancel`
+
+
 class SegmentSpec(Frozen):
     """Everything needed to submit one segment; produced by plan, consumed by a backend."""
 
@@ -153,6 +161,26 @@ class JobStatus(Frozen):
     ended_at: datetime | None = None
 
 
+class Role(StrEnum):
+    """What a line of evidence is to its verdict."""
+    ROOT = "root"  # the error the verdict rests on
+    SECONDARY = "secondary"  # a consequence, or an error that lost the precedence
+    CONTEXT = "context"
+    EXIT = "exit"  # a node that exited non-zero
+
+
+class EvidenceSource(StrEnum):
+    """Who printed a line of evidence."""
+    LOG = "log"  # the training's own output
+    NODE = "node"  # the node reported it (kernel log, NVML, IB counters, cgroup: the agent's ORCH-NODE lines)
+
+
+class EntrySource(StrEnum):
+    """How a node came onto the blacklist."""
+    AUTO = "auto"  # a verdict blamed it
+    MANUAL = "manual"  # `orchestrator blacklist add`
+
+
 class Evidence(Frozen):
     """One line that supports a verdict, with where it was printed and its role (root, secondary), and whether
     the node itself reported it (kernel log, NVML, IB counters, cgroup: the agent's ORCH-NODE lines)."""
@@ -160,9 +188,9 @@ class Evidence(Frozen):
     file: str = ""
     line: int = 0
     text: str
-    role: str = "root"  # root | secondary | context | exit (a node that exited non-zero)
+    role: Role = Role.ROOT
     cause: Cause = Cause.UNKNOWN
-    source: str = "log"  # log | node
+    source: EvidenceSource = EvidenceSource.LOG
 
 
 class Verdict(Frozen):
@@ -203,4 +231,4 @@ class BlacklistEntry(Frozen):
     expires: datetime
     strikes: int = 1
     hard: bool = True
-    source: str = "auto"  # auto | manual
+    source: EntrySource = EntrySource.AUTO

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from orchestrator.model import Action, Cause, Decision, JobState, Owner, Verdict
+from orchestrator.model import Action, Cause, Decision, JobState, Owner, Role, Verdict
 from orchestrator.settings import Goal, Policy
 from orchestrator.state import RunState, SegmentRecord
 
@@ -98,7 +98,7 @@ def _done(state: RunState, verdict: Verdict, goal: Goal) -> Decision | None:
     best = state.best_iteration()
     if verdict.cause != Cause.SUCCESS or (goal.target_iteration is not None and best < goal.target_iteration):
         return None
-    exits = [f"{e.node} {e.text}" for e in verdict.evidence if e.role == "exit"]
+    exits = [f"{e.node} {e.text}" for e in verdict.evidence if e.role == Role.EXIT]
     how = ("the training printed its end" + (f" ({'; '.join(exits[:4])})" if exits else "")
            if verdict.rule == "printed_its_end" else "the training command exited 0 on every node")
     return Decision(action=Action.DONE, reason=how

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from orchestrator.blacklist import Blacklist
 from orchestrator.files import read_regular
 from orchestrator.settings.nodes import SAFE_NAME
-from orchestrator.state import MAX_ACKED, REQUESTS_DIR, RunState, atomic_write, private_dir
+from orchestrator.state import REQUESTS_DIR, RunState, atomic_write, private_dir
 
 STOP_REQUEST = "stop-request"
 MAX_REQUEST_BYTES = 1 << 20  # a request names nodes; anything bigger is not one
@@ -109,17 +109,18 @@ def _discard(path: Path) -> None:
 
 
 def take_requests(run_dir: Path, state: RunState) -> tuple[list[BlacklistAdd | BlacklistRemove | BlacklistClear],
-                                                          list[str]]:
-    """Queued requests not yet applied to `state`, in order, and a problem line for each file that is not a valid
-    request. The names are recorded in `state.applied_requests`: the caller applies the requests and saves, and
-    the save removes the files (an edit is never acknowledged before the state that holds it is on disk). Never
-    raises for what is in the queue: a bad request must not stop the controller that reads it."""
+                                                          list[str], list[str]]:
+    """Queued requests not yet applied to `state`, in order, a problem line for each file that is not a valid
+    request, and the names of the files taken: the caller records them in the ledger's `applied_requests` with
+    the edits and saves, and the save removes the files (an edit is never acknowledged before the state that
+    holds it is on disk). Never raises for what is in the queue: a bad request must not stop the controller."""
     out: list[BlacklistAdd | BlacklistRemove | BlacklistClear] = []
     problems: list[str] = []
+    names: list[str] = []
     try:
         paths = sorted((Path(run_dir) / REQUESTS_DIR).glob("*.json"))
     except OSError as exc:
-        return out, [f"{REQUESTS_DIR}/: unreadable: {exc}"[:300]]
+        return out, [f"{REQUESTS_DIR}/: unreadable: {exc}"[:300]], names
     for path in paths:
         if path.name in state.applied_requests:
             continue  # applied and saved; its file goes with the next save
@@ -130,8 +131,8 @@ def take_requests(run_dir: Path, state: RunState) -> tuple[list[BlacklistAdd | B
             problems.append(f"{path.name!r}: ignored, not a valid request: {first[:200]!r}")
             _discard(path)
             continue
-        state.applied_requests = [*state.applied_requests, path.name][-MAX_ACKED:]
-    return out, problems
+        names.append(path.name)
+    return out, problems, names
 
 
 def pending(run_dir: Path) -> list[Path]:
@@ -148,21 +149,23 @@ class Applied(NamedTuple):
     applied: list[str]
     rejected: list[str]
     problems: list[str]
+    blacklist: Blacklist  # the ledger's blacklist with the edits applied
+    taken: tuple[str, ...]  # the request files taken (for the ledger's applied_requests)
 
 
 def apply_queued(run_dir: Path, state: RunState, now: datetime,
                  also: tuple[BlacklistAdd | BlacklistRemove | BlacklistClear, ...] = ()) -> Applied:
-    """The one place queued blacklist edits (and `also`, an edit of the caller's own, last) reach the state:
+    """The one place queued blacklist edits (and `also`, an edit of the caller's own, last) are applied:
     the controller at each poll, `run` before it starts one, `blacklist` without a controller. A bad edit is
-    rejected with a line and never stops the caller; the caller saves."""
-    queued, problems = take_requests(run_dir, state)
-    applied, rejected = [], []
+    rejected with a line and never stops the caller; the caller records the result (loop.advance) and saves."""
+    queued, problems, taken = take_requests(run_dir, state)
+    applied, rejected, bl = [], [], state.blacklist
     for req in [*queued, *also]:
         what = f"op={req.op} nodes={','.join(getattr(req, 'nodes', ())) or '-'}"
         try:
-            state.blacklist = apply_request(state.blacklist, req, now)
+            bl = apply_request(bl, req, now)
         except (ValueError, OverflowError) as exc:
             rejected.append(f"{what}: {exc}"[:300])
             continue
         applied.append(what)
-    return Applied(applied, rejected, problems)
+    return Applied(applied, rejected, problems, bl, tuple(taken))

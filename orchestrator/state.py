@@ -8,15 +8,17 @@ import tempfile
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator import failpoints
 from orchestrator.blacklist import Blacklist
 from orchestrator.files import read_regular
-from orchestrator.model import Action, Cause, Evidence, JobState, RunStatus
+from orchestrator.migrations import read_v1
+from orchestrator.model import Action, CancelReason, Cause, Evidence, JobState, RunStatus
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: cancel_reason beside the sentence; records immutable (read_v1 migrates)
 STATE_FILE = "state.json"
 BACKUP_FILE = "state.json.bak"
 
@@ -31,9 +33,21 @@ class StateError(Exception):
     pass
 
 
-class SegmentRecord(BaseModel):
+class Ledger(BaseModel):
+    """Base of the run ledger's records: immutable. A change is a new value made by `evolve`, which only
+    `loop.advance` calls (tests/unit/test_architecture.py walks the AST); `model_copy` is refused."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def evolve(self, **changes: Any) -> Self:
+        """A new record with `changes` applied and validated (the ledger's one way to change)."""
+        return self.model_validate({**dict(self), **changes})
+
+    def model_copy(self, *, update: Any = None, deep: bool = False) -> Self:
+        raise TypeError(f"{type(self).__name__} is part of the run ledger: it changes only in loop.advance")
+
+
+class SegmentRecord(Ledger):
     """One segment in the run ledger: its job, nodes, progress, how it ended and what was decided."""
-    model_config = ConfigDict(extra="forbid")
 
     index: int
     job_name: str
@@ -57,6 +71,7 @@ class SegmentRecord(BaseModel):
     decision_rule: str = ""  # the policy rule that chose the action
     confidence: float | None = None
     evidence: list[Evidence] = Field(default_factory=list)
+    cancel_reason: CancelReason | None = None  # why the controller cancelled it (the sentence is the next field)
     cancelled_by_controller: str = ""
     cancelled_at: datetime | None = None
     queue_note: str = ""  # while pending: time waited, reason, position in the queue
@@ -73,9 +88,8 @@ class SegmentRecord(BaseModel):
         return self.in_job_of if self.in_job_of is not None else self.index
 
 
-class HardwareEvent(BaseModel):
+class HardwareEvent(Ledger):
     """A node blamed for a hardware cause, kept a week: CUDA OOM there later is a poisoned GPU."""
-    model_config = ConfigDict(extra="forbid")
 
     node: str
     cause: Cause
@@ -83,9 +97,8 @@ class HardwareEvent(BaseModel):
     time: datetime
 
 
-class RunState(BaseModel):
+class RunState(Ledger):
     """The run ledger: every segment, the blacklist, hardware history, failed checkpoints, status."""
-    model_config = ConfigDict(extra="forbid")
 
     schema_version: int = SCHEMA_VERSION
     run: str
@@ -102,6 +115,11 @@ class RunState(BaseModel):
     applied_requests: list[str] = Field(default_factory=list)  # queued blacklist edits applied (their file names)
     checkpoint_seen: str | None = None  # the newest complete checkpoint the controller found (gone later: lost)
     scratch_after: int = 0  # `run --from-scratch`: segments up to this index no longer count as progress to keep
+
+    @classmethod
+    def begin(cls, run: str, now: datetime) -> RunState:
+        """A new, empty ledger for run `run`."""
+        return cls(run=run, created_at=now, updated_at=now)
 
     @property
     def current(self) -> SegmentRecord | None:
@@ -218,15 +236,17 @@ class StateStore:
             raise StateError(f"{self.path}: cannot read the run state ({exc}); restore it from {self.path}.bak") \
                 from None
         try:
-            data = json.loads(raw)
+            parsed = json.loads(raw)
         except (json.JSONDecodeError, RecursionError) as exc:
             raise StateError(f"{self.path}: not valid JSON ({str(exc)[:120]}); restore it from {self.path}.bak") \
                 from None
-        version = data.get("schema_version") if isinstance(data, dict) else None
-        if version != SCHEMA_VERSION:
+        version = parsed.get("schema_version") if isinstance(parsed, dict) else None
+        if version == 1:
+            parsed = read_v1(parsed)
+        elif version != SCHEMA_VERSION:
             raise StateError(f"{self.path}: schema_version {version!r}, this orchestrator reads {SCHEMA_VERSION}")
         try:
-            return RunState.model_validate(data)
+            return RunState.model_validate(parsed)
         except ValidationError as exc:  # each problem as field: message, not pydantic's dump
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}"
                                  for e in exc.errors()[:3])

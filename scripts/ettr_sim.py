@@ -2,7 +2,7 @@
 
 The orchestrator policy runs the product's own pure functions, the ones the controller calls:
 `loop.conclude.conclude` (classify, decide, blacklist and hardware-history edits) on per-node evidence the
-simulator makes for each fault, `loop.conclude.apply_outcome`, and `loop.submission.exclude_plan` (the
+simulator makes for each fault, `loop.advance.judged`, and `loop.submission.exclude_plan` (the
 exclude list, capped so the job stays placeable). Nothing of the controller is copied here. The other
 policies are baselines: a blind job array (same spec every time, waits for the job to die), resubmit
 without exclusion (detects like the orchestrator, never excludes), and an oracle (instant detection,
@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from orchestrator.evidence import Match, NodeEvidence
-from orchestrator.loop.conclude import Outcome, apply_outcome, conclude
+from orchestrator.loop.advance import judged
+from orchestrator.loop.conclude import Outcome
+from orchestrator.loop.observations import Ended
 from orchestrator.loop.submission import exclude_plan
-from orchestrator.model import JobState, JobStatus, RunStatus
+from orchestrator.model import CancelReason, JobState, JobStatus, RunStatus
 from orchestrator.settings import Goal, Policy
 from orchestrator.state import RunState, SegmentRecord
 
@@ -173,13 +175,14 @@ class Run:
         status, ev = _evidence(nodes, failed, "hang" if kind == "hang" else "crash", startup)
         seg = SegmentRecord(index=len(self.state.segments) + 1, job_name="s", job_id=f"sim{self.segments}",
                             start_iteration=0, end_iteration=1, nodes=[f"node{n}" for n in nodes],
-                            cancelled_by_controller="stall: simulated" if kind == "hang" else "")
-        self.state.segments.append(seg)
-        out = conclude(self.state, seg, status, ev, [], self.policy_cfg, Goal(), self.now())
-        apply_outcome(self.state, seg, status, out, self.now())
-        self.state.status = RunStatus.RUNNING  # the simulation runs to its horizon whatever the policy says
-        self.state.segments = self.state.segments[-3:]
-        return out
+                            cancelled_by_controller="stall: simulated" if kind == "hang" else "",
+                            cancel_reason=CancelReason.STALL if kind == "hang" else None)
+        t = judged(self.state.evolve(segments=[*self.state.segments, seg]), Ended(status, tuple(ev)), self.policy_cfg,
+                   Goal(), "", self.now())
+        assert t.outcome is not None
+        # the simulation runs to its horizon whatever the policy says
+        self.state = t.ledger.evolve(status=RunStatus.RUNNING, segments=t.ledger.segments[-3:])
+        return t.outcome
 
     def run(self) -> Result:
         while self.t < self.p.horizon_h:

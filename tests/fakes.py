@@ -22,6 +22,7 @@ from orchestrator.contract import (
     AllocationPaths,
     ExitRecord,
     SegmentPaths,
+    StepEnd,
     StepRecord,
     StepRequest,
     read_record,
@@ -127,7 +128,7 @@ class FakeCluster(BackendDefaults):
         if not j.state.terminal:
             j.state = JobState.CANCELLED
             if j.with_spares:  # scancel: the supervisor gets SIGTERM and stops the step
-                self._end_step(j, None, note="stopped by a signal")
+                self._end_step(j, None, note="stopped by a signal", end=StepEnd.SIGNALLED)
 
     def find_jobs(self, job_name: str) -> list[JobRef]:
         return [j.ref for j in self.jobs.values()
@@ -186,11 +187,13 @@ class FakeCluster(BackendDefaults):
         if spec.start_iteration in self.corrupt:
             self._finish(job, JobState.FAILED)
 
-    def _end_step(self, job: FakeJob, code: int | None, lost: list[str] | None = None, note: str = "") -> None:
+    def _end_step(self, job: FakeJob, code: int | None, lost: list[str] | None = None, note: str = "",
+                  end: StepEnd = StepEnd.EXITED) -> None:
         if job.step_record is None or job.step_record.ended:
             return
         job.step_record = job.step_record.model_copy(update={
-            "ended": self.clock.now().isoformat(), "exit_code": code, "lost_nodes": lost or [], "note": note})
+            "ended": self.clock.now().isoformat(), "exit_code": code, "lost_nodes": lost or [], "note": note,
+            "end": end})
         write_record(self._alloc_paths(job).step(job.step_record.segment), job.step_record)
         job.waiting_since = self.clock.now()
 
@@ -210,7 +213,8 @@ class FakeCluster(BackendDefaults):
         req = read_record(self._alloc_paths(job).request, StepRequest)
         if req is None or req.segment <= job.spec.index:
             return False
-        self._end_step(job, None, note=f"stopped: the controller started segment {req.segment}")
+        self._end_step(job, None, note=f"stopped: the controller started segment {req.segment}",
+                       end=StepEnd.SUPERSEDED)
         try:
             spec = SegmentSpec.model_validate_json(Path(req.spec_file).read_text())
         except (OSError, ValueError) as exc:

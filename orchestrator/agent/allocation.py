@@ -29,6 +29,7 @@ from orchestrator.contract import (
     STEP_SIGNAL_NOTE,
     AllocationPaths,
     SegmentPaths,
+    StepEnd,
     StepRecord,
     StepRequest,
     read_record,
@@ -171,14 +172,17 @@ class AllocationSupervisor:
             code = self.proc.poll()
             if code is not None:
                 lost = self.lost(rec.nodes)
-                self.record(rec.model_copy(update={"ended": _now(), "exit_code": code, "lost_nodes": lost}))
+                self.record(rec.model_copy(update={"ended": _now(), "exit_code": code, "lost_nodes": lost,
+                                                   "end": StepEnd.EXITED}))
                 self.log(f"segment {rec.segment}: step ended code={code} lost={','.join(lost) or '-'}")
                 return code, None
             req = self.pending(rec.segment)
             if req is not None or self.stopping:
                 self.stop()
                 note = f"stopped: the controller started segment {req.segment}" if req else STEP_SIGNAL_NOTE
-                self.record(rec.model_copy(update={"ended": _now(), "exit_code": self.proc.poll(), "note": note}))
+                end = StepEnd.SUPERSEDED if req else StepEnd.SIGNALLED
+                self.record(rec.model_copy(update={"ended": _now(), "exit_code": self.proc.poll(), "note": note,
+                                                   "end": end}))
                 return None, req
             self.host.sleep(self.host.poll_s)
 
@@ -228,7 +232,8 @@ class AllocationSupervisor:
             if isinstance(nxt, str):
                 self.log(nxt)
                 self.record(StepRecord(segment=req.segment, job_id=self.job_id, nodes=list(req.nodes), started=_now(),
-                                       allocation=self.allocation, ended=_now(), note=f"refused: {nxt}"))
+                                       allocation=self.allocation, ended=_now(), note=f"refused: {nxt}",
+                                       end=StepEnd.REFUSED))
                 return 1
             spec, nodes = nxt
 

@@ -44,15 +44,19 @@ def _loaded(store: StateStore, where: str) -> RunState:
 
 def _apply_locked(store: StateStore, where: str, request: EditRequest | None) -> Blacklist:
     """Under the run lock: apply every queued edit (a controller that exited left them), then `request`."""
+    from orchestrator.loop.advance import advance
+    from orchestrator.loop.observations import BlacklistEdited
+
     state = _loaded(store, where)
     before = state.blacklist
     now = RealClock().now()
     done = apply_queued(store.run_dir, state, now)  # edits queued for a controller that is gone, first
     for p in [*done.problems, *(f"queued edit rejected: {r}" for r in done.rejected)]:
         err.print(f"warning: {p}", markup=False, highlight=False)
+    bl = done.blacklist
     if request is not None:  # the user's own edit: a problem with it is the command's error, not a warning
-        state.blacklist = apply_request(state.blacklist, request, now)
-    store.save(state)
+        bl = apply_request(bl, request, now)
+    store.save(advance(state, BlacklistEdited(bl, done.taken), None, now).ledger)
     return before
 
 
@@ -106,7 +110,7 @@ def _begin_ledger(config: Path, store: StateStore) -> None:
     require_run_dir(s.run_dir, f"{config}: run_dir {s.run_dir}", (Path(s.checkpoint.dir), *command_dirs(s)))
     now = RealClock().now()
     try:
-        store.save(RunState(run=s.name, created_at=now, updated_at=now))
+        store.save(RunState.begin(s.name, now))
     except StateError as exc:
         raise fail([f"{s.run_dir}: {exc}; nothing changed"], 1) from None
 

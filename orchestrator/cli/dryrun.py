@@ -36,6 +36,8 @@ def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool 
     """Print the next submission. `start_over`: as `run --start-over` would see it (a missing state.json in a run
     directory with traces is a new ledger), without setting anything aside; `from_scratch`: as `run
     --from-scratch` would (the checkpoints seen so far given up), changing nothing on disk."""
+    from orchestrator.loop.advance import advance
+    from orchestrator.loop.observations import FromScratch
     from orchestrator.loop.submission import FilesystemStall, prepare
 
     try:
@@ -48,9 +50,9 @@ def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool 
     now = clock.now()
     if state is not None and state.run != s.name:
         raise fail([f"{s.run_dir} holds run {state.run!r}, not {s.name!r}: give this config its own run_dir"], 1)
-    state = state or RunState(run=s.name, created_at=now, updated_at=now)
+    state = state or RunState.begin(s.name, now)
     if from_scratch and state.segments:
-        state.scratch_after, state.checkpoint_seen = state.segments[-1].index, None
+        state = advance(state, FromScratch(), s, now).ledger
         print(f"# --from-scratch: segments up to {state.scratch_after} would be history; iteration 0 is allowed")
     backend = build_backend(s, clock)
     try:

@@ -26,7 +26,7 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.dryrun import dry, spares_problem
 from orchestrator.clock import Clock, RealClock
-from orchestrator.requests import STOP_REQUEST, apply_queued, pending
+from orchestrator.requests import STOP_REQUEST, pending
 from orchestrator.runlock import CONTROLLER, LockHeld, LockUnavailable, RunLock
 from orchestrator.settings import Settings, load_settings, parse_overrides
 from orchestrator.state import STATE_FILE, RunState, StateError, StateStore, atomic_write
@@ -167,10 +167,13 @@ def command_dirs(s: Settings) -> list[Path]:
 
 def _from_scratch(store: StateStore, clock: Clock) -> None:
     """`--from-scratch`: the checkpoints seen so far and the progress made are given up (once, on purpose)."""
+    from orchestrator.loop.advance import advance
+    from orchestrator.loop.observations import FromScratch
+
     state = store.load()
     if state is None or not state.segments:
         return
-    state.scratch_after, state.checkpoint_seen, state.updated_at = state.segments[-1].index, None, clock.now()
+    state = advance(state, FromScratch(), None, clock.now()).ledger
     store.save(state)
     logger.warning("--from-scratch: segments up to {} are history; the next one may start from iteration 0",
                    state.scratch_after)
@@ -183,14 +186,12 @@ def _apply_queued(store: StateStore, clock: Clock) -> None:
     state = store.load()
     if state is None:
         return  # a new run: the controller applies them once it has a ledger
-    done = apply_queued(store.run_dir, state, clock.now())
-    for p in done.problems:
-        logger.warning("blacklist request {}", p)
-    for r in done.rejected:
-        logger.error("blacklist request rejected {}", r)
-    for a in done.applied:
-        logger.info("blacklist request applied {}", a)
-    store.save(state)
+    from orchestrator.loop.advance import advance
+    from orchestrator.loop.operator import queued_edits
+
+    edited = queued_edits(store.run_dir, state, clock.now())
+    if edited is not None:
+        store.save(advance(state, edited, None, clock.now()).ledger)
 
 
 def _handle_signals(ctl: Controller) -> None:
@@ -205,18 +206,16 @@ def _cancel_current(state: RunState, backend: Backend, store: StateStore, clock:
     """--cancel-on-exit (or `orchestrator cancel`): cancel the job of a run that is still running when the
     controller stops, and record it, so `status` says the job was cancelled (not that it runs). True if one was."""
     if state.status.value == "running" and state.current and state.current.job_id:
-        from orchestrator.model import JobRef, JobState, RunStatus
+        from orchestrator.loop.advance import advance
+        from orchestrator.loop.observations import CancelledByOperator
+        from orchestrator.model import JobRef
 
         cur = state.current
         assert cur.submitted_at is not None and cur.job_id is not None
         backend.cancel(JobRef(job_id=cur.job_id, submitted_at=cur.submitted_at, backend=backend.name))
         logger.warning("{}: job {} (segment {}) cancelled; it does not keep running. "
                        "'orchestrator run' starts a new segment from the last checkpoint", by, cur.job_id, cur.index)
-        cur.cancelled_by_controller, cur.cancelled_at = by, clock.now()
-        cur.job_state = JobState.CANCELLED  # what status shows for the current segment (it said RUNNING)
-        state.status = RunStatus.STOPPED
-        state.stop_reason = f"controller stopped with {by}: job {cur.job_id} cancelled"
-        store.save(state)
+        store.save(advance(state, CancelledByOperator(by), None, clock.now()).ledger)
         return True
     return False
 

@@ -8,7 +8,7 @@ from orchestrator.diagnose.culprits import all_hosts, origin, peer_culprits, pro
 from orchestrator.diagnose.judge import hardware_hosts
 from orchestrator.diagnose.verdicts import Context, NodeMatch, ev, evs, verdict
 from orchestrator.evidence import NodeEvidence
-from orchestrator.model import Cause, Evidence, JobStatus, Owner, Verdict
+from orchestrator.model import Cause, Evidence, JobStatus, Owner, Role, Verdict
 
 BANNERS = frozenset({"job_timelimit", "job_preempted", "job_requeue", "job_node_fail", "spot_termination"})
 
@@ -24,7 +24,7 @@ def killed_everywhere(nodes: list[NodeEvidence], secondary: list[NodeMatch], kin
     hosts = {h for n, m in kills if (h := origin(n, m))}
     everyone = all_hosts(nodes)
     if len(everyone) > 1 and hosts >= everyone:
-        return verdict(Cause.HOST_OOM, [], False, 0.75, evs(kills, "root"),
+        return verdict(Cause.HOST_OOM, [], False, 0.75, evs(kills, Role.ROOT),
                         "every rank was killed (SIGKILL) at once with no error of its own: the OOM killer",
                         "killed_everywhere", Owner.JOB)
     return None
@@ -44,22 +44,22 @@ def _named_by_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch]) -> 
     """A requeue, a spot notice, or transport errors that point at one host."""
     requeue = [(n, m) for n, m in secondary if m.signature == "job_requeue"]
     if requeue:
-        return verdict(Cause.PREEMPTED, [], False, 0.7, evs(requeue, "secondary", 10),
+        return verdict(Cause.PREEMPTED, [], False, 0.7, evs(requeue, Role.SECONDARY, 10),
                         "the job was requeued: the same job comes back", "requeued", Owner.SHARED)
     spot = [(n, m) for n, m in secondary if m.signature == "spot_termination"]
     if spot:
-        return verdict(Cause.PREEMPTED, [], False, 0.7, evs(spot, "root", 10),
+        return verdict(Cause.PREEMPTED, [], False, 0.7, evs(spot, Role.ROOT, 10),
                         "the cloud reclaimed the instances (spot termination): resubmit", "preempted", Owner.NOBODY)
     local = sorted({h for n, m in secondary if m.signature == "nccl_ib_peer" and not m.peer_ip
                     and (h := origin(n, m))})
     if len(local) == 1 and len(all_hosts(nodes)) > 1:  # a local completion error (protection, length): its HCA
-        return verdict(Cause.NETWORK, local, True, 0.6, evs(secondary, "root", 10),
+        return verdict(Cause.NETWORK, local, True, 0.6, evs(secondary, Role.ROOT, 10),
                        f"IB completion errors on {local[0]} with no peer named: its own link", "local_ib_error",
                        Owner.NODE_SUSPECT)
     peers, votes = peer_culprits(nodes, secondary)
     if peers:
-        found = [ev(n, m, "root") for n, m in secondary if m.peer_ip][:10]
-        found += [ev(n, m, "secondary") for n, m in secondary if not m.peer_ip][:20]
+        found = [ev(n, m, Role.ROOT) for n, m in secondary if m.peer_ip][:10]
+        found += [ev(n, m, Role.SECONDARY) for n, m in secondary if not m.peer_ip][:20]
         strong = votes >= 2
         return verdict(Cause.NETWORK, peers, True, 0.8 if strong else 0.6, found,
                         f"transport errors point at {','.join(peers)} ({votes} host(s) name it; addresses from "
@@ -80,21 +80,21 @@ def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: l
     if hw and secondary:
         hosts = sorted(hw)
         return verdict(hw[hosts[0]] if hw[hosts[0]] != Cause.UNKNOWN else Cause.NODE_FAIL, hosts, True, 0.7,
-                        evs([(n, m) for n, m in kinds if origin(n, m) in hosts], "root", 10)
-                        + evs(secondary, "secondary", 20),
+                        evs([(n, m) for n, m in kinds if origin(n, m) in hosts], Role.ROOT, 10)
+                        + evs(secondary, Role.SECONDARY, 20),
                         f"the peers failed; {','.join(hosts)} reported a hardware error of its own",
                         "node_reports_hardware", Owner.NODE)
     crashed = sorted({h for n, m in kinds if m.kind in ("crash", "killed") and (h := origin(n, m))})
     if len(crashed) == 1 and len(all_hosts(nodes)) > 1:
         return verdict(Cause.UNKNOWN, crashed, True, 0.5,
-                        evs([(n, m) for n, m in kinds if m.kind in ("crash", "killed")], "root", 10)
-                        + evs(secondary, "secondary", 20),
+                        evs([(n, m) for n, m in kinds if m.kind in ("crash", "killed")], Role.ROOT, 10)
+                        + evs(secondary, Role.SECONDARY, 20),
                         f"a rank on {crashed[0]} exited with an error and printed none; the others followed: "
                         "a strike", "unexplained_crash", Owner.NODE_SUSPECT)
     if secondary:
         cause = cascade_cause(secondary)
         behind = progress_culprit(nodes)
-        return verdict(cause, behind, bool(behind), 0.5, evs(secondary, "secondary", 30),
+        return verdict(cause, behind, bool(behind), 0.5, evs(secondary, Role.SECONDARY, 30),
                         "only cascade errors: the initiating fault left no line"
                         + (f"; progress stopped first on {','.join(behind)}" if behind else ""),
                         "progress_stopped_first" if behind else "collective_timeout_nobody",
@@ -103,7 +103,7 @@ def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: l
         return verdict(Cause.HANG, [], False, 0.5, [], "no progress before the stall timeout; no node stood out",
                         "stalled_nobody", Owner.NOBODY)
     failing = [n for n in nodes if n.exit_code not in (0, None)]
-    found = [Evidence(node=n.node, file=n.file, line=ln, text=t, role="context")
+    found = [Evidence(node=n.node, file=n.file, line=ln, text=t, role=Role.CONTEXT)
              for n in failing for ln, t in n.tail[-3:]]
     return verdict(Cause.UNKNOWN, [], False, 0.3, found[:20],
                     f"job {job.state.value}; no known error signature"
@@ -116,7 +116,7 @@ def silent_verdict(nodes: list[NodeEvidence], quiet: list[str], secondary: list[
     dead = [h for h in quiet if h in by and by[h].abrupt_end]
     cause = Cause.NODE_FAIL if dead else Cause.HANG
     names = dead or quiet
-    return verdict(cause, names, True, 0.7, evs(secondary, "secondary", 30),
+    return verdict(cause, names, True, 0.7, evs(secondary, Role.SECONDARY, 30),
                     f"the peers timed out waiting; {','.join(names)} printed no error"
                     + (" and its output ends abruptly" if dead else " (it stopped making progress)"),
                     "silent_node", Owner.NODE)

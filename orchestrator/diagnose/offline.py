@@ -14,7 +14,7 @@ from orchestrator.diagnose.classify import Context, classify, infer_job_state
 from orchestrator.diagnose.nodes import node_evidence, scan_file
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.signatures import Signature, build_table
-from orchestrator.model import Verdict
+from orchestrator.model import EvidenceSource, Verdict
 from orchestrator.policy import decide
 from orchestrator.settings import PROGRESS_REGEX, Goal, Policy
 from orchestrator.state import RunState, SegmentRecord
@@ -84,7 +84,7 @@ def diagnose_dir(directory: Path, progress_regex: str = DEFAULT_PROGRESS,
         "evidence": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text, "role": e.role,
                       "source": e.source} for e in v.evidence],
         "node_evidence": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text, "role": e.role}
-                          for e in v.evidence if e.source == "node" or _node_file(e.file)],
+                          for e in v.evidence if e.source == EvidenceSource.NODE or _node_file(e.file)],
     }
 
 

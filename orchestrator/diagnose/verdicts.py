@@ -8,27 +8,33 @@ from dataclasses import dataclass
 from orchestrator.contract import NODE_MARKER
 from orchestrator.diagnose.culprits import origin
 from orchestrator.evidence import Match, NodeEvidence
-from orchestrator.model import Cause, Evidence, Owner, Verdict
+from orchestrator.model import CancelReason, Cause, Evidence, EvidenceSource, Owner, Role, Verdict
 
 NodeMatch = tuple[NodeEvidence, Match]
 
 
 @dataclass(frozen=True)
 class Context:
-    """History the classifier may use: nodes with a recent hardware strike, the stall, who cancelled."""
+    """History the classifier may use: nodes with a recent hardware strike, the stall, why the controller
+    cancelled; and what finishes a verdict: reads of the segment's files that hung, nodes Slurm took out of the
+    job (those of the segment's step) and the job's id."""
 
     recent_hardware: frozenset[str] = frozenset()
     start_iteration: int = 0
     stalled: bool = False
-    cancelled_by_controller: str = ""
+    cancel_reason: CancelReason | None = None
+    fs_stalls: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()
+    job_id: str = ""
 
 
-def ev(n: NodeEvidence, m: Match, role: str) -> Evidence:
+def ev(n: NodeEvidence, m: Match, role: Role) -> Evidence:
+    source = EvidenceSource.NODE if NODE_MARKER in m.text[:32] else EvidenceSource.LOG
     return Evidence(node=origin(n, m) or n.node, file=m.file or n.file, line=m.line, text=m.text, role=role,
-                    cause=Cause(m.cause), source="node" if NODE_MARKER in m.text[:32] else "log")
+                    cause=Cause(m.cause), source=source)
 
 
-def evs(pairs: list[NodeMatch], role: str, limit: int = 20) -> list[Evidence]:
+def evs(pairs: list[NodeMatch], role: Role, limit: int = 20) -> list[Evidence]:
     return [ev(n, m, role) for n, m in pairs[:limit]]
 
 

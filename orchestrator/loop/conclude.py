@@ -2,27 +2,31 @@
 
 (run state, the job's end state, per-node evidence, policy) -> Outcome: the verdict, the policy's
 decision, the ledger edits (blacklist, hardware history, failed checkpoints, run status) and the
-effects to carry out (alerts, publish, drain). No I/O; `apply_outcome` writes the edits into the state.
+effects to carry out (alerts, publish, drain). No I/O; `advance` writes the edits into the ledger.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from orchestrator.blacklist import Blacklist
 from orchestrator.diagnose.classify import Context, classify
 from orchestrator.evidence import NodeEvidence
 from orchestrator.loop.effects import Alert, Drain, Effect, Publish
-from orchestrator.loop.injob import lost_node_verdict
-from orchestrator.model import HARDWARE_CAUSES, Action, Cause, Decision, JobStatus, Owner, RunStatus, Verdict
+from orchestrator.model import (
+    HARDWARE_CAUSES,
+    Action,
+    CancelReason,
+    Decision,
+    JobStatus,
+    Role,
+    RunStatus,
+    Verdict,
+)
 from orchestrator.policy import decide
 from orchestrator.settings import Goal, Policy
 from orchestrator.state import HardwareEvent, RunState, SegmentRecord
-
-if TYPE_CHECKING:
-    from loguru import Logger
 
 HARDWARE_MEMORY = timedelta(days=7)  # a node that had a hardware fault this recently: OOM there is a poisoned GPU
 MAX_HARDWARE_EVENTS = 500
@@ -33,16 +37,13 @@ def recent_hardware(events: list[HardwareEvent], now: datetime) -> frozenset[str
 
 
 def judge(status: JobStatus, evidence: list[NodeEvidence], fs_stalls: list[str], seg: SegmentRecord,
-          recent: frozenset[str]) -> Verdict:
-    """The verdict on one segment: the classifier, plus reads of the segment's own files that hung."""
+          recent: frozenset[str], lost: tuple[str, ...] = ()) -> Verdict:
+    """The verdict on one segment: the classifier's rules, finished by the reads of the segment's own files that
+    hung and the nodes of its step that Slurm took out of the job (`lost`)."""
     ctx = Context(recent_hardware=recent, start_iteration=seg.start_iteration,
-                  stalled=seg.cancelled_by_controller.startswith("stall"),
-                  cancelled_by_controller=seg.cancelled_by_controller)
-    verdict = classify(status, evidence, ctx)
-    if fs_stalls and verdict.cause in (Cause.UNKNOWN, Cause.HANG) and not verdict.blame:
-        verdict = verdict.model_copy(update={"cause": Cause.FILESYSTEM, "summary": "; ".join(fs_stalls[:3]),
-                                             "owner": Owner.SHARED, "rule": "segment_files_did_not_answer"})
-    return verdict
+                  stalled=seg.cancel_reason == CancelReason.STALL, cancel_reason=seg.cancel_reason,
+                  fs_stalls=tuple(fs_stalls), lost=tuple(n for n in lost if n in seg.nodes), job_id=seg.job_id or "")
+    return classify(status, evidence, ctx)
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,8 @@ class Outcome:
 
 
 def evidence_text(verdict: Verdict, node: str) -> str:
-    root = next((e for e in verdict.evidence if e.role == "root"), None)
-    ev = next((e for e in verdict.evidence if e.node == node and e.role == "root"), root)
+    root = next((e for e in verdict.evidence if e.role == Role.ROOT), None)
+    ev = next((e for e in verdict.evidence if e.node == node and e.role == Role.ROOT), root)
     if ev is None:
         return verdict.summary
     return f"{ev.file}:{ev.line}: {ev.text}" if ev.file else ev.text  # e.g. the scheduler's word: no log line
@@ -92,8 +93,7 @@ def conclude(state: RunState, seg: SegmentRecord, status: JobStatus, evidence: l
              checkpoint_dir: str = "") -> Outcome:
     """`lost`: nodes Slurm removed from the segment's --no-kill job (first-hand evidence of a node failure);
     `checkpoint_dir`: where the config looks for checkpoints (named when progress is lost for want of one)."""
-    verdict = judge(status, evidence, fs_stalls, seg, recent_hardware(state.hardware_events, now))
-    verdict = lost_node_verdict(verdict, [n for n in lost if n in seg.nodes], seg.job_id or "")
+    verdict = judge(status, evidence, fs_stalls, seg, recent_hardware(state.hardware_events, now), lost)
     decision = decide(state, verdict, policy, goal, now, checkpoint_dir)
     bl, hw, effects = ledger(state, seg.job_id or "", verdict, decision, policy, now)
     culprits = ",".join(verdict.culprit_nodes) or "-"
@@ -109,27 +109,3 @@ def conclude(state: RunState, seg: SegmentRecord, status: JobStatus, evidence: l
     elif decision.action == Action.WAIT_AND_RESUBMIT:
         wait_until = now + timedelta(seconds=decision.wait_s)
     return Outcome(verdict, decision, bl, hw, effects + tuple(alerts), run_status, wait_until)
-
-
-def apply_outcome(state: RunState, seg: SegmentRecord, status: JobStatus, out: Outcome, now: datetime) -> None:
-    """Write the outcome's edits into the run state (in memory; the caller saves)."""
-    v, d = out.verdict, out.decision
-    seg.job_state, seg.ended_at = status.state, now
-    seg.cause, seg.culprit_nodes = v.cause, list(v.culprit_nodes)
-    seg.confidence, seg.evidence = v.confidence, list(v.evidence)
-    seg.action, seg.reason = d.action, d.reason
-    seg.rule, seg.decision_rule = v.rule, d.rule
-    state.blacklist, state.hardware_events = out.blacklist, list(out.hardware)
-    if d.checkpoint_failed:
-        state.bad_checkpoints[d.checkpoint_failed] = state.bad_checkpoints.get(d.checkpoint_failed, 0) + 1
-    state.status = out.status
-    if out.status != RunStatus.RUNNING:
-        state.stop_reason = d.reason
-    state.wait_until = out.wait_until
-
-
-def log_blame(log: Logger, state: RunState, verdict: Verdict, decision: Decision) -> None:
-    """One line per blamed node, with the evidence its blacklist entry holds (loguru `log`)."""
-    for node, entry in ((n, state.blacklist.get(n)) for n in decision.blame_nodes):
-        log.warning("blacklist node={} cause={} hard={} evidence={!r}", node, verdict.cause.value, decision.hard,
-                    entry.evidence[:200] if entry else "")

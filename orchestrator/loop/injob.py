@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from orchestrator.contract import STEP_SIGNAL_NOTE, StepRecord
-from orchestrator.model import Action, Cause, Decision, Evidence, JobState, JobStatus, Owner, Verdict
+from orchestrator.contract import StepEnd, StepRecord
+from orchestrator.model import Action, Decision, JobState, JobStatus, Verdict
 from orchestrator.spares import Restart, restart_in_allocation
 from orchestrator.state import RunState, SegmentRecord
 
 RESTARTABLE = frozenset({Action.RESUBMIT_EXCLUDE, Action.RESUBMIT})
-SYMPTOMS = frozenset({Cause.HANG, Cause.NCCL_TIMEOUT, Cause.NETWORK, Cause.UNKNOWN, Cause.NODE_FAIL})
 
 
 def in_allocation(seg: SegmentRecord) -> bool:
@@ -31,7 +30,7 @@ def step_status(job: JobStatus, rec: StepRecord | None) -> JobStatus:
     step's end is the segment's end (NODE_FAIL when Slurm took one of its nodes out of the job)."""
     nodes = tuple(rec.nodes) if rec is not None and rec.nodes else job.nodes
     # a step the supervisor stopped on a signal (scancel, preemption): the job is ending; wait for Slurm's word
-    if job.state.terminal or rec is None or not rec.ended or rec.note.startswith(STEP_SIGNAL_NOTE):
+    if job.state.terminal or rec is None or not rec.ended or rec.end == StepEnd.SIGNALLED:
         return job.model_copy(update={"nodes": nodes})
     lost = [n for n in rec.lost_nodes if n in rec.nodes]
     if lost:
@@ -39,32 +38,6 @@ def step_status(job: JobStatus, rec: StepRecord | None) -> JobStatus:
                          reason=f"node failure: {','.join(lost)} left the allocation")
     state = JobState.COMPLETED if rec.exit_code == 0 else JobState.FAILED
     return JobStatus(state=state, exit_code=rec.exit_code, nodes=nodes)
-
-
-def lost_node_verdict(verdict: Verdict, lost: list[str], job_id: str) -> Verdict:
-    """Slurm removing a node from a --no-kill job is first-hand evidence of its failure: every lost node the
-    verdict does not already blame joins the culprits (a node failure when nobody was blamed). A verdict on the
-    code (the same bug everywhere) stands: the run stops, and the job with it."""
-    missing = [n for n in lost if not (verdict.blame and n in verdict.culprit_nodes)]
-    if verdict.fault_owner == Owner.JOB or not lost:
-        return verdict
-    if verdict.cause in SYMPTOMS:  # a dead node is silent: its peers time out, its agent answers no dump
-        culprits = tuple(sorted({*lost, *(verdict.culprit_nodes if verdict.blame else ())}))
-        ev = tuple(Evidence(node=n, text=f"Slurm removed {n} from job {job_id} and killed the step on it (node "
-                            "failure)", role="root", cause=Cause.NODE_FAIL) for n in lost)
-        return Verdict(cause=Cause.NODE_FAIL, culprit_nodes=culprits, blame=True, confidence=0.95,
-                       evidence=ev + verdict.evidence[:20], summary=f"node failure: {','.join(lost)} left the job",
-                       owner=Owner.NODE, rule="left_the_allocation")
-    if not missing:
-        return verdict
-    ev = tuple(Evidence(node=n, text=f"Slurm removed {n} from job {job_id} and killed the step on it (node failure)",
-                        role="root", cause=Cause.NODE_FAIL) for n in missing)
-    if verdict.blame:
-        return verdict.model_copy(update={"culprit_nodes": tuple(sorted({*verdict.culprit_nodes, *missing})),
-                                          "evidence": verdict.evidence + ev, "owner": Owner.NODE})
-    return Verdict(cause=Cause.NODE_FAIL, culprit_nodes=tuple(missing), blame=True, confidence=0.95,
-                   evidence=ev + verdict.evidence[:20], summary=f"node failure: {','.join(missing)} left the job",
-                   owner=Owner.NODE, rule="left_the_allocation")
 
 
 def free_spares(seg: SegmentRecord, held: list[str], lost: list[str], banned: set[str]) -> list[str]:

@@ -10,7 +10,8 @@ from datetime import datetime
 from loguru import logger
 
 from orchestrator.loop import progress
-from orchestrator.model import JobRef, JobState, JobStatus
+from orchestrator.loop.conclude import Outcome
+from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
 from orchestrator.state import RunState, SegmentRecord
 
 SUMMARY_EVERY_S = 300.0
@@ -48,12 +49,13 @@ class Notes:
         self.reattached = reattached  # the job was submitted before this controller started watching it
 
     def update(self, state: RunState, seg: SegmentRecord, status: JobStatus, ref: JobRef, now: datetime,
-               output_flows: bool) -> bool:
-        """Log what is due; True if the segment record changed (its queue note)."""
+               output_flows: bool) -> str | None:
+        """Log what is due; the segment's new queue note, or None to keep it."""
         log = logger.bind(run=state.run, segment=seg.index)
+        note: str | None = None
         if status.state == JobState.RUNNING and self.running_since is None:
             self.running_since = self._summary = now
-            seg.queue_note = ""
+            note = ""
             where = ",".join(status.nodes or seg.nodes) or "nodes not listed yet"
             if self.reattached:  # the job may have run for long: no queue time, no "restarted" line again
                 log.info("job={} segment {} still running on {} (re-attached)", seg.job_id, seg.index, where)
@@ -68,14 +70,27 @@ class Notes:
             line = summary(seg, state.target_iteration, now, output_flows)
             log.info("segment {} job={}: {}", seg.index, seg.job_id, line)
             if seg.end_iteration is None and output_flows and seg.queue_note != NO_PROGRESS:
-                seg.queue_note = NO_PROGRESS  # `status` shows it on the current segment
-                return True
+                return NO_PROGRESS  # `status` shows it on the current segment
         if seg.end_iteration is not None and seg.queue_note == NO_PROGRESS:
-            seg.queue_note = ""  # progress lines are recognised now
-            return True
+            return ""  # progress lines are recognised now
         if status.state == JobState.PENDING and progress.pending_note_due(self._pending, now):
             self._pending = now
-            seg.queue_note = progress.pending_note(seg, status, self.queue_position(ref), now)
-            log.info("job={} {}", seg.job_id, seg.queue_note)
-            return True
-        return False
+            note = progress.pending_note(seg, status, self.queue_position(ref), now)
+            log.info("job={} {}", seg.job_id, note)
+        return note
+
+
+def log_end(state: RunState, out: Outcome) -> None:
+    """The lines a judged segment leaves in the log: one per blamed node, with the evidence its blacklist entry
+    holds, then the verdict and the decision (and the stop, if the run stopped)."""
+    seg, v, d = state.current, out.verdict, out.decision
+    assert seg is not None
+    log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)
+    for node, entry in ((n, state.blacklist.get(n)) for n in d.blame_nodes):
+        log.warning("blacklist node={} cause={} hard={} evidence={!r}", node, v.cause.value, d.hard,
+                    entry.evidence[:200] if entry else "")
+    log.info("segment ended job={} state={} cause={} culprits={} confidence={:.2f} action={} reason={!r}",
+             seg.job_id, seg.job_state, v.cause.value, ",".join(v.culprit_nodes) or "-", v.confidence,
+             d.action.value, d.reason)
+    if state.status == RunStatus.STOPPED:
+        log.error("controller stopped reason={!r}", d.reason)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 from loguru import logger
 
 from orchestrator import failpoints
-from orchestrator.model import RunStatus
+from orchestrator.loop.observations import BlacklistEdited
 from orchestrator.requests import STOP_REQUEST, apply_queued
 from orchestrator.settings import Settings
 from orchestrator.state import RunState
@@ -22,18 +23,6 @@ def stop_requested(settings: Settings) -> bool:
         path.unlink(missing_ok=True)
         return True
     return False
-
-
-def resume(state: RunState, target: int | None) -> str:
-    """A stopped run, or a finished one whose goal was raised, runs again: what changed, or ''."""
-    before, state.target_iteration = state.target_iteration, target
-    raised = state.status == RunStatus.DONE and before is not None and (target or 0) > before
-    if state.status != RunStatus.STOPPED and not raised:
-        return ""
-    why = "the goal was raised" if raised else f"it stopped because: {state.stop_reason}"
-    line = f"resuming a {state.status.value} run ({why})"
-    state.status, state.stop_reason = RunStatus.RUNNING, ""
-    return line
 
 
 def forget_stale_stop(settings: Settings) -> None:
@@ -52,9 +41,10 @@ def reload(settings: Settings, reloader: Callable[[], Settings]) -> Settings:
     return settings.model_copy(update={"policy": new.policy, "watch": new.watch, "goal": new.goal})
 
 
-def apply_blacklist_requests(settings: Settings, state: RunState, now: datetime) -> bool:
-    """Apply queued blacklist edits to the state; True if any was applied (the caller saves)."""
-    done = apply_queued(settings.run_dir, state, now)
+def queued_edits(run_dir: Path, state: RunState, now: datetime) -> BlacklistEdited | None:
+    """Queued blacklist edits applied to the state's blacklist, each said in the log; None when none was
+    queued (the caller feeds the result to `advance` and saves)."""
+    done = apply_queued(run_dir, state, now)
     failpoints.hit("after_take_requests")
     for p in done.problems:
         logger.warning("blacklist request {}", p)
@@ -62,4 +52,4 @@ def apply_blacklist_requests(settings: Settings, state: RunState, now: datetime)
         logger.error("blacklist request rejected {}", r)
     for a in done.applied:
         logger.info("blacklist request applied {}", a)
-    return bool(done.applied)
+    return BlacklistEdited(done.blacklist, done.taken) if done.taken else None

@@ -18,16 +18,26 @@ from orchestrator.clock import Clock
 from orchestrator.contract import (
     AllocationPaths,
     SegmentPaths,
+    StepEnd,
     StepRecord,
     StepRequest,
     read_record,
     write_private,
     write_record,
 )
+from orchestrator.loop.advance import Transition
 from orchestrator.loop.conclude import Outcome
-from orchestrator.loop.effects import Alert, Cancel, EffectRunner
+from orchestrator.loop.effects import Alert, Cancel
 from orchestrator.loop.injob import AfterStep, after_step, free_spares, job_submitted_at, step_status
-from orchestrator.loop.submission import FilesystemStall, intent, merged_blacklist, prepare, unloadable
+from orchestrator.loop.observations import (
+    AllocationKnown,
+    CheckpointSeen,
+    JobEnding,
+    Observation,
+    RestartedInJob,
+)
+from orchestrator.loop.runner import EffectRunner
+from orchestrator.loop.submission import FilesystemStall, merged_blacklist, prepare, unloadable
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 from orchestrator.settings import Settings
 from orchestrator.state import RunState, SegmentRecord
@@ -41,8 +51,11 @@ class Host(Protocol):
     clock: Clock
     effects: EffectRunner
     python: str
+    state: RunState
 
-    def save(self, state: RunState) -> None: ...
+    def advance(self, obs: Observation) -> Transition: ...
+
+    def save(self, state: RunState | None = None) -> None: ...
 
     def new_watch(self, seg: SegmentRecord, reattached: bool = False) -> None: ...
 
@@ -83,14 +96,15 @@ class Steps:
         self.job_state = job
         rec = self.record = self._read(seg)
         if rec is not None and rec.allocation and not seg.allocation:
-            seg.allocation = list(rec.allocation)
+            self.host.advance(AllocationKnown(tuple(rec.allocation)))
         # only RUNNING: sacct lists a job that is starting as PENDING on its batch host alone
         if job.nodes and job.nodes_final and job.state == JobState.RUNNING:
             self.held = list(job.nodes)
             # Slurm took a node of the running step out of the job: the step is dead even if no record says so
             # (the batch host's failure kills the supervisor with it, and Slurm keeps the job on the other nodes)
             if rec is not None and not rec.ended and (gone := [n for n in rec.nodes if n not in job.nodes]):
-                rec = self.record = rec.model_copy(update={"ended": "lost", "lost_nodes": gone})
+                rec = self.record = rec.model_copy(update={"ended": "lost", "lost_nodes": gone,
+                                                                 "end": StepEnd.LOST})
         if rec is None and not job.state.terminal:
             return job.model_copy(update={"nodes": ()})  # the step has not started: no node of it is known yet
         return step_status(job, rec)
@@ -99,8 +113,10 @@ class Steps:
     def lost(self) -> list[str]:
         return list(self.record.lost_nodes) if self.record else []
 
-    def after(self, state: RunState, seg: SegmentRecord, out: Outcome, now: datetime) -> None:
+    def after(self, out: Outcome, now: datetime) -> None:
         """After a segment's verdict: restart inside the job, or cancel the job (a new segment follows)."""
+        state, seg = self.host.state, self.host.state.current
+        assert seg is not None
         job_ended = self.job_state is None or self.job_state.state.terminal
         rec, held = self.record, self.held or seg.allocation
         step_ok = rec is not None and bool(rec.ended) and rec.exit_code == 0
@@ -111,35 +127,36 @@ class Steps:
         log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)
         if nxt.cancel_job:
             log.info("ending job {}: {}", seg.job_id, nxt.cancel_job)
-            seg.reason = f"{seg.reason}; {nxt.cancel_job}"[:500]  # status and report say why not in the job
-            self.host.effects.one(Cancel(_ref(state, seg), nxt.cancel_job))
+            self._end_job(seg, nxt.cancel_job)
         elif nxt.restart.ok:
-            swap = ", ".join(f"{a} -> {b}" for a, b in zip(nxt.restart.drop, nxt.restart.promote, strict=True))
-            seg.reason = f"{seg.reason}; restarted inside job {seg.job_id} ({swap}), no new submission"[:500]
-            self.restart(state, seg, nxt, spares, now)
+            self.restart(seg, nxt, spares, now)
 
-    def restart(self, state: RunState, seg: SegmentRecord, nxt: AfterStep, spares: list[str], now: datetime) -> None:
+    def _end_job(self, seg: SegmentRecord, why: str) -> None:
+        """End the segment's job (a new segment follows); the segment's reason says why not in the job."""
+        self.host.advance(JobEnding(why))
+        self.host.effects.one(Cancel(_ref(self.host.state, seg), why))
+
+    def restart(self, seg: SegmentRecord, nxt: AfterStep, spares: list[str], now: datetime) -> None:
         h = self.host
         try:
-            prepared = prepare(h.s, state, h.backend, now, h.python)
+            prepared = prepare(h.s, h.state, h.backend, now, h.python)
         except FilesystemStall as exc:
-            h.effects.one(Cancel(_ref(state, seg), f"no restart inside the job: {exc}"))
+            self._end_job(seg, f"no restart inside the job: {exc}")
             return
-        if unloadable(state, prepared.spec):
-            h.effects.one(Cancel(_ref(state, seg), "no restart inside the job: no loadable checkpoint"))
+        if unloadable(h.state, prepared.spec):
+            self._end_job(seg, "no restart inside the job: no loadable checkpoint")
             return
         left = [n for n in spares if n not in nxt.restart.promote]
         spec = prepared.spec.model_copy(update={"allocation_dir": seg.allocation_dir, "spares": len(left)})
         if not self._io(lambda: self._write_spec(spec)):
-            h.effects.one(Cancel(_ref(state, seg), "no restart inside the job: the run directory did not answer"))
+            self._end_job(seg, "no restart inside the job: the run directory did not answer")
             return
         failpoints.hit("after_spec_write")
-        new = intent(spec, seg.backend)
-        new.job_id, new.submitted_at, new.nodes = seg.job_id, now, list(nxt.nodes)
-        new.allocation, new.in_job_of = list(seg.allocation), seg.in_job_of or seg.index
-        state.blacklist, state.wait_until = prepared.blacklist, None
-        state.segments.append(new)
-        h.save(state)  # the record first: a crash before the request is written is repaired on restart
+        if prepared.checkpoint:
+            h.advance(CheckpointSeen(prepared.checkpoint))
+        h.advance(RestartedInJob(spec, nxt.nodes, nxt.restart.drop, nxt.restart.promote, prepared.blacklist))
+        h.save()  # the record first: a crash before the request is written is repaired on restart
+        state, new = h.state, h.state.segments[-1]
         self._request(new)
         swap = ", ".join(f"{a} -> {b}" for a, b in zip(nxt.restart.drop, nxt.restart.promote, strict=True))
         logger.bind(run=state.run, segment=new.index, job=new.job_id).warning(

@@ -19,7 +19,7 @@ from orchestrator.model import SegmentSpec
 from orchestrator.plan import plan, spares
 from orchestrator.settings import Policy, Settings
 from orchestrator.shared_blacklist import SharedBlacklist
-from orchestrator.state import RunState, SegmentRecord
+from orchestrator.state import RunState
 from orchestrator.timeout import call_with_timeout
 
 
@@ -111,20 +111,17 @@ def find_checkpoint(settings: Settings, state: RunState) -> ckpt_mod.Checkpoint 
         lost = _lost_checkpoints(settings, state, dir_exists)
         if lost:
             raise FilesystemStall(lost)
-    else:
-        state.checkpoint_seen = ckpt.path
     return ckpt
 
 
-def observe_checkpoint(settings: Settings, state: RunState) -> None:
+def observe_checkpoint(settings: Settings, state: RunState) -> str | None:
     """After a segment: remember the newest complete checkpoint, so that one emptied before the next segment is
     a lost filesystem, not a reason to start from scratch. Best effort: a directory that does not answer or
     holds none changes nothing here (the next submission looks again)."""
     skip = frozenset(p for p, n in state.bad_checkpoints.items() if n >= 2)
     done, found = call_with_timeout(lambda: ckpt_mod.find_latest(settings.checkpoint, skip),
                                     settings.watch.read_timeout_s)
-    if done and isinstance(found, ckpt_mod.Checkpoint):
-        state.checkpoint_seen = found.path
+    return found.path if done and isinstance(found, ckpt_mod.Checkpoint) else None
 
 
 @dataclass(frozen=True)
@@ -134,6 +131,7 @@ class Prepared:
     exclude: ExcludePlan
     blacklist: Blacklist  # the run's blacklist with the shared one merged in
     spares_note: str = ""  # why the segment gets fewer spares than asked for
+    checkpoint: str | None = None  # the newest complete checkpoint found (the one it resumes)
 
 
 def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime, python: str) -> Prepared:
@@ -151,7 +149,7 @@ def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime
             logger.warning("spare nodes: {}", note)
         k = cut
     excl = exclude_plan(bl, settings.policy, inventory, n + k, now, settings.resources.exclude)
-    return Prepared(plan(settings, state, ckpt, excl, python, k), excl, bl, note)
+    return Prepared(plan(settings, state, ckpt, excl, python, k), excl, bl, note, ckpt.path if ckpt else None)
 
 
 def unloadable(state: RunState, spec: SegmentSpec) -> str:
@@ -161,11 +159,3 @@ def unloadable(state: RunState, spec: SegmentSpec) -> str:
         return (f"every complete checkpoint failed to load (or none is older than the bad ones): {', '.join(bad)}; "
                 "starting from scratch would lose the run: fix or remove them, then run again")
     return ""
-
-
-def intent(spec: SegmentSpec, backend_name: str) -> SegmentRecord:
-    """The segment record written before submission, so a crash before the id is recorded is detected."""
-    return SegmentRecord(index=spec.index, job_name=spec.job_name, excluded=list(spec.exclude),
-                         resumed_from=spec.resume_from, start_iteration=spec.start_iteration, backend=backend_name,
-                         interval_advice=spec.interval_advice, spare_count=spec.spares,
-                         allocation_dir=spec.allocation_dir)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from orchestrator.contract import PREFLIGHT_EXIT
+from orchestrator.model import CancelReason
 from orchestrator.settings import Watch
 
 DUMP_LEAD_S = 30.0  # stack dumps are requested this long before the stall limit
@@ -34,7 +35,8 @@ class Seen:
 @dataclass(frozen=True)
 class Supervision:
     """What the watchdog asks the controller to do at one poll."""
-    cancel: str = ""  # non-empty: cancel the job for this reason
+    cancel: str = ""  # non-empty: cancel the job; this sentence says why, for people
+    reason: CancelReason | None = None  # set with `cancel`: why, for the code
     request_dumps: bool = False
     clear_dumps: bool = False  # progress resumed: earlier dumps describe no stall
     note: str = ""  # a line for the log
@@ -45,7 +47,8 @@ def supervise(seen: Seen, now: datetime, w: Watch) -> Supervision:
         return Supervision()
     preflight = sorted(n for n, code in seen.exit_codes.items() if code == PREFLIGHT_EXIT and n in seen.failed)
     if preflight:
-        return Supervision(cancel=f"preflight failed on {','.join(preflight)}; no training can run there")
+        return Supervision(cancel=f"preflight failed on {','.join(preflight)}; no training can run there",
+                           reason=CancelReason.PREFLIGHT)
     if seen.failed:
         return _failed(seen, now, w)
     if seen.running_since is None:
@@ -62,13 +65,13 @@ def _failed(seen: Seen, now: datetime, w: Watch) -> Supervision:
     waiting = seen.nodes - set(seen.failed)
     cancel = f"training failed on {failed}; peers would wait forever"
     if not waiting:
-        return Supervision(cancel=cancel)
+        return Supervision(cancel=cancel, reason=CancelReason.PEER_FAILED)
     if seen.dumps_requested_at is None:
         return Supervision(request_dumps=True, note=f"training failed on {failed}; asking {','.join(sorted(waiting))} "
                            "(still running) for stack dumps before cancelling")
     answered = waiting <= seen.dumps_in
     if answered or (now - seen.dumps_requested_at).total_seconds() >= DUMP_WAIT_S:
-        return Supervision(cancel=cancel)
+        return Supervision(cancel=cancel, reason=CancelReason.PEER_FAILED)
     return Supervision()
 
 
@@ -89,5 +92,5 @@ def _stall(seen: Seen, now: datetime, w: Watch) -> Supervision:
     note = f"no progress for {quiet:.0f}s (stall limit {limit:.0f}s): asked every node for stack dumps" if ask else ""
     if quiet >= limit:
         return Supervision(cancel=f"stall: no progress for {quiet:.0f}s (limit {limit:.0f}s)", request_dumps=ask,
-                           note=note)
+                           note=note, reason=CancelReason.STALL)
     return Supervision(request_dumps=ask, note=note)

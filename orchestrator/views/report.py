@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.model import Role
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import human, run_metrics, segment_label
 from orchestrator.views.restarts import RestartEvent, job_cell, job_spares, restarts, summary_text
@@ -176,7 +177,7 @@ def _timeline_bars(segs: list[SegmentRecord], now: datetime) -> str:
 
 
 def _tooltip(s: SegmentRecord) -> str:
-    ev = next((x for x in s.evidence if x.role == "root"), None)
+    ev = next((x for x in s.evidence if x.role == Role.ROOT), None)
     job = job_cell(s) if s.in_job_of is not None else f"job {s.job_id}"
     return (f"segment {s.index} {job}\nnodes {','.join(s.nodes)}\nexcluded {','.join(s.excluded) or '-'}"
             f"\niterations {s.start_iteration}->{s.end_iteration}\ncause {_cause(s)}"

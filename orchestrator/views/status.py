@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.blacklist import compress
-from orchestrator.model import BlacklistEntry
+from orchestrator.model import BlacklistEntry, EntrySource, EvidenceSource, Role
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import human, run_metrics, segment_label
 from orchestrator.views.restarts import job_cell, job_spares, restarts, spares_cell, summary, summary_text, uses_spares
@@ -80,8 +80,8 @@ def _segment_json(s: SegmentRecord) -> dict[str, Any]:
         "submitted_at": _ts(s.submitted_at),
         "first_progress_at": _ts(s.first_progress_at),
         "ended_at": _ts(s.ended_at),
-        "evidence": [e.model_dump(mode="json") for e in s.evidence if e.role == "root"][:5],
-        "node_evidence": [e.model_dump(mode="json") for e in s.evidence if e.source == "node"][:5],
+        "evidence": [e.model_dump(mode="json") for e in s.evidence if e.role == Role.ROOT][:5],
+        "node_evidence": [e.model_dump(mode="json") for e in s.evidence if e.source == EvidenceSource.NODE][:5],
     }
 
 
@@ -115,7 +115,7 @@ def drain_commands(state: RunState, now: datetime) -> list[str]:
     """What an admin could run for each blacklisted node (printed; never run unless configured)."""
     out = []
     for e in state.blacklist.entries:
-        if e.expires > now and e.source == "auto":
+        if e.expires > now and e.source == EntrySource.AUTO:
             text = _evidence_line(e.evidence)
             owner = "node_problem" if e.hard else "node_suspect"  # whose problem it is, for the admin reading sinfo -R
             reason = cut(f"[{owner}] orchestrator {state.run}: {e.cause.value} job {e.job_id}: {text}".replace(

@@ -112,6 +112,7 @@ def _controller_applying(tmp_path: Path, store: StateStore) -> Any:
     import threading
 
     from orchestrator.loop import operator
+    from orchestrator.loop.advance import advance
 
     controller = RunLock(store.run_dir)
     controller.acquire("controller")  # held by this process: the CLI's wake-up SIGHUP comes here
@@ -123,8 +124,9 @@ def _controller_applying(tmp_path: Path, store: StateStore) -> Any:
             time.sleep(0.01)
         state = store.load()
         assert state is not None
-        operator.apply_blacklist_requests(load_settings(write_config(tmp_path, base_config(tmp_path))), state,
-                                          FakeClock().now())
+        settings, now = load_settings(write_config(tmp_path, base_config(tmp_path))), FakeClock().now()
+        if (edited := operator.queued_edits(settings.run_dir, state, now)) is not None:
+            state = advance(state, edited, None, now).ledger
         store.save(state)
 
     t = threading.Thread(target=apply_queue, daemon=True)
@@ -195,10 +197,10 @@ def test_3_a_bad_queued_request_never_kills_the_controller(tmp_path: Path) -> No
     (queue / "3-latin1.json").write_bytes(b'{"op": "clear", "x": "\xff\xfe"}\xff')
     (queue / "4-dash.json").write_text(json.dumps({"op": "add", "nodes": ["-rf"]}))
     (queue / "5-good.json").write_text(json.dumps({"op": "add", "nodes": ["node2"], "reason": "Xid 79"}))
-    ctl.apply_requests(state)
+    state = ctl.apply_requests(state)
     assert [e.node for e in state.blacklist.entries] == ["node2"]
     assert not list(queue.glob("*.json"))  # each bad one consumed once, not re-read every poll
-    ctl.step(state)  # and the loop goes on
+    state = ctl.step(state)  # and the loop goes on
     assert cluster.submitted and cluster.submitted[0].exclude == ("node2",)
 
 
@@ -208,7 +210,7 @@ def run_until_first_segment_ends(ctl: Controller) -> RunState:
         seg = state.current
         if seg is not None and seg.action is not None:
             return state
-        ctl.step(state)
+        state = ctl.step(state)
     raise AssertionError("the first segment never ended")
 
 
@@ -218,16 +220,16 @@ def test_4_checkpoints_gone_after_progress_wait_never_start_from_scratch(tmp_pat
 
     ctl, cluster, clock = make(tmp_path, {"node3": Fault("ecc", at=35)})
     state = run_until_first_segment_ends(ctl)
-    ctl.step(state)  # segment 2 resumes from iteration 30
+    state = ctl.step(state)  # segment 2 resumes from iteration 30
     assert len(cluster.submitted) == 2 and cluster.submitted[1].start_iteration == 30
     ctl.backend.cancel(cluster.jobs["102"].ref)
     while state.current is not None and state.current.action is None:
-        ctl.step(state)
+        state = ctl.step(state)
     shutil.rmtree(tmp_path / "ckpt")
     if how == "emptied":  # an empty mount point
         (tmp_path / "ckpt").mkdir()
     for _ in range(5):
-        ctl.step(state)
+        state = ctl.step(state)
     assert len(cluster.submitted) == 2  # waited: nothing submitted from iteration 0
     res = CliRunner().invoke(app, ["run", str(tmp_path / "run.yaml"), "--dry-run"])
     assert res.exit_code == 1 and "not starting from scratch" in res.output
@@ -240,10 +242,10 @@ def test_4_checkpoint_filesystem_unmounted_after_first_segment_progress_waits(tm
     state = run_until_first_segment_ends(ctl)
     assert state.best_iteration() > 0
     shutil.rmtree(tmp_path / "mnt" / "run1")  # the file system under mnt/ is gone
-    ctl.step(state)
+    state = ctl.step(state)
     assert len(cluster.submitted) == 1
     (tmp_path / "mnt" / "run1" / "ckpt").mkdir(parents=True)  # a mount point again, empty: still lost
-    ctl.step(state)
+    state = ctl.step(state)
     assert len(cluster.submitted) == 1
     from orchestrator.cli.run import _from_scratch
 
@@ -252,7 +254,7 @@ def test_4_checkpoint_filesystem_unmounted_after_first_segment_progress_waits(tm
     _from_scratch(ctl.store, ctl.clock)  # `run --from-scratch`: the operator gives the checkpoints up on purpose
     again = ctl.store.load()
     assert again is not None
-    ctl.step(again)
+    again = ctl.step(again)
     assert len(cluster.submitted) == 2 and cluster.submitted[1].start_iteration == 0
     assert [e.node for e in again.blacklist.entries] == ["node3"]  # the blacklist is kept
 
@@ -275,7 +277,7 @@ def test_4_checkpoints_emptied_after_the_first_segment_saved_wait_never_start_fr
         (tmp_path / "ckpt").rename(tmp_path / "ckpt.moved")
         (tmp_path / "ckpt").mkdir()
     for _ in range(3):
-        ctl.step(state)
+        state = ctl.step(state)
     assert len(cluster.submitted) == 1, "submitted from iteration 0 although a checkpoint had been there"
     res = CliRunner().invoke(app, ["run", str(tmp_path / "run.yaml"), "--dry-run"])
     assert res.exit_code == 1 and "not starting from scratch" in res.output and "iter_0000030" in res.output
@@ -291,12 +293,12 @@ def test_4_checkpoints_emptied_while_the_first_segment_still_runs_wait(tmp_path:
     for _ in range(10_000):
         if (state.current and state.current.end_iteration or 0) >= 31:
             break
-        ctl.step(state)
+        state = ctl.step(state)
     assert state.checkpoint_seen and state.checkpoint_seen.endswith("iter_0000030")
     shutil.rmtree(tmp_path / "ckpt")
     (tmp_path / "ckpt").mkdir()
     for _ in range(200):
-        ctl.step(state)
+        state = ctl.step(state)
     assert state.segments[0].action is not None  # the segment ended and was judged
     assert len(cluster.submitted) == 1, "submitted from iteration 0 although a checkpoint had been there"
 
@@ -307,7 +309,7 @@ def test_4_a_run_that_never_saved_where_it_is_told_still_starts(tmp_path: Path) 
     ctl, cluster, _ = make(tmp_path, {"node3": Fault("ecc", at=5)})
     state = run_until_first_segment_ends(ctl)
     assert state.checkpoint_seen is None and state.best_iteration() > 0
-    ctl.step(state)
+    state = ctl.step(state)
     assert len(cluster.submitted) == 2 and cluster.submitted[1].start_iteration == 0
 
 
@@ -316,6 +318,8 @@ def test_2b_a_queued_edit_is_acknowledged_only_after_the_state_that_holds_it_is_
     (or a kill -9 in between) lost an edit the CLI had reported as applied."""
     from datetime import UTC, datetime
 
+    from orchestrator.loop.advance import advance
+    from orchestrator.loop.observations import BlacklistEdited
     from orchestrator.requests import apply_request, take_requests
     from orchestrator.state import RunState, StateError, StateStore
 
@@ -326,15 +330,16 @@ def test_2b_a_queued_edit_is_acknowledged_only_after_the_state_that_holds_it_is_
         raise OSError(28, "No space left on device")
 
     state = RunState(run="r", created_at=now, updated_at=now)
-    reqs, _ = take_requests(tmp_path, state)
-    state.blacklist = apply_request(state.blacklist, reqs[0], now)
+    reqs, _, names = take_requests(tmp_path, state)
+    edited = BlacklistEdited(apply_request(state.blacklist, reqs[0], now), tuple(names))
+    state = advance(state, edited, None, now).ledger
     with pytest.raises(StateError):
         StateStore(tmp_path, failpoint=full_disk).save(state)
     assert queued.exists()  # not acknowledged: the CLI still waits, a restart still sees it
     store = StateStore(tmp_path)
     store.save(state)
     assert not queued.exists()
-    again, _ = take_requests(tmp_path, store.load() or state)
+    again, _, _ = take_requests(tmp_path, store.load() or state)
     assert again == []  # applied once, never twice
     assert (store.load() or state).blacklist.get("node4") is not None
 

@@ -85,7 +85,7 @@ def test_jobs_of_a_garbled_table_are_stopped_and_their_ids_never_given_again(tmp
     status = again.poll([first])[first.job_id]
     assert status.state == JobState.FAILED and "2 orphaned agent process(es) stopped" in status.reason
     assert not agents_under(s.run_dir / "segments"), "the lost job's agents still run"
-    state.segments = []
+    state = state.evolve(segments=[])
     second = again.submit(prepare(s, state, again, clock.now(), sys.executable).spec.model_copy(
         update={"command": ("true",)}))
     assert second.job_id != first.job_id and int(second.job_id) > int(first.job_id)

@@ -38,7 +38,7 @@ def test_a_fifo_in_the_request_queue_is_reported_and_dropped(tmp_path: Path) -> 
     state = RunState(run="r", created_at=NOW, updated_at=NOW)
     done, value = call_with_timeout(lambda: take_requests(tmp_path, state), 10)
     assert done, "reading the request queue blocked on a FIFO"
-    requests, problems = value
+    requests, problems, _ = value
     assert requests == [] and len(problems) == 1 and "0001-1.json" in problems[0] and "FIFO" in problems[0]
     assert not (queue / "0001-1.json").exists()
 

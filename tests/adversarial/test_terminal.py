@@ -103,7 +103,7 @@ def test_success_is_not_time_lost() -> None:
                        end_iteration=100, first_progress_at=T + timedelta(minutes=6),
                        last_progress_at=T + timedelta(minutes=20), ended_at=T + timedelta(minutes=21),
                        cause=Cause.SUCCESS, action=Action.DONE)
-    st.segments.append(ok)
+    st = st.evolve(segments=[*st.segments, ok])
     buf = io.StringIO()
     Console(file=buf, width=300).print(summary_table(st, NOW))
     lost = next(line for line in buf.getvalue().splitlines() if "time lost" in line)
@@ -113,8 +113,8 @@ def test_success_is_not_time_lost() -> None:
 
 def test_drain_line_is_one_line_at_100_columns(tmp_path: Path) -> None:
     st = hostile_state(1, RunStatus.RUNNING)
-    st.blacklist = Blacklist().record("n1", Cause.GPU_ECC, "/x/n1.log:3: Xid 48 $(reboot) `id` " + "z " * 80, "9",
-                                      T, hard=True, expiry=timedelta(days=3))
+    st = st.evolve(blacklist=Blacklist().record("n1", Cause.GPU_ECC, "/x/n1.log:3: Xid 48 $(reboot) `id` " + "z " * 80,
+                                                "9", T, hard=True, expiry=timedelta(days=3)))
     buf = io.StringIO()
     Console(file=buf, width=100).print(status_view(st, NOW), crop=False)  # as `status` prints it
     [drain] = [line for line in buf.getvalue().splitlines() if "scontrol" in line]
@@ -124,7 +124,7 @@ def test_drain_line_is_one_line_at_100_columns(tmp_path: Path) -> None:
 
 def test_watch_fits_24_rows_summary_first(tmp_path: Path) -> None:
     st = hostile_state(60, RunStatus.RUNNING)
-    st.blacklist = Blacklist()
+    st = st.evolve(blacklist=Blacklist())
     buf = io.StringIO()
     Console(file=buf, width=200, height=24).print(status_view(st, NOW, tmp_path, height=24))
     lines = buf.getvalue().splitlines()
@@ -161,10 +161,8 @@ def test_cancel_on_exit_is_recorded_and_status_says_so(tmp_path: Path) -> None:
     from orchestrator.clock import FakeClock
 
     st = hostile_state(1, RunStatus.RUNNING)
-    st.stop_reason = ""
-    st.segments[0].ended_at = None
-    st.segments[0].action = None
-    st.segments[0].job_state = JobState.RUNNING  # as the last poll left it
+    st = st.evolve(stop_reason="", segments=[
+        st.segments[0].evolve(ended_at=None, action=None, job_state=JobState.RUNNING)])  # as the last poll left it
     store = StateStore(tmp_path / "run")
     backend = CancelRecorder()
     _cancel_current(st, backend, store, FakeClock(NOW))  # type: ignore[arg-type]
@@ -181,8 +179,7 @@ def test_report_png_has_totals_and_survives_hostile_names(tmp_path: Path) -> Non
     from orchestrator.views.report import _totals, write_report
 
     st = hostile_state(2, RunStatus.STOPPED)
-    st.run = "r$x^{$"
-    st.segments[0].culprit_nodes = ["n$1"]
+    st = st.evolve(run="r$x^{$", segments=[st.segments[0].evolve(culprit_nodes=["n$1"]), *st.segments[1:]])
     html_path, png_path = write_report(st, NOW, tmp_path)
     assert png_path.read_bytes().startswith(b"\x89PNG") and html_path.is_file()
     totals = _totals(st, NOW)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from orchestrator.blacklist import Blacklist
 from orchestrator.cli import app
-from orchestrator.model import Cause
+from orchestrator.model import Cause, EntrySource
 from orchestrator.state import StateStore
 from tests.conftest import base_config, write_config
 
@@ -58,7 +58,7 @@ def test_adding_many_nodes_at_once_is_as_many_records_in_a_row(existing: list[st
     one_by_one = base
     for n in added:
         one_by_one = one_by_one.record(n, Cause.UNKNOWN, "r", "manual", now, hard=True, expiry=timedelta(hours=1),
-                                       source="manual")
+                                       source=EntrySource.MANUAL)
     assert base.add_manual(added, "r", now, timedelta(hours=1)) == one_by_one
 
 

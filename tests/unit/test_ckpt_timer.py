@@ -57,9 +57,9 @@ def test_the_interval_advice_uses_the_timed_write_time_else_the_configured_one()
     now = datetime(2026, 1, 1, tzinfo=UTC)
     state = RunState(run="r", created_at=now, updated_at=now)
     assert write_time_s(state, 120.0) == (120.0, False)
-    state.segments = [_seg(1, 30.0), _seg(2, None), _seg(3, 50.0), _seg(4, 40.0)]
+    state = state.evolve(segments=[_seg(1, 30.0), _seg(2, None), _seg(3, 50.0), _seg(4, 40.0)])
     assert write_time_s(state, 120.0) == (40.0, True)
-    state.segments = [_seg(1, 0.01)]
+    state = state.evolve(segments=[_seg(1, 0.01)])
     assert write_time_s(state, 120.0) == (1.0, True)  # never zero (Daly's formula needs a positive write time)
 
 

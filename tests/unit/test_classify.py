@@ -11,7 +11,7 @@ from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import build_table
 from orchestrator.evidence import NodeEvidence
-from orchestrator.model import Cause, JobState, JobStatus, Owner
+from orchestrator.model import CancelReason, Cause, JobState, JobStatus, Owner
 
 SIGS = build_table()
 PROG = re.compile(r"iteration\s+(\d+)\s*/\s*\d+")
@@ -214,7 +214,7 @@ def test_every_rank_killed_is_the_oom_killer_unless_the_job_was_cancelled() -> N
     assert v.cause == Cause.HOST_OOM and v.rule == "killed_everywhere"
     assert action_without_history(v)[0] == "stop_and_alert"
     assert classify(CANCELLED, killed, Context()).rule != "killed_everywhere"
-    assert classify(FAILED, killed, Context(cancelled_by_controller="stall")).rule != "killed_everywhere"
+    assert classify(FAILED, killed, Context(cancel_reason=CancelReason.STALL)).rule != "killed_everywhere"
 
 
 def test_a_hardware_report_does_not_explain_an_error_every_node_raised() -> None:

@@ -13,8 +13,9 @@ from orchestrator.backends.base import Backend
 from orchestrator.backends.local import LocalBackend
 from orchestrator.backends.slurm import SlurmBackend
 from orchestrator.clock import FakeClock
+from orchestrator.loop.advance import intent
 from orchestrator.loop.controller import Controller
-from orchestrator.loop.submission import intent, prepare
+from orchestrator.loop.submission import prepare
 from orchestrator.model import Action, Cause, JobState, RunStatus
 from orchestrator.settings import SlurmBackendCfg, load_settings, parse_overrides
 from orchestrator.state import StateStore
@@ -117,7 +118,7 @@ def test_restart_reattaches_without_duplicate(tmp_path: Path) -> None:
         ctl, cluster, clock = make(tmp_path)
         state = ctl.load_or_init()
         for _ in range(5):
-            ctl.step(state)  # submit, then a few polls
+            state = ctl.step(state)  # submit, then a few polls
         assert len(cluster.submitted) == 1 and state.current is not None and state.current.job_id
         assert state.current.job_state == JobState.RUNNING  # the scheduler's state, seen by the poll
         assert any("job=101 running on" in line for line in lines) and not any("re-attached" in x for x in lines)
@@ -136,7 +137,7 @@ def test_crash_between_submit_and_record_does_not_duplicate(tmp_path: Path) -> N
     ctl, cluster, clock = make(tmp_path)
     state = ctl.load_or_init()
     spec = prepare(ctl.s, state, cluster, clock.now(), "python").spec
-    state.segments.append(intent(spec, cluster.name))
+    state = state.evolve(segments=[*state.segments, intent(spec, cluster.name)])
     ctl.save(state)
     cluster.submit(spec)  # the job exists, but the controller "died" before recording its id
     state2 = Controller(ctl.s, cluster, clock, StateStore(ctl.s.run_dir), python="python").run()
@@ -205,7 +206,7 @@ def test_hung_checkpoint_directory_blocks_submission_not_the_loop(tmp_path: Path
     ctl, cluster, clock = make(tmp_path, watch={"read_timeout_s": 0.2})
     state = ctl.load_or_init()
     for _ in range(3):
-        ctl.step(state)  # each step returns although the checkpoint directory never answers
+        state = ctl.step(state)  # each step returns although the checkpoint directory never answers
     assert cluster.submitted == [] and clock.slept >= 3  # waited a poll each time, submitted nothing
     gate.set()
     assert ctl.run().status == RunStatus.DONE and len(cluster.submitted) == 1

@@ -32,13 +32,14 @@ def make(tmp_path: Path, faults: dict[str, Fault] | None = None, nodes: Sequence
     return Controller(s, cluster, clock, StateStore(s.run_dir), python="python"), cluster, clock
 
 
-def run_until(ctl: Controller, state: RunState, iteration: int) -> None:
-    """Drive the loop until the current segment has reached `iteration` (bounded: never loops forever)."""
+def run_until(ctl: Controller, state: RunState, iteration: int) -> RunState:
+    """Drive the loop until the current segment has reached `iteration` (bounded: never loops forever); the
+    ledger then."""
     for _ in range(10_000):
         cur = state.current
         if cur is not None and (cur.end_iteration or 0) >= iteration:
-            return
-        ctl.step(state)
+            return state
+        state = ctl.step(state)
     raise AssertionError(f"iteration {iteration} never reached")
 
 
@@ -83,7 +84,7 @@ def test_ecc_restarts_on_the_spare_inside_the_same_job(tmp_path: Path) -> None:
 def test_node_crash_inside_the_allocation_restarts_in_the_same_job(tmp_path: Path) -> None:
     ctl, cluster, _ = make(tmp_path)
     state = ctl.load_or_init()
-    run_until(ctl, state, 22)
+    state = run_until(ctl, state, 22)
     cluster.crash("node2")
     job = cluster.jobs["101"]
     assert job.state == JobState.RUNNING and job.held == ["node1", "node3"]  # --no-kill: the job survives
@@ -142,7 +143,7 @@ def test_batch_host_blamed_is_a_new_job_not_a_restart(tmp_path: Path) -> None:
 def test_batch_host_crash_is_a_new_job(tmp_path: Path) -> None:
     ctl, cluster, _ = make(tmp_path)
     state = ctl.load_or_init()
-    run_until(ctl, state, 22)
+    state = run_until(ctl, state, 22)
     cluster.crash("node1")
     assert cluster.jobs["101"].state == JobState.NODE_FAIL
     state = ctl.run()
@@ -158,7 +159,7 @@ def test_batch_host_crash_that_slurm_answers_with_a_running_job_is_a_new_job(tmp
     step record ends): the step's node leaving the job ends the segment as node_fail, and the job is cancelled."""
     ctl, cluster, _ = make(tmp_path, watch={"poll_interval_s": 1, "stall_timeout_s": 3000})
     state = ctl.load_or_init()
-    run_until(ctl, state, 22)
+    state = run_until(ctl, state, 22)
     cluster.crash("node1", batch_host_keeps_job=True)
     assert job_state(cluster) == JobState.RUNNING
     state = ctl.run()
@@ -172,15 +173,16 @@ def test_batch_host_crash_that_slurm_answers_with_a_running_job_is_a_new_job(tmp
 def test_a_starting_job_listed_pending_on_its_batch_host_does_not_set_the_segment_nodes() -> None:
     from datetime import UTC, datetime
 
-    from orchestrator.loop.progress import record_progress
+    from orchestrator.loop.progress import changes
     from orchestrator.model import JobStatus
     from orchestrator.state import SegmentRecord
 
     seg = SegmentRecord(index=1, job_name="r.seg0001")
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    record_progress(seg, JobStatus(state=JobState.PENDING, nodes=("node1",)), [], [], None, now)
+    seg = seg.evolve(**changes(seg, JobStatus(state=JobState.PENDING, nodes=("node1",)), [], [], None, now))
     assert seg.nodes == []
-    record_progress(seg, JobStatus(state=JobState.RUNNING, nodes=("node1", "node2")), [], [], None, now)
+    seg = seg.evolve(**changes(seg, JobStatus(state=JobState.RUNNING, nodes=("node1", "node2")), [], [], None,
+                               now))
     assert seg.nodes == ["node1", "node2"]
 
 
@@ -219,7 +221,7 @@ def restarted(tmp_path: Path) -> tuple[Controller, FakeCluster, FakeClock, Path]
     for _ in range(10_000):
         if len(state.segments) == 2:
             break
-        ctl.step(state)
+        state = ctl.step(state)
     assert len(state.segments) == 2 and cluster.jobs["101"].steps == [(1, ["node1", "node2"])]
     saved = StateStore(ctl.s.run_dir).load()
     assert saved is not None and len(saved.segments) == 2 and saved.segments[1].in_job_of == 1
@@ -231,7 +233,7 @@ def test_controller_crash_before_the_request_is_written_asks_again(tmp_path: Pat
     request.unlink()  # the controller died after saving the restart, before writing the request
     ctl2 = Controller(ctl.s, cluster, clock, StateStore(ctl.s.run_dir), python="python")
     state = ctl2.load_or_init()
-    ctl2.step(state)
+    state = ctl2.step(state)
     req = read_record(request, StepRequest)
     assert req is not None and req.segment == 2 and req.nodes == ["node1", "node3"]
     assert req.spec_file == str(SegmentPaths.of(ctl.s.run_dir, 2).spec)
@@ -246,7 +248,7 @@ def test_controller_crash_after_the_request_neither_asks_twice_nor_resubmits(tmp
     before = request.read_text()
     ctl2 = Controller(ctl.s, cluster, clock, StateStore(ctl.s.run_dir), python="python")
     state = ctl2.load_or_init()
-    ctl2.step(state)
+    state = ctl2.step(state)
     assert request.read_text() == before  # the supervisor's request is left as it was
     state = ctl2.run()
     assert state.status == RunStatus.DONE and len(state.segments) == 2 and len(cluster.submitted) == 1
@@ -343,7 +345,7 @@ def test_a_spare_on_the_shared_blacklist_is_not_promoted(tmp_path: Path) -> None
     shared = tmp_path / "shared-blacklist.json"
     ctl, cluster, clock = make(tmp_path, {"node2": Fault("ecc", at=35)}, policy={"shared_blacklist": str(shared)})
     state = ctl.load_or_init()
-    run_until(ctl, state, 22)
+    state = run_until(ctl, state, 22)
     assert cluster.jobs["101"].allocation == ["node1", "node2", "node3"]
     now = clock.now()
     SharedBlacklist(shared).publish([BlacklistEntry(node="node3", cause=Cause.GPU_ECC, evidence="other run",
@@ -360,7 +362,7 @@ def test_a_step_record_of_an_earlier_job_is_not_this_segment_s_end(tmp_path: Pat
 
     ctl, cluster, _ = make(tmp_path)
     state = ctl.load_or_init()
-    ctl.step(state)  # submits segment 1 (job 101)
+    state = ctl.step(state)  # submits segment 1 (job 101)
     seg = state.segments[0]
     paths = AllocationPaths(Path(seg.allocation_dir))
     write_record(paths.step(1), StepRecord(segment=1, job_id="77", nodes=["node1", "node2"], ended="x",
@@ -392,7 +394,7 @@ def test_spares_are_drawn_only_from_nodes_that_are_up(tmp_path: Path) -> None:
 
 
 def test_a_dead_node_s_silence_is_a_node_failure_not_a_hang() -> None:
-    from orchestrator.loop.injob import lost_node_verdict
+    from orchestrator.diagnose.finish import lost_node_verdict
     from orchestrator.model import Verdict
 
     hang = Verdict(cause=Cause.HANG, culprit_nodes=("node1",), blame=True, confidence=0.6,
@@ -407,11 +409,11 @@ def test_a_node_blamed_in_the_job_is_not_promoted_back_even_below_the_strike_thr
     turn, node2 is still held by the job and not blacklisted, but it is not a spare again: a new segment follows."""
     ctl, cluster, _ = make(tmp_path, {"node2": Fault("segfault", at=20, sticky=False)})
     state = ctl.load_or_init()
-    run_until(ctl, state, 10)
+    state = run_until(ctl, state, 10)
     for _ in range(10_000):
         if len(state.segments) == 2 and (state.segments[1].end_iteration or 0) >= 25:
             break
-        ctl.step(state)
+        state = ctl.step(state)
     s1, s2 = state.segments
     assert s1.cause == Cause.SEGFAULT and s1.culprit_nodes == ["node2"]
     entry = state.blacklist.get("node2")
@@ -431,19 +433,19 @@ def test_the_segment_s_nodes_never_narrow_to_a_partial_list() -> None:
     agents' logs seen so far, squeue's nodes still busy while completing) never replaces a fuller one."""
     from datetime import UTC, datetime
 
-    from orchestrator.loop.progress import record_progress
+    from orchestrator.loop.progress import changes
     from orchestrator.model import JobStatus
     from orchestrator.state import SegmentRecord
 
     seg = SegmentRecord(index=1, job_name="r.seg0001")
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    record_progress(seg, JobStatus(state=JobState.RUNNING, nodes=("node1", "node2", "node4")), [], ["node1"], None,
-                    now)
+    seg = seg.evolve(**changes(seg, JobStatus(state=JobState.RUNNING, nodes=("node1", "node2", "node4")), [],
+                               ["node1"], None, now))
     assert seg.nodes == ["node1", "node2", "node4"]
     completing = JobStatus(state=JobState.RUNNING, nodes=("node1",), nodes_final=False)
-    record_progress(seg, completing, [], ["node1"], None, now)
+    seg = seg.evolve(**changes(seg, completing, [], ["node1"], None, now))
     assert seg.nodes == ["node1", "node2", "node4"]
     fresh = SegmentRecord(index=2, job_name="r.seg0002")  # no scheduler list yet: the logs, growing
-    record_progress(fresh, completing, [], ["node1"], None, now)
-    record_progress(fresh, completing, [], ["node2"], None, now)
+    fresh = fresh.evolve(**changes(fresh, completing, [], ["node1"], None, now))
+    fresh = fresh.evolve(**changes(fresh, completing, [], ["node2"], None, now))
     assert fresh.nodes == ["node1", "node2"]

@@ -32,11 +32,15 @@ def test_a_finished_or_stopped_run_says_so() -> None:
 
 def test_a_finished_run_whose_goal_the_config_raised_is_resumed_as_run_would() -> None:
     """Issue 21 re-run (W7): the dry run said `run would submit nothing` while run resumed and submitted."""
-    from orchestrator.loop.operator import resume
+    from orchestrator.loop.advance import advance
+    from orchestrator.loop.observations import Started
+
+    def resume(ledger: RunState, target: int | None) -> str:
+        return advance(ledger, Started(target), None, NOW).note
 
     ended = SegmentRecord(index=2, job_name="r.seg0002", job_id="2", ended_at=NOW)
     done = state(segments=[ended], status=RunStatus.DONE, stop_reason="iteration 60 >= 60", target_iteration=60)
     said = where_it_stands(done, 100)
     assert "raised it to 100: run would resume it and submit this segment" in said
     assert "submit nothing" in where_it_stands(done, 60)
-    assert resume(done.model_copy(deep=True), 100) and not resume(done.model_copy(deep=True), 60)  # as run decides
+    assert resume(done, 100) and not resume(done, 60)  # as run decides

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from orchestrator.blacklist import Blacklist
-from orchestrator.loop.progress import record_progress
+from orchestrator.loop.progress import changes
 from orchestrator.model import Action, Cause, JobState, JobStatus, RunStatus
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import human, run_metrics
@@ -55,11 +55,13 @@ def test_eta_while_running() -> None:
 def test_a_polled_segment_shows_the_scheduler_state(live: JobState) -> None:
     s1 = SegmentRecord(index=1, job_name="r.seg1", job_id="1", submitted_at=at(0))
     st = RunState(run="r", created_at=T, updated_at=T, segments=[s1])
-    assert record_progress(s1, JobStatus(state=live), [], [], None, at(5))  # changed: worth saving
+    assert (c := changes(s1, JobStatus(state=live), [], [], None, at(5)))  # changed: worth saving
+    s1 = s1.evolve(**c)
+    st = st.evolve(segments=[s1])
     assert status_json(st, at(5))["current"]["job_state"] == live.value
-    assert not record_progress(s1, JobStatus(state=live), [], [], None, at(10))  # nothing new
+    assert not changes(s1, JobStatus(state=live), [], [], None, at(10))  # nothing new
     assert live.value in str(summary_table(st, at(10)).columns[1]._cells)
-    assert not record_progress(s1, JobStatus(state=JobState.UNKNOWN), [], [], None, at(15))  # not listed: kept
+    assert not changes(s1, JobStatus(state=JobState.UNKNOWN), [], [], None, at(15))  # not listed: kept
     assert status_json(st, at(15))["current"]["job_state"] == live.value
 
 

@@ -58,7 +58,7 @@ def test_a_restarted_controller_repeats_no_event_and_survives_a_cut_line(tmp_pat
     with path.open("a") as f:
         f.write('{"schema": 1, "key": "cut-by-a-kill')  # a kill -9 in the middle of a line
     assert EventLog(ctl.s.run_dir).record(state, clock.now()) == 0  # a new controller: nothing again
-    state.status = RunStatus.STOPPED  # and something new after the restart
+    state = state.evolve(status=RunStatus.STOPPED)  # and something new after the restart
     assert EventLog(ctl.s.run_dir).record(state, clock.now()) == 1
     lines = path.read_text().splitlines()
     assert lines[: len(before)] == before and lines[len(before)].startswith('{"schema": 1, "key": "cut')

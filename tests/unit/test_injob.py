@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from orchestrator.contract import StepRecord
-from orchestrator.loop.injob import after_step, free_spares, in_allocation, lost_node_verdict, replace, step_status
+from orchestrator.contract import StepEnd, StepRecord
+from orchestrator.diagnose.finish import lost_node_verdict
+from orchestrator.loop.injob import after_step, free_spares, in_allocation, replace, step_status
 from orchestrator.model import Action, Cause, Decision, Evidence, JobState, JobStatus, RunStatus, Verdict
 from orchestrator.spares import restart_in_allocation
 from orchestrator.state import RunState, SegmentRecord
@@ -77,7 +78,7 @@ def test_lost_step_node_is_node_fail_with_reason() -> None:
 
 
 def test_a_step_stopped_on_a_signal_waits_for_slurm_to_end_the_job() -> None:
-    r = rec(ended=True, code=143).model_copy(update={"note": "stopped by a signal"})
+    r = rec(ended=True, code=143).model_copy(update={"note": "stopped by a signal", "end": StepEnd.SIGNALLED})
     assert step_status(running(), r).state == JobState.RUNNING
 
 

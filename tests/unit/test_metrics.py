@@ -47,7 +47,7 @@ def test_a_write_killed_half_way_leaves_the_previous_file_whole(tmp_path: Path,
     monkeypatch.setattr(os, "replace", killed)
     monkeypatch.setattr(os, "rename", killed)
     with pytest.raises(KeyboardInterrupt):
-        write_metrics(path, state.model_copy(update={"target_iteration": 999}), clock.now(), None)
+        write_metrics(path, state.evolve(target_iteration=999), clock.now(), None)
     assert path.read_text() == before and samples(path)[("orchestrator_goal_iteration", (("run", "t"),))] == 50
 
 

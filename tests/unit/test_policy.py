@@ -95,9 +95,7 @@ def test_decide_is_pure_and_bounded(progress: list[tuple[int, int]], cause: Caus
 
 
 def _resumed(i: int, start: int, nodes: tuple[str, ...] = ("n1", "n2")) -> SegmentRecord:
-    s = seg(i, start, start, nodes=nodes)
-    s.resumed_from = f"/ckpt/iter_{start:07d}"
-    return s
+    return seg(i, start, start, nodes=nodes).evolve(resumed_from=f"/ckpt/iter_{start:07d}")
 
 
 def test_one_node_failing_right_after_a_resume_is_that_node_s_strike_not_the_checkpoint_s() -> None:
@@ -121,10 +119,10 @@ def test_exit_0_short_of_the_goal_after_a_resume_is_no_progress_not_a_bad_checkp
     A clean exit marks nothing bad; the no-progress rule stops the run and says why."""
     goal = Goal(target_iteration=200)
     first = seg(1, 0, 150)
-    second = seg(2, 150, 150).model_copy(update={"resumed_from": "/ck/iter_150"})
+    second = seg(2, 150, 150).evolve(resumed_from="/ck/iter_150")
     d = decide(state(first, second), v(Cause.SUCCESS), P, goal, NOW)
     assert d.action == Action.RESUBMIT and d.checkpoint_failed is None
-    third = seg(3, 150, 150).model_copy(update={"resumed_from": "/ck/iter_150"})
+    third = seg(3, 150, 150).evolve(resumed_from="/ck/iter_150")
     d = decide(state(first, second, third), v(Cause.SUCCESS), P, goal, NOW)
     assert d.action == Action.STOP_AND_ALERT and d.rule == "no_progress" and d.checkpoint_failed is None
     assert "exited 0 on every node at iteration 150, short of the goal 200" in d.reason

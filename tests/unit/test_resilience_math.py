@@ -111,9 +111,9 @@ def test_auto_sizing_names_what_it_observed(tmp_path: Path) -> None:
     s = load_settings(write_config(tmp_path, cfg), parse_overrides([]))
     state = RunState(run="r", created_at=t0, updated_at=t0)
     assert "no failure observed yet" in spares_reason(s, state)
-    state.segments.append(SegmentRecord(index=1, job_name="s1", submitted_at=t0, first_progress_at=t0,
-                                        ended_at=t0 + timedelta(hours=5), nodes=["a", "b", "c", "d"],
-                                        cause=Cause.GPU_ECC))
+    state = state.evolve(segments=[*state.segments, SegmentRecord(
+        index=1, job_name="s1", submitted_at=t0, first_progress_at=t0, ended_at=t0 + timedelta(hours=5),
+        nodes=["a", "b", "c", "d"], cause=Cause.GPU_ECC)])
     assert "1 node failure(s) in 20 node-hours observed" in spares_reason(s, state)
     fixed = load_settings(write_config(tmp_path, {**cfg, "resources": {"nodes": 4, "spare_nodes": 2}}),
                           parse_overrides([]))
@@ -180,9 +180,9 @@ def test_the_next_segment_gets_the_advised_interval(tmp_path: Path) -> None:
 
     assert spec.interval_advice.startswith(f"every {fmt_min(every)} (the best for the failure rate)")
     assert "the default 60 min would give" in spec.interval_advice and "job MTBF of" in spec.interval_advice
-    from orchestrator.loop.submission import intent
+    from orchestrator.loop.advance import intent
 
-    state.segments.append(intent(spec, "local"))
+    state = state.evolve(segments=[*state.segments, intent(spec, "local")])
     from rich.console import Console
 
     console = Console(width=200, record=True)

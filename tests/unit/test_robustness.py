@@ -112,10 +112,10 @@ def test_queued_blacklist_edits_and_reload(tmp_path: Path) -> None:
     write_request(ctl.s.run_dir, BlacklistAdd(nodes=("node1", "node2"), reason="Xid 79 seen by admins"))
     write_request(ctl.s.run_dir, BlacklistRemove(nodes=("node2",)))
     ctl.request_reload()
-    ctl.apply_requests(state)
+    state = ctl.apply_requests(state)
     assert [e.node for e in state.blacklist.entries] == ["node1"] and state.blacklist.entries[0].source == "manual"
     assert ctl.s.policy.max_segments == 7
-    ctl.step(state)
+    state = ctl.step(state)
     assert cluster.submitted[0].exclude == ("node1",)
     persisted = StateStore(ctl.s.run_dir).load()
     assert persisted is not None and persisted.blacklist.entries[0].node == "node1"

@@ -99,10 +99,22 @@ def test_status_says_when_output_flows_without_a_progress_line() -> None:
     state = RunState(run="r", created_at=at(0), updated_at=at(0), segments=[seg])
     notes, ref = Notes(lambda r: ""), JobRef(job_id="7", submitted_at=at(0), backend="fake")
     running = JobStatus(state=JobState.RUNNING, nodes=("node1",))
-    assert not notes.update(state, seg, running, ref, at(1), True)
-    assert notes.update(state, seg, running, ref, at(400), True) and seg.queue_note == NO_PROGRESS
-    seg.end_iteration, seg.first_progress_at = 5, at(401)
-    assert notes.update(state, seg, running, ref, at(402), True) and seg.queue_note == ""
+
+    def update(now: datetime) -> bool:
+        """`notes.update` with its note written into the segment, as the controller does: True if it changed."""
+        nonlocal seg, state
+        note = notes.update(state, seg, running, ref, now, True)
+        if note is None or note == seg.queue_note:
+            return False
+        seg = seg.evolve(queue_note=note)
+        state = state.evolve(segments=[seg])
+        return True
+
+    assert not update(at(1))
+    assert update(at(400)) and seg.queue_note == NO_PROGRESS
+    seg = seg.evolve(end_iteration=5, first_progress_at=at(401))
+    state = state.evolve(segments=[seg])
+    assert update(at(402)) and seg.queue_note == ""
 
 
 @pytest.mark.parametrize(("in_job_of", "reattached", "progressed", "said"), [

@@ -38,9 +38,16 @@ def at(minutes: float) -> datetime:
 
 
 def failed(seg: SegmentRecord, cause: Cause, culprit: str, ended: float) -> SegmentRecord:
-    return seg.model_copy(update={"cause": cause, "culprit_nodes": [culprit], "action": Action.RESUBMIT_EXCLUDE,
-                                  "ended_at": at(ended), "job_state": JobState.FAILED, "reason": f"{cause} {culprit}",
-                                  "evidence": [Evidence(node=culprit, text=f"{cause} on {culprit}", cause=cause)]})
+    return seg.evolve(cause=cause, culprit_nodes=[culprit], action=Action.RESUBMIT_EXCLUDE, ended_at=at(ended),
+                      job_state=JobState.FAILED, reason=f"{cause} {culprit}",
+                      evidence=[Evidence(node=culprit, text=f"{cause} on {culprit}", cause=cause)])
+
+
+def with_seg(state: RunState, i: int, **changes: object) -> RunState:
+    """`state` with its segment at position `i` changed."""
+    segs = list(state.segments)
+    segs[i] = segs[i].evolve(**changes)
+    return state.evolve(segments=segs)
 
 
 def spares_run() -> RunState:
@@ -49,7 +56,7 @@ def spares_run() -> RunState:
     s1 = SegmentRecord(index=1, job_name="sp.seg0001", job_id="269", submitted_at=at(0), nodes=ALLOC[:3],
                        spare_count=2, allocation=ALLOC, allocation_dir=ALLOC_DIR, first_progress_at=at(5),
                        last_progress_at=at(30), end_iteration=34)
-    s1 = failed(s1.model_copy(update={"cancelled_at": at(30.5)}), Cause.GPU_ECC, "node2", 31)
+    s1 = failed(s1.evolve(cancelled_at=at(30.5)), Cause.GPU_ECC, "node2", 31)
     s2 = SegmentRecord(index=2, job_name="sp.seg0002", job_id="269", submitted_at=at(31), in_job_of=1,
                        nodes=["node1", "node4", "node3"], spare_count=1, allocation=ALLOC, allocation_dir=ALLOC_DIR,
                        resumed_from="/ck/iter_0000030", start_iteration=30, first_progress_at=at(31.75),
@@ -89,18 +96,18 @@ def test_a_swap_pairs_each_dropped_node_with_the_spare_in_its_place() -> None:
     prev = SegmentRecord(index=1, job_name="a", nodes=["node1", "node2", "node3"])
     nxt = SegmentRecord(index=2, job_name="b", nodes=["node1", "node5", "node4"], in_job_of=1)
     assert swapped(prev, nxt) == (("node2", "node3"), ("node5", "node4"))  # ranks kept: not in name order
-    nxt.nodes = ["node1", "node3", "node4"]  # a sorted node list: node3 kept its node, node4 replaced node2
+    nxt = nxt.evolve(nodes=["node1", "node3", "node4"])  # a sorted node list: node3 kept its node, node4 replaced node2
     assert swapped(prev, nxt) == (("node2",), ("node4",))
-    nxt.in_job_of = None
+    nxt = nxt.evolve(in_job_of=None)
     assert swapped(prev, nxt) == ((), ())  # a new submission promotes nothing
 
 
 def test_a_planned_new_segment_is_no_restart() -> None:
     state = spares_run()
-    for seg in state.segments[:3]:
-        seg.in_job_of = None
-    state.segments[0].cause = Cause.TIMELIMIT  # segment 2 follows a time limit: the plan, not a fault
-    state.segments[1].cause = Cause.SUCCESS
+    for i in range(3):
+        state = with_seg(state, i, in_job_of=None)
+    state = with_seg(state, 0, cause=Cause.TIMELIMIT)  # segment 2 follows a time limit: the plan, not a fault
+    state = with_seg(state, 1, cause=Cause.SUCCESS)
     assert [r.segment for r in restarts(state)] == [4]
 
 
@@ -112,9 +119,9 @@ def test_spares_of_a_job_promoted_and_free() -> None:
     assert first.free == ()  # both spares promoted; the dropped nodes and the last culprit are not free
     assert jobs[1].allocation == () and jobs[1].spare_count == 2  # not placed yet
     state = spares_run()
-    state.segments = state.segments[:2]  # segment 2 still runs on node1,node4,node3; node5 is free ...
+    state = state.evolve(segments=state.segments[:2])  # segment 2 still runs on node1,node4,node3; node5 is free ...
     assert job_spares(state)[0].free == ("node5",)
-    state.segments[0].culprit_nodes = ["node2", "node5"]  # ... unless a segment of the job blamed it too
+    state = with_seg(state, 0, culprit_nodes=["node2", "node5"])  # ... unless a segment of the job blamed it too
     assert job_spares(state)[0].free == ()
 
 
@@ -128,8 +135,8 @@ def test_status_json_carries_spares_allocation_and_restarts() -> None:
     assert data["restarts"]["in_job"]["count"] == 2 and data["restarts"]["new_job"]["count"] == 1
     assert [r["where"] for r in data["restarts"]["list"]] == ["in_job", "in_job", "new_job"]
     assert data["restarts"]["jobs"][0]["promoted"] == ["node4", "node5"]
-    state.segments = state.segments[:2]  # segment 2 is the current one, running inside job 269
-    state.segments[1].cause = state.segments[1].action = state.segments[1].ended_at = None
+    state = state.evolve(segments=state.segments[:2])  # segment 2 is the current one, running inside job 269
+    state = with_seg(state, 1, cause=None, action=None, ended_at=None)
     cur = status_json(state, at(40))["current"]
     assert (cur["in_job_of"], cur["spare_count"], cur["allocation"]) == (1, 1, ALLOC)
 
@@ -148,8 +155,8 @@ def test_timeline_marks_restarts_inside_the_job_and_the_promoted_spare() -> None
 
 def test_a_run_without_spares_keeps_its_table() -> None:
     state = spares_run()
-    state.segments = [s.model_copy(update={"in_job_of": None, "spare_count": 0, "allocation_dir": "",
-                                           "allocation": []}) for s in state.segments]
+    state = state.evolve(segments=[s.evolve(in_job_of=None, spare_count=0, allocation_dir="", allocation=[])
+                                   for s in state.segments])
     header = next(line for line in render(timeline_table(state)).splitlines() if "seg" in line)
     assert [c.strip() for c in header.strip("┃ ").split("┃")] == [
         "seg", "job", "nodes", "excluded", "resumed from", "iters", "end", "cause", "culprit", "action"]
@@ -161,14 +168,14 @@ def test_summary_counts_restarts_and_shows_the_current_jobs_spares() -> None:
     assert ("2 inside the job (median 01m15s from the end of the failed segment to progress again), "
             "1 new submission (not timed)") in text
     assert "job 270: 2 spares asked for" in text  # the current segment's job is not placed yet
-    state.segments = state.segments[:2]
-    state.segments[1].cause = None
+    state = state.evolve(segments=state.segments[:2])
+    state = with_seg(state, 1, cause=None)
     text = render(summary_table(state, at(40)))
     assert "current segment" in text and "2 in job 269" in text
     assert "job 269 (5 nodes): spares node4,node5; promoted node4; free node5" in text
     state = spares_run()
-    state.segments = state.segments[:3]  # segment 3 runs on the last spare
-    state.segments[2].cause = state.segments[2].ended_at = None
+    state = state.evolve(segments=state.segments[:3])  # segment 3 runs on the last spare
+    state = with_seg(state, 2, cause=None, ended_at=None)
     assert "promoted node4,node5; free none" in render(summary_table(state, at(55)))
 
 
@@ -181,8 +188,8 @@ def test_report_has_the_restarts_and_the_spares() -> None:
     spares_table = page.split('<table id="spares">')[1].split("</table>")[0]
     assert "<td>269</td><td>1</td><td>1,2,3</td><td>node4,node5</td><td>node4,node5</td>" in spares_table
     plain = spares_run()
-    plain.segments = [s.model_copy(update={"in_job_of": None, "spare_count": 0, "allocation_dir": "",
-                                           "cause": Cause.SUCCESS}) for s in plain.segments]
+    plain = plain.evolve(segments=[s.evolve(in_job_of=None, spare_count=0, allocation_dir="", cause=Cause.SUCCESS)
+                                   for s in plain.segments])
     assert "<h2>Restarts</h2>" not in render_html(plain, at(70), b"")
 
 
