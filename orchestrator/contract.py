@@ -53,7 +53,12 @@ class SegmentPaths:
 
     @classmethod
     def of(cls, run_dir: Path | str, index: int) -> SegmentPaths:
-        return cls(Path(run_dir) / "segments" / f"{index:04d}")
+        return cls(cls.under(run_dir) / f"{index:04d}")
+
+    @staticmethod
+    def under(run_dir: Path | str) -> Path:
+        """The directory that holds every segment of a run."""
+        return Path(run_dir) / "segments"
 
     @property
     def logs(self) -> Path:

@@ -9,6 +9,7 @@ import os
 import socket
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.files import read_regular
@@ -30,10 +31,12 @@ class LockUnavailable(LockHeld):
 
 
 class RunLock:
-    """An exclusive flock, released by the kernel when the holder dies."""
+    """An exclusive flock, released by the kernel when the holder dies. `write` writes the holder's line into the
+    lock file (os.write; a test passes one that fails as a full disk does)."""
 
-    def __init__(self, run_dir: Path, name: str = LOCK_FILE):
+    def __init__(self, run_dir: Path, name: str = LOCK_FILE, write: Callable[[int, bytes], int] = os.write):
         self.path = Path(run_dir) / name
+        self.write = write
         self._fd: int | None = None
 
     def acquire(self, role: str = "tool") -> None:
@@ -55,7 +58,7 @@ class RunLock:
             ) from None
         try:
             os.ftruncate(fd, 0)
-            os.write(fd, f"pid={os.getpid()} host={socket.gethostname()} role={role}\n".encode())
+            self.write(fd, f"pid={os.getpid()} host={socket.gethostname()} role={role}\n".encode())
         except OSError as exc:  # a full disk: the lock is not taken, nothing was changed
             os.close(fd)
             raise LockUnavailable(f"{self.path}: cannot take the run lock ({exc.strerror or exc})") from None

@@ -10,15 +10,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from orchestrator import failpoints
 from orchestrator.blacklist import Blacklist
+from orchestrator.contract import SegmentPaths
 from orchestrator.files import read_regular
 from orchestrator.migrations import read_v1
 from orchestrator.model import Action, CancelReason, Cause, Evidence, JobState, RunStatus
+from orchestrator.placement import InAllocation, OwnJob, Placement, legacy_placement
 
-SCHEMA_VERSION = 2  # 2: cancel_reason beside the sentence; records immutable (read_v1 migrates)
+SCHEMA_VERSION = 2  # 2: cancel_reason beside the sentence, placement for the four spares fields (read_v1)
 STATE_FILE = "state.json"
 BACKUP_FILE = "state.json.bak"
 
@@ -76,11 +78,29 @@ class SegmentRecord(Ledger):
     cancelled_at: datetime | None = None
     queue_note: str = ""  # while pending: time waited, reason, position in the queue
     interval_advice: str = ""  # the checkpoint interval handed to this segment, and why
-    spare_count: int = 0  # spare nodes this segment's job holds beyond its step (0: no restarts in the job)
-    allocation: list[str] = Field(default_factory=list)  # every node of the job, spares included, once known
-    in_job_of: int | None = None  # a restart inside the job that this segment index submitted
-    allocation_dir: str = ""  # where the controller and the job's allocation supervisor talk
+    placement: Placement = Field(default_factory=OwnJob)  # a job of its own, or a step of a job with spares
     checkpoint_write_s: float | None = None  # median checkpoint write time timed from the training's lines
+
+    @model_validator(mode="before")
+    @classmethod
+    def _placement_of_old_fields(cls, data: Any) -> Any:
+        return legacy_placement(data)  # schema 1's four fields (and callers that still name them)
+
+    @property
+    def spare_count(self) -> int:
+        return self.placement.spares if isinstance(self.placement, InAllocation) else 0
+
+    @property
+    def allocation(self) -> list[str]:
+        return list(self.placement.nodes) if isinstance(self.placement, InAllocation) else []
+
+    @property
+    def in_job_of(self) -> int | None:
+        return self.placement.submitted_by if isinstance(self.placement, InAllocation) else None
+
+    @property
+    def allocation_dir(self) -> str:
+        return self.placement.dir if isinstance(self.placement, InAllocation) else ""
 
     @property
     def job_root(self) -> int:
@@ -143,27 +163,6 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-RUN_DIR_ENTRIES = frozenset({STATE_FILE, BACKUP_FILE, "segments", "requests", "controller.lock", "blacklist-edit.lock",
-                             "controller.log", "stop-request", "local-backend", "report", "metrics.prom",
-                             "events.jsonl"})
-
-
-def foreign_entries(run_dir: Path) -> list[str]:
-    """Entries of an existing directory that a run does not create: a shared directory (a home, /tmp) is not
-    a run directory, and no command of the orchestrator chmods it or leaves a lock in it. Empty when
-    `run_dir` is new, empty, holds a state.json, or holds only what a run writes."""
-    try:
-        names = [p.name for p in run_dir.iterdir()]
-    except FileNotFoundError:
-        return []
-    except NotADirectoryError:
-        return [run_dir.name]
-    if STATE_FILE in names:
-        return []
-    own = ("controller.log.", f".{STATE_FILE}.", f".{BACKUP_FILE}.", SET_ASIDE, "metrics.prom.")
-    return sorted(n for n in names if n not in RUN_DIR_ENTRIES and not n.startswith(own))
-
-
 def atomic_write(path: Path, data: str, failpoint: Callable[[str], None] | None = None) -> None:
     """Write `data` so that a crash at any instant leaves the old or the new file, never a mix."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -192,7 +191,7 @@ def run_traces(run_dir: Path) -> list[str]:
     if (run_dir / BACKUP_FILE).exists():
         traces.append(BACKUP_FILE)
     try:
-        if any((run_dir / "segments").iterdir()):
+        if any(SegmentPaths.under(run_dir).iterdir()):
             traces.append("segments/")
     except OSError:
         pass

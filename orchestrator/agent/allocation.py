@@ -90,10 +90,11 @@ def down_nodes(nodes: list[str], query: Callable[[list[str]], str | None] = _que
 
 @dataclass(frozen=True)
 class Host:
-    """What the supervisor takes from the batch host: processes, Slurm's answers, time and its pace (a test
-    passes its own: no monkeypatching)."""
+    """What the supervisor takes from the batch host: processes, Slurm's answers, the controller's request file,
+    time and its pace (a test passes its own: no monkeypatching)."""
     popen: Callable[..., Any] = subprocess.Popen
     query: Callable[[list[str]], str | None] = _query
+    read: Callable[[Path, type[StepRequest]], StepRequest | None] = read_record
     sleep: Callable[[float], None] = time.sleep
     monotonic: Callable[[], float] = time.monotonic
     poll_s: float = POLL_S
@@ -160,7 +161,7 @@ class AllocationSupervisor:
             return None
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._seen is None or self._seen[0] != key:
-            req = read_record(self.paths.request, StepRequest)
+            req = self.host.read(self.paths.request, StepRequest)
             self._seen = (key, req) if req is not None else None  # unreadable now: read again next time
         else:
             req = self._seen[1]

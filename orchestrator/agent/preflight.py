@@ -6,6 +6,7 @@ the diagnosis engine recognises (the GPU reasons carry the same words CUDA uses)
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -15,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from orchestrator.contract import CheckRecord
+from orchestrator.contract import CheckRecord, SegmentPaths
 from orchestrator.model import SegmentSpec
 from orchestrator.timeout import call_with_timeout
 
@@ -32,14 +33,14 @@ class FakeNvml:
         self.gpus: list[dict[str, int]] = data.get(node, data.get("*", []))
 
 
-def check_gpus(node: str, env: dict[str, str] | None = None) -> CheckRecord:
+def check_gpus(node: str, env: dict[str, str] | None = None, nvml: str = "pynvml") -> CheckRecord:
+    """`nvml`: the module imported for NVML (a test names one that is not there, as on a node without it)."""
     fake = (env or {}).get("ORCH_FAKE_NVML") or os.environ.get("ORCH_FAKE_NVML")
     if fake:
         gpus = FakeNvml(fake, node).gpus
     else:
         try:
-            import pynvml
-
+            pynvml = importlib.import_module(nvml)
             pynvml.nvmlInit()
         except Exception:  # noqa: BLE001 - no driver, no library, no GPU: all mean "no NVML"
             return CheckRecord(name="gpu", ok=True, detail="skipped: no NVML")
@@ -135,7 +136,7 @@ def check_nhc(log: Path, timeout: float, nhc: str | None = None) -> CheckRecord 
 
 
 def run_all(spec: SegmentSpec, node: str) -> list[CheckRecord]:
-    records = Path(spec.segment_dir) / "nodes"
+    records = SegmentPaths(Path(spec.segment_dir)).nodes
     results = [check_gpus(node, dict(spec.env)), probe_dir(records, spec.preflight_timeout_s)]
     if spec.preflight_nhc == "auto" and (nhc := check_nhc(records / f"nhc-{node}.log", spec.preflight_timeout_s)):
         results.append(nhc)

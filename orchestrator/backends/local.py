@@ -15,13 +15,14 @@ import pickle
 import re
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import submitit
 from loguru import logger
+from submitit import LocalExecutor
 
 from orchestrator.agent.main import run_node
 from orchestrator.backends.base import BackendDefaults, BackendError, SchedulerUnavailable
@@ -62,15 +63,16 @@ LAST_ID = "last-id"
 
 
 class LocalBackend(BackendDefaults):
-    """Owns virtual nodes on this machine: one submitit LocalExecutor per node, lowest free nodes
-    first, --exclude honoured; its job table is a file so a restarted controller re-attaches."""
+    """Owns virtual nodes on this machine: one submitit LocalExecutor per node (`executor`), lowest free nodes
+    first, --exclude honoured; its job table is a file (written by `write`) so a restarted controller re-attaches."""
     name = "local"
 
-    def __init__(self, node_names: list[str], state_dir: Path, clock: Clock):
+    def __init__(self, node_names: list[str], state_dir: Path, clock: Clock,
+                 write: Callable[[Path, str], None] = atomic_write, executor: type[LocalExecutor] = LocalExecutor):
         self.node_names = sorted(node_names, key=natural_key)
         self.state_dir = Path(state_dir)
         self.registry = self.state_dir / "jobs.json"
-        self.clock = clock
+        self.clock, self.write, self.executor = clock, write, executor
         self._jobs: dict[str, dict[str, Any]] = {}
         self._records: dict[str, LocalJobRecord] = self._load()
 
@@ -95,7 +97,7 @@ class LocalBackend(BackendDefaults):
         an unreachable scheduler); a start or an end already happened and stays in memory, written next time."""
         try:
             private_dir(self.state_dir)
-            atomic_write(self.registry, json.dumps({"jobs": {k: asdict(v) for k, v in self._records.items()}}))
+            self.write(self.registry, json.dumps({"jobs": {k: asdict(v) for k, v in self._records.items()}}))
         except OSError as exc:
             if strict:
                 raise SchedulerUnavailable(f"local job table {self.registry} cannot be written: {exc}") from None
@@ -113,7 +115,7 @@ class LocalBackend(BackendDefaults):
         new = str(max(ids, default=1000) + 1)
         for d in (self.state_dir, segment_dir):
             private_dir(d)
-            atomic_write(d / LAST_ID, new)
+            self.write(d / LAST_ID, new)
         return new
 
     # ---- Backend protocol ------------------------------------------------------------------
@@ -183,7 +185,7 @@ class LocalBackend(BackendDefaults):
         try:
             with deaf_to_ctrl_c():  # the job outlives a Ctrl-C in the controller's terminal, as a Slurm job does
                 for rank, node in enumerate(nodes):
-                    ex = submitit.LocalExecutor(folder=Path(spec.segment_dir) / "submitit" / node)
+                    ex = self.executor(folder=Path(spec.segment_dir) / "submitit" / node)
                     ex.update_parameters(timeout_min=spec.time_limit_min + 10, tasks_per_node=1)
                     jobs[node] = ex.submit(run_node, spec, node, rank, rec.job_id)
         except OSError as exc:  # a full disk half way: no agent is left running unwatched, the job stays to start

@@ -38,6 +38,7 @@ from orchestrator.backends.slurm_commands import (
     without_excluded,
 )
 from orchestrator.clock import Clock
+from orchestrator.contract import SegmentPaths
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 from orchestrator.settings import SlurmBackendCfg
 from orchestrator.state import atomic_write
@@ -184,7 +185,7 @@ class SlurmBackend(BackendDefaults):
         return ex.submit(run_node, spec)
 
     def folder(self, spec: SegmentSpec) -> Path:
-        return Path(spec.segment_dir) / "submitit"
+        return SegmentPaths(Path(spec.segment_dir)).submitit
 
     def _executor(self, folder: Path, spec: SegmentSpec) -> submitit.SlurmExecutor:
         """The one place that configures submitit; used by submit() and by render()'s rehearsal."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from typing import Annotated
@@ -15,9 +17,10 @@ from loguru import logger
 from rich.console import Console
 
 from orchestrator.backends.base import Backend
-from orchestrator.clock import Clock
+from orchestrator.clock import Clock, RealClock
+from orchestrator.rundir import foreign_entries
 from orchestrator.settings import ConfigError, Settings, check_paths, load_settings, parse_overrides
-from orchestrator.state import RunState, StateError, StateStore, foreign_entries, private_dir
+from orchestrator.state import RunState, StateError, StateStore, private_dir
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Keep long multi-node training on Slurm moving: diagnose, blacklist, resume.")
@@ -26,6 +29,18 @@ out = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
 err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 EXIT_CONFIG = 2
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What the commands are built from besides their arguments, set from Python only (no option reaches it): the
+    clock `run`, `cancel` and `status --watch` wait by. A test passes its own as the context object,
+    `CliRunner().invoke(app, argv, obj=Wiring(clock=...))`."""
+    clock: Callable[[], Clock] = RealClock
+
+
+def wiring(ctx: typer.Context) -> Wiring:
+    return ctx.obj if isinstance(ctx.obj, Wiring) else Wiring()
 
 
 def _version(value: bool) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestrator.cli.common import SetOpt, _state_for, app, err, fail, load, loaded, out
+from orchestrator.cli.common import SetOpt, _state_for, app, err, fail, load, loaded, out, wiring
 from orchestrator.clock import RealClock
 from orchestrator.diagnose.offline import diagnose_dir
 from orchestrator.state import RunState
@@ -18,6 +18,7 @@ from orchestrator.views.text import clean, cut
 
 @app.command()
 def status(
+    ctx: typer.Context,
     target: Annotated[Path, typer.Argument(help="A run's config file or its run directory.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     watch: Annotated[bool, typer.Option("--watch", help="Refresh in place every few seconds (Ctrl-C ends).")] = False,
@@ -44,7 +45,7 @@ def status(
         return
     from rich.live import Live
 
-    clock = RealClock()
+    clock = wiring(ctx).clock()
 
     def view() -> Any:
         return status_view(load_state(), clock.now(), store.run_dir, out.size.height)

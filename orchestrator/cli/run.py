@@ -23,9 +23,10 @@ from orchestrator.cli.common import (
     out,
     require_run_dir,
     setup_logging,
+    wiring,
 )
 from orchestrator.cli.dryrun import dry, spares_problem
-from orchestrator.clock import Clock, RealClock
+from orchestrator.clock import Clock
 from orchestrator.requests import STOP_REQUEST, pending
 from orchestrator.runlock import CONTROLLER, LockHeld, LockUnavailable, RunLock
 from orchestrator.settings import Settings, load_settings, parse_overrides
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 @app.command()
 def run(
+    ctx: typer.Context,
     config: Annotated[Path, typer.Argument(help="The run's YAML config file.")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the next submission; submit nothing.")] = False,
     cancel_on_exit: Annotated[bool, typer.Option(help="Cancel the running job when the controller stops.")] = False,
@@ -66,7 +68,7 @@ def run(
     s = load(config, set_)
     if problem := spares_problem(s):
         raise fail([problem])
-    clock = RealClock()
+    clock = wiring(ctx).clock()
     if start_over and (s.run_dir / STATE_FILE).exists():  # it sets aside traces only where no ledger is left
         err.print(f"note: --start-over does nothing here: {s.run_dir / STATE_FILE} exists, so the run resumes from "
                   "its ledger; to start over on purpose move the run directory aside (or use a new run_dir)",
@@ -258,7 +260,8 @@ def _stop_controller(store: StateStore, where: str, wait: float) -> None:
 
 
 @app.command()
-def cancel(config: Annotated[Path, typer.Argument(help="The run's config file (the backend to cancel through).")],
+def cancel(ctx: typer.Context,
+           config: Annotated[Path, typer.Argument(help="The run's config file (the backend to cancel through).")],
            wait: Annotated[float, typer.Option(help="Seconds to wait for the controller to exit.")] = 60.0) -> None:
     """Stop the run's controller and cancel its job; the run is recorded as stopped, and `orchestrator run`
     resumes it later from the newest complete checkpoint.
@@ -280,7 +283,7 @@ def cancel(config: Annotated[Path, typer.Argument(help="The run's config file (t
     except (LockHeld, LockUnavailable) as exc:
         raise fail([f"{where}: {exc}; nothing cancelled"], 1) from None
     try:
-        clock = RealClock()
+        clock = wiring(ctx).clock()
         done = _cancel_current(state, build_backend(s, clock), store, clock, by="orchestrator cancel")
     finally:
         lock.release()

@@ -4,7 +4,7 @@ progress line is searched from the block's ends, which is where it is."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from orchestrator.diagnose.prefilter import candidate_ends
 from orchestrator.settings.run import loading_bar_bytes
@@ -12,6 +12,7 @@ from orchestrator.settings.run import loading_bar_bytes
 SEARCH_LINES = 400
 NEAR_END = 8
 MAX_PROGRESS_LINE = 64 * 1024  # a progress line's last state (a tqdm bar's \r rewrites) is at its end
+Candidates = Callable[[bytes, bytes, int], list[int] | None]  # prefilter.candidate_ends: (pattern, data, start)
 
 
 def group_int(m: re.Match[bytes] | re.Match[str] | None) -> int | None:
@@ -68,15 +69,15 @@ def iter_lines_forward(data: bytes, start: int, limit: int) -> Iterator[bytes]:
         start = nl + 1
 
 
-def _last(data: bytes, after: int, rx: re.Pattern[bytes]) -> tuple[bytes, int] | None:
+def _last(data: bytes, after: int, rx: re.Pattern[bytes], candidates: Candidates) -> tuple[bytes, int] | None:
     """The last progress line of data[after:] and its iteration. A long block is searched through the lines a
-    Hyperscan pass says may match (its cost is the bytes, not the pattern); a short one, or without Hyperscan,
-    line by line from its end, then by the pattern itself."""
+    Hyperscan pass (`candidates`) says may match (its cost is the bytes, not the pattern); a short one, or without
+    Hyperscan (`candidates` gives None), line by line from its end, then by the pattern itself."""
     for line in iter_lines_backwards(data, after, NEAR_END):  # where it usually is: no pass over the block
         if (it := last_int(rx, line[-MAX_PROGRESS_LINE:])) is not None:
             return line, it
     long_block = len(data) - after > SEARCH_LINES * 200
-    ends = candidate_ends(rx.pattern, data, after) if long_block else None
+    ends = candidates(rx.pattern, data, after) if long_block else None
     if ends is not None:
         for le in reversed(ends):
             ls = data.rfind(b"\n", after, le)
@@ -98,10 +99,11 @@ def _last(data: bytes, after: int, rx: re.Pattern[bytes]) -> tuple[bytes, int] |
     return None
 
 
-def block_progress(data: bytes, after: int, rx: re.Pattern[bytes],
-                   want_first: bool) -> tuple[int | None, int, bytes] | None:
-    """(first iteration if asked, last iteration, the last progress line) in data[after:], or None."""
-    last = _last(data, after, rx)
+def block_progress(data: bytes, after: int, rx: re.Pattern[bytes], want_first: bool,
+                   candidates: Candidates = candidate_ends) -> tuple[int | None, int, bytes] | None:
+    """(first iteration if asked, last iteration, the last progress line) in data[after:], or None. `candidates`:
+    the Hyperscan pass (a test passes one that answers None, as without Hyperscan)."""
+    last = _last(data, after, rx, candidates)
     if last is None:
         return None
     first = None

@@ -13,7 +13,7 @@ import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 try:  # optional accelerator
@@ -37,7 +37,9 @@ SPECIAL = (
      r"process|py-spy timed out", False),
 )
 _NAMED = re.compile(r"\(\?P<\w+>")
-_COMPILED: dict[tuple[tuple[str, bool], ...], bytes] = {}  # serialised databases: a new watch per segment
+Compiled = dict[tuple[tuple[str, bool], ...], bytes]
+Compile = Callable[[tuple[tuple[str, bool], ...]], "hyperscan.Database"]  # patterns -> a compiled database
+_COMPILED: Compiled = {}  # serialised databases: a new watch per segment
 _MAX_COMPILED = 16  # (and per restarted controller) loads one in microseconds instead of compiling for 0.15 s
 
 
@@ -47,9 +49,10 @@ def _plain(pattern: str) -> str:
     return p[1:] if p.startswith("^") else p
 
 
-def _database(patterns: tuple[tuple[str, bool], ...]) -> hyperscan.Database:
-    """A Hyperscan database of `patterns`, with its own scratch space (never shared between watches)."""
-    blob = _COMPILED.get(patterns) or _cached(patterns)
+def _database(patterns: tuple[tuple[str, bool], ...], memory: Compiled, compiler: Compile) -> hyperscan.Database:
+    """A Hyperscan database of `patterns`, with its own scratch space (never shared between watches): from
+    `memory`, else from this host's cache file, else compiled (`compiler`) and kept in both."""
+    blob = memory.get(patterns) or _cached(patterns)
     if blob is not None:
         try:
             db = hyperscan.loadb(blob, hyperscan.HS_MODE_BLOCK)
@@ -57,13 +60,13 @@ def _database(patterns: tuple[tuple[str, bool], ...]) -> hyperscan.Database:
         except Exception:  # noqa: BLE001 - a damaged cache file: compile instead
             blob = None
         else:
-            _COMPILED[patterns] = blob
+            memory[patterns] = blob
             return db
-    db = _compile(patterns)
-    if len(_COMPILED) >= _MAX_COMPILED:
-        _COMPILED.clear()
-    _COMPILED[patterns] = hyperscan.dumpb(db)
-    _store(patterns, _COMPILED[patterns])
+    db = compiler(patterns)
+    if len(memory) >= _MAX_COMPILED:
+        memory.clear()
+    memory[patterns] = hyperscan.dumpb(db)
+    _store(patterns, memory[patterns])
     return db
 
 
@@ -114,14 +117,17 @@ def _store(patterns: tuple[tuple[str, bool], ...], blob: bytes) -> None:
 
 
 class Prefilter:
-    """Finds the lines of a block worth matching (Hyperscan, or one combined Python regex)."""
-    def __init__(self, patterns: Sequence[tuple[str, bool]]):
+    """Finds the lines of a block worth matching (Hyperscan, or one combined Python regex). `memory` holds the
+    databases this process compiled or loaded, `compiler` compiles one (a test passes an empty memory, as in a
+    new process, and a compiler that fails the test when the cache file should have been loaded)."""
+    def __init__(self, patterns: Sequence[tuple[str, bool]], memory: Compiled = _COMPILED,
+                 compiler: Compile = _compile):
         self.patterns = list(patterns) + list(SPECIAL)
         self.engine = "python"
         self._db = None
         if hyperscan is not None:
             try:
-                self._db, self.engine = _database(tuple(self.patterns)), "hyperscan"
+                self._db, self.engine = _database(tuple(self.patterns), memory, compiler), "hyperscan"
             except Exception:  # noqa: BLE001 - any unsupported construct: fall back to Python
                 self._db = None
         alts = [f"(?i:{_plain(p)})" if ci else f"(?:{_plain(p)})" for p, ci in self.patterns]

@@ -21,6 +21,7 @@ from orchestrator.loop import progress
 from orchestrator.loop.conclude import Outcome, conclude
 from orchestrator.loop.effects import Alert, Effect
 from orchestrator.model import CancelReason, JobState, RunStatus, SegmentSpec
+from orchestrator.placement import InAllocation, OwnJob
 from orchestrator.settings import Goal, Policy, Settings
 from orchestrator.state import MAX_ACKED, RunState, SegmentRecord
 
@@ -60,10 +61,11 @@ class Transition:
 
 def intent(spec: SegmentSpec, backend_name: str, **more: Any) -> SegmentRecord:
     """The segment record written before submission, so a crash before the id is recorded is detected."""
+    place = InAllocation(dir=spec.allocation_dir, spares=spec.spares) if spec.allocation_dir or spec.spares \
+        else OwnJob()
     return SegmentRecord(index=spec.index, job_name=spec.job_name, excluded=list(spec.exclude),
                          resumed_from=spec.resume_from, start_iteration=spec.start_iteration, backend=backend_name,
-                         interval_advice=spec.interval_advice, spare_count=spec.spares,
-                         allocation_dir=spec.allocation_dir, **more)
+                         interval_advice=spec.interval_advice, **{"placement": place, **more})
 
 
 def _changed(old: RunState, now: datetime, **changes: Any) -> Transition:
@@ -135,7 +137,9 @@ def judged(old: RunState, obs: o.Ended, policy: Policy, goal: Goal, checkpoint_d
 def _allocation_known(old: RunState, obs: o.AllocationKnown, cfg: Settings | None, now: datetime) -> Transition:
     seg = old.current
     assert seg is not None
-    return Transition(old) if seg.allocation else _current(old, now, allocation=list(obs.nodes))
+    if not isinstance(seg.placement, InAllocation) or seg.placement.nodes:
+        return Transition(old)
+    return _current(old, now, placement=seg.placement.model_copy(update={"nodes": obs.nodes}))
 
 
 def _job_ending(old: RunState, obs: o.JobEnding, cfg: Settings | None, now: datetime) -> Transition:
@@ -149,8 +153,9 @@ def _restarted(old: RunState, obs: o.RestartedInJob, cfg: Settings | None, now: 
     assert seg is not None
     swap = ", ".join(f"{a} -> {b}" for a, b in zip(obs.drop, obs.promote, strict=True))
     done = seg.evolve(reason=f"{seg.reason}; restarted inside job {seg.job_id} ({swap}), no new submission"[:500])
-    new = intent(obs.spec, seg.backend, job_id=seg.job_id, submitted_at=now, nodes=list(obs.nodes),
-                 allocation=list(seg.allocation), in_job_of=seg.job_root)
+    place = InAllocation(dir=obs.spec.allocation_dir, spares=obs.spec.spares, nodes=tuple(seg.allocation),
+                         submitted_by=seg.job_root)
+    new = intent(obs.spec, seg.backend, job_id=seg.job_id, submitted_at=now, nodes=list(obs.nodes), placement=place)
     return _changed(old, now, segments=[*old.segments[:-1], done, new], blacklist=obs.blacklist, wait_until=None)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 from loguru import logger
 
@@ -31,24 +32,28 @@ from orchestrator.loop.notes import Notes, log_end
 from orchestrator.loop.outage import Outage, poll_job
 from orchestrator.loop.runner import EffectRunner, Notify
 from orchestrator.loop.steps import Steps
-from orchestrator.loop.submission import FilesystemStall, observe_checkpoint, prepare, shared_path, unloadable
+from orchestrator.loop.submission import FilesystemStall, Preparer, observe_checkpoint, prepare, shared_path, unloadable
 from orchestrator.loop.supervise import Seen, supervise
 from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
 from orchestrator.settings import PROGRESS_REGEX, Settings
 from orchestrator.state import RunState, SegmentRecord, StateStore
+from orchestrator.watch.reader import Listing, scan_dir
 from orchestrator.watch.segment import SegmentWatch
 
 
 class Controller(Keeper):
     """Owns the run loop and its I/O: observe (poll the backend, feed the watcher), call the pure
-    functions, carry out what they return, save the state. Decides nothing itself."""
+    functions, carry out what they return, save the state. Decides nothing itself. Besides the clock and the
+    backend, a test may give it `prepare` (the next segment's spec: one that meets a hung checkpoint directory)
+    and `listing` (a directory of the run's logs: one that hangs)."""
     def __init__(self, settings: Settings, backend: Backend, clock: Clock, store: StateStore,
                  notify: Notify | None = None, python: str = sys.executable,
-                 failpoint: Callable[[str], None] | None = None):
+                 failpoint: Callable[[str], None] | None = None, prepare: Preparer = prepare,
+                 listing: Callable[[Path], Listing] = scan_dir):
         super().__init__(settings, clock, store, EffectRunner(backend, notify or (lambda title, body: None),
                                                               shared_path(settings)))
         self.failpoint = failpoint or failpoints.hit
-        self.backend, self.python = backend, python
+        self.backend, self.python, self.prepare, self.listing = backend, python, prepare, listing
         self.signatures = table_for(settings.signatures)
         self.progress = progress_pattern(settings.progress_regex, PROGRESS_REGEX)
         self.reload_requested = False
@@ -124,7 +129,7 @@ class Controller(Keeper):
     # ---- submit ----------------------------------------------------------------------------
     def submit_next(self) -> None:
         try:
-            prepared = prepare(self.s, self.state, self.backend, self.clock.now(), self.python)
+            prepared = self.prepare(self.s, self.state, self.backend, self.clock.now(), self.python)
         except FilesystemStall as exc:
             self._held(self._stall, self.s.policy.filesystem_stall_max_s, str(exc))
             return
@@ -165,7 +170,8 @@ class Controller(Keeper):
         if self._watch:
             self._watch.close()
         root = SegmentPaths.of(self.s.run_dir, seg.index).root
-        self._watch = SegmentWatch(root, self.signatures, self.progress, self.s.watch.read_timeout_s)
+        self._watch = SegmentWatch(root, self.signatures, self.progress, self.s.watch.read_timeout_s,
+                                   listing=self.listing)
         self.notes.reset(reattached)  # re-attached: the controller started while the job was already there
 
     def recover_intent(self, seg: SegmentRecord) -> None:

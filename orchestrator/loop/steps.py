@@ -37,7 +37,7 @@ from orchestrator.loop.observations import (
     RestartedInJob,
 )
 from orchestrator.loop.runner import EffectRunner
-from orchestrator.loop.submission import FilesystemStall, merged_blacklist, prepare, unloadable
+from orchestrator.loop.submission import FilesystemStall, Preparer, merged_blacklist, unloadable
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 from orchestrator.settings import Settings
 from orchestrator.state import RunState, SegmentRecord
@@ -52,6 +52,7 @@ class Host(Protocol):
     effects: EffectRunner
     python: str
     state: RunState
+    prepare: Preparer
 
     def advance(self, obs: Observation) -> Transition: ...
 
@@ -139,7 +140,7 @@ class Steps:
     def restart(self, seg: SegmentRecord, nxt: AfterStep, spares: list[str], now: datetime) -> None:
         h = self.host
         try:
-            prepared = prepare(h.s, h.state, h.backend, now, h.python)
+            prepared = h.prepare(h.s, h.state, h.backend, now, h.python)
         except FilesystemStall as exc:
             self._end_job(seg, f"no restart inside the job: {exc}")
             return

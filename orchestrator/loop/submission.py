@@ -6,6 +6,7 @@ these same functions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,7 +18,7 @@ from orchestrator.backends.base import Backend
 from orchestrator.blacklist import Blacklist, ExcludePlan, compress
 from orchestrator.model import SegmentSpec
 from orchestrator.plan import plan, spares
-from orchestrator.settings import Policy, Settings
+from orchestrator.settings import CheckpointCfg, Policy, Settings
 from orchestrator.shared_blacklist import SharedBlacklist
 from orchestrator.state import RunState
 from orchestrator.timeout import call_with_timeout
@@ -91,11 +92,16 @@ def _lost_checkpoints(settings: Settings, state: RunState, dir_exists: bool) -> 
     return ""
 
 
-def find_checkpoint(settings: Settings, state: RunState) -> ckpt_mod.Checkpoint | None:
+Finder = Callable[[CheckpointCfg, frozenset[str]], ckpt_mod.Checkpoint | None]  # checkpoint.find_latest
+
+
+def find_checkpoint(settings: Settings, state: RunState,
+                    find: Finder = ckpt_mod.find_latest) -> ckpt_mod.Checkpoint | None:
+    """The newest complete checkpoint (`find`, in a worker with the read timeout: a test passes one that hangs)."""
     skip = frozenset(p for p, n in state.bad_checkpoints.items() if n >= 2)
 
     def look() -> tuple[ckpt_mod.Checkpoint | None, bool]:
-        found = ckpt_mod.find_latest(settings.checkpoint, skip)
+        found = find(settings.checkpoint, skip)
         d = settings.checkpoint.dir
         return found, found is not None or d.is_dir() or d.parent.is_dir()
 
@@ -134,10 +140,11 @@ class Prepared:
     checkpoint: str | None = None  # the newest complete checkpoint found (the one it resumes)
 
 
-def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime, python: str) -> Prepared:
+def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime, python: str,
+            find: Finder = ckpt_mod.find_latest) -> Prepared:
     """The next segment's spec. Raises FilesystemStall when the checkpoint directory does not answer."""
     bl = merged_blacklist(settings, state.blacklist)
-    ckpt = find_checkpoint(settings, state)
+    ckpt = find_checkpoint(settings, state, find)
     inventory = backend.nodes()
     n, k, note = settings.resources.nodes, spares(settings, state), ""
     up = backend.usable_nodes() if k else inventory
@@ -150,6 +157,9 @@ def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime
         k = cut
     excl = exclude_plan(bl, settings.policy, inventory, n + k, now, settings.resources.exclude)
     return Prepared(plan(settings, state, ckpt, excl, python, k), excl, bl, note, ckpt.path if ckpt else None)
+
+
+Preparer = Callable[[Settings, RunState, Backend, datetime, str], Prepared]  # prepare, as the controller calls it
 
 
 def unloadable(state: RunState, spec: SegmentSpec) -> str:

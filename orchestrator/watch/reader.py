@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -33,8 +34,11 @@ class HasTail(Protocol):
 BATCH = 256
 
 
-def scan_dir(directory: Path) -> dict[str, tuple[int, float]]:
-    out: dict[str, tuple[int, float]] = {}
+Listing = dict[str, tuple[int, float]]  # name -> (size, mtime); size -1: not a regular file
+
+
+def scan_dir(directory: Path) -> Listing:
+    out: Listing = {}
     try:
         with os.scandir(directory) as it:
             for e in it:
@@ -101,18 +105,30 @@ BATCH_BYTES = 8 << 20  # a batch hands over what it read once it holds this much
 IN_FLIGHT = 4  # batches read at once: a poll holds at most IN_FLIGHT * (BATCH_BYTES + one file's read) of logs
 POLL_BYTES = 1 << 30  # read per poll at most (the rest of a backlog next poll); a final poll reads everything
 
+
+@dataclass(frozen=True)
+class Bounds:
+    """The tuning knobs of `read_batched` (a test passes small ones to see them hold): logs per batch, the bytes a
+    batch holds before it hands over, the batches read at once, the bytes one (non-final) poll reads."""
+    batch: int = BATCH
+    batch_bytes: int = BATCH_BYTES
+    in_flight: int = IN_FLIGHT
+    poll_bytes: int = POLL_BYTES
+
+
 Blocks = list[tuple[int, bytes, int]]
 
 
 def read_batched(pool: DaemonPool, todo: list[tuple[str, T]], final: bool, timeout_s: float,
-                 feed: Callable[[str, Blocks], None], stuck: Callable[[str, Batch[T]], None]) -> None:
+                 feed: Callable[[str, Blocks], None], stuck: Callable[[str, Batch[T]], None],
+                 bounds: Bounds = Bounds()) -> None:
     """Read the logs in `todo` in batches, a few at a time, handing each batch's blocks to `feed` (which scans and
     drops them) before more are read: memory is bounded whatever the backlog. A batch whose read does not return
     within `timeout_s` is abandoned: `stuck` gets the node it hangs on, the rest of it waits for the next poll."""
     waiting, inflight, total = deque(todo), deque[tuple[Batch[T], Future[Any], float]](), 0
     while waiting or inflight:
-        while waiting and len(inflight) < IN_FLIGHT and (final or total < POLL_BYTES):
-            batch = Batch([waiting.popleft() for _ in range(min(BATCH, len(waiting)))], BATCH_BYTES)
+        while waiting and len(inflight) < bounds.in_flight and (final or total < bounds.poll_bytes):
+            batch = Batch([waiting.popleft() for _ in range(min(bounds.batch, len(waiting)))], bounds.batch_bytes)
             inflight.append((batch, pool.submit(batch.run, final), time.monotonic()))
         if not inflight:
             return

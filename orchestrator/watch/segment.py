@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,7 +23,7 @@ from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.tail import LogTail
-from orchestrator.watch.reader import Batch, DaemonPool, pending, read_batched, scan_dir, submitit_logs
+from orchestrator.watch.reader import Batch, DaemonPool, Listing, pending, read_batched, scan_dir, submitit_logs
 from orchestrator.watch.roster import Roster
 from orchestrator.watch.stuck import frames, fs_suspect, stuck_detail
 
@@ -61,6 +62,7 @@ class SegmentWatch:
     scheduler_logs: dict[str, NodeWatch] = field(default_factory=dict)
     blind_since: datetime | None = None  # a read of the run directory has not returned since then
     roster: Roster = field(default_factory=Roster)
+    listing: Callable[[Path], Listing] = scan_dir  # one directory's entries (a test passes one that hangs)
     _pool: DaemonPool = field(default_factory=lambda: DaemonPool(max_workers=8))
     prefilter: Prefilter = field(init=False)
 
@@ -83,7 +85,7 @@ class SegmentWatch:
 
     def _listing(self, directory: Path) -> dict[str, tuple[int, float]] | None:
         """name -> (size, mtime) for one directory, in a worker with a timeout; None if it hangs or fails."""
-        ok, value = self._call(str(directory), scan_dir, directory)
+        ok, value = self._call(str(directory), self.listing, directory)
         return value if ok and isinstance(value, dict) else None
 
     def _discover(self, logs: dict[str, tuple[int, float]], records: dict[str, tuple[int, float]],

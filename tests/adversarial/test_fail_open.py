@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,8 +23,7 @@ from orchestrator.loop.controller import Controller
 from orchestrator.model import JobRef, RunStatus, SegmentSpec
 from orchestrator.settings import load_settings, parse_overrides
 from orchestrator.state import StateStore
-from orchestrator.watch import reader
-from orchestrator.watch import segment as segment_module
+from orchestrator.watch.reader import Listing, scan_dir
 from tests.conftest import base_config, write_config
 from tests.fakes import FakeCluster, Fault
 
@@ -74,11 +74,22 @@ def scenario(tmp: Path, seed: int) -> tuple[Controller, FakeCluster, Outages]:
         length = timedelta(seconds=rng.choice([8, 30, 60, 150, 400]))  # shorter and longer than the stall limit
         out.windows.append(Window(rng.choice(["scheduler", "filesystem"]), t, t + length))
         t += length + timedelta(seconds=rng.randint(10, 60))
-    return Controller(s, cluster, clock, StateStore(s.run_dir), python="python"), cluster, out
+    ctl = Controller(s, cluster, clock, StateStore(s.run_dir), python="python", listing=hanging_listing(out))
+    return ctl, cluster, out
 
 
-def inject(ctl: Controller, cluster: FakeCluster, out: Outages, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The scheduler's calls fail inside its windows; node-log reads hang inside the filesystem's."""
+def hanging_listing(out: Outages) -> Callable[[Path], Listing]:
+    """The run directory's listings, hung inside the filesystem's windows."""
+    def listing(directory: Path) -> Listing:
+        while out.now_in("filesystem"):
+            out.answered.wait(0.5)  # a hung read: returns once the filesystem answers again
+        return scan_dir(directory)
+    return listing
+
+
+def inject(ctl: Controller, cluster: FakeCluster, out: Outages) -> None:
+    """The scheduler's calls fail inside its windows; node-log reads hang inside the filesystem's (the
+    controller's listing, given by `scenario`)."""
     def live() -> list[str]:
         return [j for j, job in cluster.jobs.items() if not job.state.terminal]
 
@@ -106,14 +117,6 @@ def inject(ctl: Controller, cluster: FakeCluster, out: Outages, monkeypatch: pyt
     cluster.submit = down("submit", watched_submit)  # type: ignore[method-assign]
     cluster.cancel = down("cancel", watched_cancel)  # type: ignore[method-assign]
     cluster.find_jobs = down("find_jobs", cluster.find_jobs)  # type: ignore[method-assign]
-    scan_dir = reader.scan_dir
-
-    def hanging_scan(directory: Path) -> Any:
-        while out.now_in("filesystem"):
-            out.answered.wait(0.5)  # a hung read: returns once the filesystem answers again
-        return scan_dir(directory)
-
-    monkeypatch.setattr(segment_module, "scan_dir", hanging_scan)
 
     def on_advance(now: datetime) -> None:
         if not out.now_in("filesystem"):
@@ -130,10 +133,9 @@ def inject(ctl: Controller, cluster: FakeCluster, out: Outages, monkeypatch: pyt
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_outages_never_cancel_or_resubmit_blind_and_are_said_once(tmp_path: Path, seed: int,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_outages_never_cancel_or_resubmit_blind_and_are_said_once(tmp_path: Path, seed: int) -> None:
     ctl, cluster, out = scenario(tmp_path, seed)
-    inject(ctl, cluster, out, monkeypatch)
+    inject(ctl, cluster, out)
     lines: list[str] = []
     sink = logger.add(lambda m: lines.append(str(m)), format="{message}", level="INFO")
     try:

@@ -92,37 +92,32 @@ def test_jobs_of_a_garbled_table_are_stopped_and_their_ids_never_given_again(tmp
     again.cancel(second)
 
 
-def test_a_job_table_that_cannot_be_written_holds_the_submission_instead_of_a_traceback(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_job_table_that_cannot_be_written_holds_the_submission_instead_of_a_traceback(tmp_path: Path) -> None:
     """Issue 21: the local registry's save on a full disk was a traceback out of `run`; now a submission waits
     like one to an unreachable scheduler (the controller retries it), and nothing half-recorded is left."""
-    import errno
     import sys
 
-    from orchestrator.backends import local
     from orchestrator.backends.base import SchedulerUnavailable
     from orchestrator.loop.submission import prepare
     from orchestrator.settings import load_settings, parse_overrides
     from orchestrator.state import RunState
     from tests.conftest import base_config, write_config
 
+    def full(path: Path, data: str) -> None:  # every file of the job table, written as on a full disk
+        with open("/dev/full", "wb", buffering=0) as dev:
+            dev.write(data.encode())  # ENOSPC, from the kernel
+
     s = load_settings(write_config(tmp_path, base_config(tmp_path)), parse_overrides([]))
     clock = FakeClock()
-    backend = LocalBackend(["node1", "node2", "node3"], s.run_dir / "local-backend", clock)
+    backend = LocalBackend(["node1", "node2", "node3"], s.run_dir / "local-backend", clock, write=full)
     spec = prepare(s, RunState(run="t", created_at=clock.now(), updated_at=clock.now()), backend, clock.now(),
                    sys.executable).spec
-
-    def full(path: Path, data: str, failpoint: object = None) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
-
-    monkeypatch.setattr(local, "atomic_write", full)
     with pytest.raises(SchedulerUnavailable, match="No space left on device"):
         backend.submit(spec)
     assert backend.find_jobs(spec.job_name) == [] and not backend._records
 
 
-def test_a_disk_that_fills_while_the_agents_start_leaves_none_running(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_disk_that_fills_while_the_agents_start_leaves_none_running(tmp_path: Path) -> None:
     """Issue 21 re-run (F10): with a few KB free, the second agent's submitit pickle failed: `run` exited rc 1
     with agents of the first nodes left running unwatched and a segment without a job id. Now the started agents
     are stopped and the submission waits like one to an unreachable scheduler."""
@@ -142,17 +137,19 @@ def test_a_disk_that_fills_while_the_agents_start_leaves_none_running(
     cfg = base_config(tmp_path, command=[sys.executable, "-c", "import time; time.sleep(300)"],
                       resources={"nodes": 2, "time_limit_min": 60})
     s = load_settings(write_config(tmp_path, cfg), parse_overrides([]))
+    calls: list[int] = []
+
+    class FillsUp(submitit.LocalExecutor):
+        """The second node's executor finds the disk full when it pickles the agent."""
+
+        def submit(self, *args: Any, **kw: Any) -> Any:
+            calls.append(1)
+            if len(calls) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x.pkl"))
+            return super().submit(*args, **kw)
+
     clock = FakeClock()
-    backend = LocalBackend(["node1", "node2"], s.run_dir / "local-backend", clock)
-    original, calls = submitit.LocalExecutor.submit, []
-
-    def fills_up(self: submitit.LocalExecutor, *args: Any, **kw: Any) -> Any:
-        calls.append(1)
-        if len(calls) == 2:
-            raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x.pkl"))
-        return original(self, *args, **kw)
-
-    monkeypatch.setattr(submitit.LocalExecutor, "submit", fills_up)
+    backend = LocalBackend(["node1", "node2"], s.run_dir / "local-backend", clock, executor=FillsUp)
     state = RunState(run="t", created_at=clock.now(), updated_at=clock.now())
     with pytest.raises(SchedulerUnavailable, match="No space left on device"):
         backend.submit(prepare(s, state, backend, clock.now(), sys.executable).spec)

@@ -78,23 +78,24 @@ def test_a_shared_blacklist_that_is_not_one(tmp_path: Path, content: str) -> Non
 
 
 @pytest.mark.parametrize("edit", [["add", "node4"], ["remove", "node4"], ["clear"]])
-def test_a_blacklist_edit_on_a_full_disk_is_one_line_and_changes_nothing(tmp_path: Path, edit: list[str],
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_blacklist_edit_on_a_full_disk_is_one_line_and_changes_nothing(tmp_path: Path, edit: list[str]) -> None:
     """Issue 21: `blacklist add/remove/clear` on a full disk was a traceback."""
     import errno
 
-    from orchestrator import requests, state
+    from orchestrator import failpoints
 
     store = StateStore(tmp_path)
     store.save(RunState(run="r", created_at=NOW, updated_at=NOW))
     before = (tmp_path / "state.json").read_bytes()
 
-    def full(path: Path, data: str, failpoint: object = None) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    def full(point: str) -> None:  # the state's write points (orchestrator/failpoints.py) find the disk full
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "state.json"))
 
-    monkeypatch.setattr(state, "atomic_write", full)
-    monkeypatch.setattr(requests, "atomic_write", full)
-    res = runner.invoke(app, ["blacklist", edit[0], str(tmp_path), *edit[1:]])
+    failpoints.install(full)
+    try:
+        res = runner.invoke(app, ["blacklist", edit[0], str(tmp_path), *edit[1:]])
+    finally:
+        failpoints.install(None)
     assert res.exit_code == 1 and "Traceback" not in res.output and isinstance(res.exception, SystemExit), res.output
     assert "No space left on device" in res.output and "nothing changed" in res.output, res.output
     assert (tmp_path / "state.json").read_bytes() == before

@@ -12,9 +12,8 @@ from orchestrator.backends.base import BackendError, SchedulerUnavailable
 from orchestrator.backends.slurm import SlurmBackend
 from orchestrator.blacklist import ExcludePlan
 from orchestrator.clock import FakeClock
-from orchestrator.loop import controller as controller_module
 from orchestrator.loop.controller import Controller
-from orchestrator.loop.submission import FilesystemStall
+from orchestrator.loop.submission import FilesystemStall, Prepared, Preparer, prepare
 from orchestrator.model import JobRef, RunStatus, SegmentSpec
 from orchestrator.plan import plan
 from orchestrator.settings import SlurmBackendCfg, load_settings, parse_overrides
@@ -89,13 +88,14 @@ class Unreachable(FakeCluster):
         return super().submit(spec)
 
 
-def controller(tmp_path: Path, cluster_failures: int, *overrides: str) -> tuple[Controller, list[str], FakeClock]:
+def controller(tmp_path: Path, cluster_failures: int, *overrides: str,
+               prepare: Preparer = prepare) -> tuple[Controller, list[str], FakeClock]:
     s = load_settings(write_config(tmp_path, base_config(tmp_path, goal={"target_iteration": 20})),
                       parse_overrides(["watch.poll_interval_s=10", *overrides]))
     clock = FakeClock()
     alerts: list[str] = []
     ctl = Controller(s, Unreachable(clock, cluster_failures, tmp_path), clock, StateStore(s.run_dir),
-                     notify=lambda title, body: alerts.append(title), python="python")
+                     notify=lambda title, body: alerts.append(title), python="python", prepare=prepare)
     return ctl, alerts, clock
 
 
@@ -141,13 +141,11 @@ def test_the_default_scheduler_outage_bound_is_six_hours(tmp_path: Path) -> None
     assert 6 * 3600 <= clock.slept <= 6 * 3600 + 600
 
 
-def test_a_filesystem_stall_beyond_the_bound_alerts_once_and_stops(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    def stalled(*args: object) -> object:
+def test_a_filesystem_stall_beyond_the_bound_alerts_once_and_stops(tmp_path: Path) -> None:
+    def stalled(*args: object) -> Prepared:
         raise FilesystemStall("/ckpt did not answer within 10s")
 
-    monkeypatch.setattr(controller_module, "prepare", stalled)
-    ctl, alerts, clock = controller(tmp_path, 0, "policy.filesystem_stall_max_s=300")
+    ctl, alerts, clock = controller(tmp_path, 0, "policy.filesystem_stall_max_s=300", prepare=stalled)
     state = ctl.run()
     assert state.status == RunStatus.STOPPED and "filesystem stall for" in state.stop_reason
     assert "/ckpt did not answer" in state.stop_reason and 300 <= clock.slept <= 320

@@ -96,7 +96,8 @@ def _controller_env(tmp: Path) -> dict[str, str]:
     (wrap / "srun").write_text(SRUN_WRAPPER)
     (wrap / "srun").chmod(0o755)
     env = slurm_env()
-    return {**env, "PATH": f"{wrap}:{env.get('PATH', os.environ['PATH'])}", "ORCH_TEST_SRUN_LOG": str(tmp / "srun.log")}
+    return {**env, "PATH": f"{wrap}:{env.get('PATH', os.environ['PATH'])}", "ORCH_TEST_SRUN_LOG": str(tmp / "srun.log"),
+            "PYTHONPATH": str(REPO)}
 
 
 def _batch_checks(tmp: Path, cfg: dict[str, Any], exp: dict[str, Any]) -> str:
@@ -113,7 +114,7 @@ def _started_everywhere(tmp: Path, script: Path, label: dict[str, Any]) -> str:
     would have (container options on its srun, run-once lines once, the array id, no excluded node)."""
     cfg = _config(tmp, script, label)
     res = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(cfg)], capture_output=True, text=True,
-                         timeout=300, env=_controller_env(tmp), cwd=REPO, check=False)
+                         timeout=300, env=_controller_env(tmp), cwd=tmp, check=False)  # sbatch's submit dir
     logs = sorted((tmp / "run" / "segments" / "0001" / "logs").glob("*.log"))
     if len(logs) != NODES:
         return f"{len(logs)} node logs; run: {res.stdout[-1500:]} {res.stderr[-1500:]}"

@@ -103,10 +103,11 @@ def fast() -> Iterator[dict[str, list[str]]]:
 
 
 def supervisor(spec: SegmentSpec, popen: Popen, srun_args: tuple[str, ...] = (), request_wait_s: float = 0.0,
-               cls: type[AllocationSupervisor] = AllocationSupervisor) -> AllocationSupervisor:
+               cls: type[AllocationSupervisor] = AllocationSupervisor,
+               read: Callable[[Path, type[StepRequest]], StepRequest | None] = read_record) -> AllocationSupervisor:
     """No waiting (a failed step with no request ends the job at once), Slurm's answers from VIEW."""
     host = Host(popen=popen, query=slurm_says, sleep=lambda s: None, poll_s=0.0, stop_grace_s=0.0,
-                request_wait_s=request_wait_s)
+                request_wait_s=request_wait_s, read=read)
     return cls(spec, srun_args, job_id="555", allocation=list(ALLOC), host=host)
 
 
@@ -213,17 +214,15 @@ def test_a_request_for_the_running_segment_is_ignored(tmp_path: Path) -> None:
     assert not proc.terminated and len(popen.calls) == 1
 
 
-def test_the_request_is_read_again_only_when_the_file_was_replaced(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_request_is_read_again_only_when_the_file_was_replaced(tmp_path: Path) -> None:
     spec = make_spec(tmp_path)
-    sup = supervisor(spec, Popen())
     reads: list[int] = []
 
     def counted(path: Path, model: type[StepRequest]) -> StepRequest | None:
         reads.append(1)
         return read_record(path, model)
 
-    monkeypatch.setattr(allocation, "read_record", counted)
+    sup = supervisor(spec, Popen(), read=counted)
     assert sup.pending(1) is None and reads == []  # no file: a failed stat, no read
     ask(tmp_path, spec, ["node1", "node3"], index=2)
     for _ in range(5):

@@ -15,7 +15,7 @@ from orchestrator.backends.slurm import SlurmBackend
 from orchestrator.clock import FakeClock
 from orchestrator.loop.advance import intent
 from orchestrator.loop.controller import Controller
-from orchestrator.loop.submission import prepare
+from orchestrator.loop.submission import Preparer, prepare
 from orchestrator.model import Action, Cause, JobState, RunStatus
 from orchestrator.settings import SlurmBackendCfg, load_settings, parse_overrides
 from orchestrator.state import StateStore
@@ -26,12 +26,12 @@ NODES = ["node1", "node2", "node3", "node4"]
 
 
 def make(tmp_path: Path, faults: dict[str, Fault] | None = None, target: int = 50,
-         overrides: Sequence[str] = (), nodes: list[str] = NODES,
+         overrides: Sequence[str] = (), nodes: list[str] = NODES, prepare: Preparer = prepare,
          **cfg_over: Any) -> tuple[Controller, FakeCluster, FakeClock]:
     s = load_settings(write_config(tmp_path, base_config(tmp_path, **cfg_over)), parse_overrides(list(overrides)))
     clock = FakeClock()
     cluster = FakeCluster(clock, nodes, target, tmp_path / "ckpt", faults=faults)
-    ctl = Controller(s, cluster, clock, StateStore(s.run_dir), python="python")
+    ctl = Controller(s, cluster, clock, StateStore(s.run_dir), python="python", prepare=prepare)
     return ctl, cluster, clock
 
 
@@ -194,16 +194,20 @@ def test_no_older_checkpoint_stops_instead_of_starting_over(tmp_path: Path) -> N
     assert [s.start_iteration for s in state.segments] == [0, 10, 10]
 
 
-def test_hung_checkpoint_directory_blocks_submission_not_the_loop(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hung_checkpoint_directory_blocks_submission_not_the_loop(tmp_path: Path) -> None:
+    import functools
     import threading
 
     from orchestrator import checkpoint as ckpt_mod
+    from orchestrator.settings import CheckpointCfg
 
     gate = threading.Event()
-    real = ckpt_mod.find_latest
-    monkeypatch.setattr(ckpt_mod, "find_latest", lambda cfg, skip=frozenset(): (gate.wait(), real(cfg, skip))[1])
-    ctl, cluster, clock = make(tmp_path, watch={"read_timeout_s": 0.2})
+
+    def hung(cfg: CheckpointCfg, skip: frozenset[str]) -> ckpt_mod.Checkpoint | None:
+        gate.wait()  # the checkpoint directory answers once the gate opens
+        return ckpt_mod.find_latest(cfg, skip)
+
+    ctl, cluster, clock = make(tmp_path, watch={"read_timeout_s": 0.2}, prepare=functools.partial(prepare, find=hung))
     state = ctl.load_or_init()
     for _ in range(3):
         state = ctl.step(state)  # each step returns although the checkpoint directory never answers

@@ -14,13 +14,15 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
+from orchestrator.cli.common import Wiring
+from orchestrator.clock import Clock, RealClock
 from orchestrator.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,12 +83,20 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def run_cli(root: Path, argv: list[str]) -> tuple[int, str]:
+class Woken(RealClock):
+    """The wall clock, woken at every sleep (as by a signal): `status --watch` refreshes once, a retry never waits."""
+
+    def sleep(self, seconds: float) -> bool:
+        self.wake()
+        return super().sleep(seconds)
+
+
+def run_cli(root: Path, argv: list[str], clock: Callable[[], Clock] = RealClock) -> tuple[int, str]:
     if argv[0] == "run" and "--dry-run" not in argv:  # a controller with its agents: a process of its own
         proc = subprocess.run([sys.executable, "-m", "orchestrator", *argv], cwd=root, capture_output=True,
                               text=True, timeout=240)
         return proc.returncode, proc.stdout + proc.stderr
-    res = CliRunner().invoke(app, argv, catch_exceptions=False)
+    res = CliRunner().invoke(app, argv, catch_exceptions=False, obj=Wiring(clock=clock))
     return res.exit_code, res.output
 
 
@@ -132,14 +142,13 @@ def check_synopsis(cmd: str) -> None:
 
 def run_all(root: Path, commands: list[str], monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.chdir(root)
-    monkeypatch.setattr("orchestrator.clock.RealClock.sleep", lambda self, s: False)  # --watch: one refresh
     failures = []
     for cmd in commands:
         argv = as_written(root, cmd)
         if argv is None:
             check_synopsis(cmd)
             continue
-        code, output = run_cli(root, argv)
+        code, output = run_cli(root, argv, Woken)  # --watch: one refresh
         if code != 0:
             failures.append(f"{cmd}\n  -> exit {code}: {output[-600:]}")
     return failures

@@ -11,6 +11,7 @@ from orchestrator.contract import StepEnd, StepRecord
 from orchestrator.diagnose.finish import lost_node_verdict
 from orchestrator.loop.injob import after_step, free_spares, in_allocation, replace, step_status
 from orchestrator.model import Action, Cause, Decision, Evidence, JobState, JobStatus, RunStatus, Verdict
+from orchestrator.placement import InAllocation, OwnJob
 from orchestrator.spares import restart_in_allocation
 from orchestrator.state import RunState, SegmentRecord
 
@@ -19,8 +20,9 @@ ALLOC = ["node1", "node2", "node3", "node4"]  # node1 is the batch host
 
 
 def seg(nodes: tuple[str, ...] = ("node1", "node2"), allocation: tuple[str, ...] = tuple(ALLOC)) -> SegmentRecord:
-    return SegmentRecord(index=1, job_name="t.seg0001", job_id="101", nodes=list(nodes), allocation=list(allocation),
-                         spare_count=len(allocation) - len(nodes), allocation_dir="/run/segments/0001/allocation")
+    return SegmentRecord(index=1, job_name="t.seg0001", job_id="101", nodes=list(nodes),
+                         placement=InAllocation(nodes=allocation, spares=len(allocation) - len(nodes),
+                                                dir="/run/segments/0001/allocation"))
 
 
 def run_state(status: RunStatus = RunStatus.RUNNING) -> RunState:
@@ -48,7 +50,7 @@ def ecc(node: str) -> tuple[Verdict, Decision]:
 
 def test_in_allocation_is_the_allocation_dir() -> None:
     assert in_allocation(seg())
-    assert not in_allocation(SegmentRecord(index=1, job_name="t.seg0001", spare_count=0))
+    assert not in_allocation(SegmentRecord(index=1, job_name="t.seg0001", placement=OwnJob()))
 
 
 def test_running_step_keeps_the_job_state_with_the_step_nodes() -> None:

@@ -328,14 +328,15 @@ def _spec(tmp_path: Path, **kw: Any) -> SegmentSpec:
                        segment_dir=str(tmp_path / "s"), progress_regex=r"it (\d+)", **kw)
 
 
-def _facts(tmp_path: Path, lines: list[str], **probes: Any) -> nodefacts.NodeFacts:
+def _facts(tmp_path: Path, lines: list[str], kind: type[nodefacts.NodeFacts] = nodefacts.NodeFacts,
+           **probes: Any) -> nodefacts.NodeFacts:
     (tmp_path / "s" / "nodes").mkdir(parents=True, exist_ok=True)
     (tmp_path / "proc" / "self").mkdir(parents=True, exist_ok=True)
     (tmp_path / "proc" / "self" / "cgroup").write_text("0::/\n")
     (tmp_path / "proc" / "uptime").write_text("100.0 200.0\n")
     defaults: dict[str, Any] = {"run": _runner({"--time-format": (0, "", "")}), "ib_root": tmp_path / "no-ib",
                                 "cgroup_root": tmp_path / "cg", "proc": tmp_path / "proc"}
-    return nodefacts.NodeFacts(_spec(tmp_path), "node1", lines.append, nodefacts.Probes(**{**defaults, **probes}))
+    return kind(_spec(tmp_path), "node1", lines.append, nodefacts.Probes(**{**defaults, **probes}))
 
 
 def test_a_mount_that_hangs_is_reported_within_the_bound(tmp_path: Path) -> None:
@@ -374,10 +375,16 @@ def test_report_prints_abnormal_facts_once_and_says_where_it_could_not_look(
         assert rec is not None and rec.reason == reason and len(rec.facts) > 10
 
 
-def test_a_failed_collection_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+class FailingCollection(nodefacts.NodeFacts):
+    """A collection that raises (a bug in a source's reading): report() must still be one line."""
+
+    def collect(self) -> list[NodeFact]:
+        raise ZeroDivisionError("division by zero")
+
+
+def test_a_failed_collection_is_one_line(tmp_path: Path) -> None:
     lines: list[str] = []
-    facts = _facts(tmp_path, lines)
-    monkeypatch.setattr(facts, "collect", lambda: 1 / 0)
+    facts = _facts(tmp_path, lines, FailingCollection)
     facts.report("exit")
     assert lines == ["ORCH-NODE collection failed: ZeroDivisionError: division by zero"]
 

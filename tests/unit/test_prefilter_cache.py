@@ -16,32 +16,28 @@ LINE = b"ok\nRuntimeError: uncorrectable ECC error encountered\nok\n"
 pytestmark = pytest.mark.skipif(prefilter.ENGINE_AVAILABLE is False, reason="Hyperscan is not installed here")
 
 
-def fresh(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
+def fresh(monkeypatch: pytest.MonkeyPatch, cache: Path) -> prefilter.Compiled:
+    """A process with `cache` as its cache directory and nothing in memory yet: the memory it starts with."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
-    monkeypatch.setattr(prefilter, "_COMPILED", {})
+    return {}
 
 
 def test_a_second_process_loads_the_database_instead_of_compiling(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    fresh(monkeypatch, tmp_path)
-    first = Prefilter(PATTERNS)
+    first = Prefilter(PATTERNS, fresh(monkeypatch, tmp_path))
     files = list((tmp_path / "orchestrator").glob("hs-*.db"))
     assert first.engine == "hyperscan" and len(files) == 1
-    fresh(monkeypatch, tmp_path)  # a new process: nothing in memory
-    monkeypatch.setattr(prefilter, "_compile", lambda: pytest.fail("compiled again"))
-    again = Prefilter(PATTERNS)
+    memory = fresh(monkeypatch, tmp_path)  # a new process: nothing in memory
+    again = Prefilter(PATTERNS, memory, compiler=lambda patterns: pytest.fail("compiled again"))
     assert again.engine == "hyperscan" and again.lines(LINE) == first.lines(LINE) == [(3, 52)]
 
 
 def test_a_damaged_or_unwritable_cache_only_costs_the_compile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fresh(monkeypatch, tmp_path)
-    Prefilter(PATTERNS)
+    Prefilter(PATTERNS, fresh(monkeypatch, tmp_path))
     for f in (tmp_path / "orchestrator").glob("hs-*.db"):
         f.write_bytes(b"garbage")
-    fresh(monkeypatch, tmp_path)
-    assert Prefilter(PATTERNS).lines(LINE) == [(3, 52)]
+    assert Prefilter(PATTERNS, fresh(monkeypatch, tmp_path)).lines(LINE) == [(3, 52)]
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
-    fresh(monkeypatch, blocked)
-    pf = Prefilter(PATTERNS)
+    pf = Prefilter(PATTERNS, fresh(monkeypatch, blocked))
     assert pf.engine == "hyperscan" and pf.lines(LINE) == [(3, 52)]

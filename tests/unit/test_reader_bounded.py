@@ -7,10 +7,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-import pytest
-
-from orchestrator.watch import reader
-from orchestrator.watch.reader import Batch, DaemonPool, read_batched
+from orchestrator.watch.reader import Batch, Bounds, DaemonPool, read_batched
 
 READ = 1000  # bytes one read of one node returns
 
@@ -46,11 +43,10 @@ class Node:
     tail: FakeTail
 
 
-def _run(nodes: int, final: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Ledger, dict[str, int], list[Node]]:
-    monkeypatch.setattr(reader, "BATCH", 4)
-    monkeypatch.setattr(reader, "BATCH_BYTES", 2 * READ)
-    monkeypatch.setattr(reader, "IN_FLIGHT", 2)
-    monkeypatch.setattr(reader, "POLL_BYTES", 50 * READ)
+BOUNDS = Bounds(batch=4, batch_bytes=2 * READ, in_flight=2, poll_bytes=50 * READ)
+
+
+def _run(nodes: int, final: bool) -> tuple[Ledger, dict[str, int], list[Node]]:
     ledger, fed = Ledger(), dict[str, int]()
     todo = [(f"node{i}", Node(FakeTail(ledger, 3 * READ))) for i in range(nodes)]
 
@@ -64,21 +60,21 @@ def _run(nodes: int, final: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Ledg
 
     pool = DaemonPool(max_workers=4)
     try:
-        read_batched(pool, todo, final, 10.0, feed, stuck)
+        read_batched(pool, todo, final, 10.0, feed, stuck, BOUNDS)
     finally:
         pool.shutdown(wait=True)
     return ledger, fed, [n for _, n in todo]
 
 
-def test_what_is_held_at_once_is_bounded_by_the_window_not_the_node_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    ledger, fed, _ = _run(200, final=True, monkeypatch=monkeypatch)
+def test_what_is_held_at_once_is_bounded_by_the_window_not_the_node_count() -> None:
+    ledger, fed, _ = _run(200, final=True)
     assert len(fed) == 200 and all(v == READ for v in fed.values())  # every node read once, fed once
     assert ledger.outstanding == 0
     assert ledger.peak <= 2 * (2 * READ + READ)  # IN_FLIGHT * (BATCH_BYTES + one read), not 200 reads
 
 
-def test_a_poll_stops_near_its_byte_budget_and_a_final_poll_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    _, fed, _ = _run(200, final=False, monkeypatch=monkeypatch)
+def test_a_poll_stops_near_its_byte_budget_and_a_final_poll_does_not() -> None:
+    _, fed, _ = _run(200, final=False)
     assert 50 <= len(fed) < 200  # the rest waits for the next poll (their logs still show they grew)
-    _, fed, _ = _run(200, final=True, monkeypatch=monkeypatch)
+    _, fed, _ = _run(200, final=True)
     assert len(fed) == 200

@@ -11,6 +11,7 @@ import pytest
 from orchestrator.loop.advance import Phase, advance, phase
 from orchestrator.loop.observations import Ended
 from orchestrator.model import CancelReason, Cause, JobState, JobStatus
+from orchestrator.placement import InAllocation, OwnJob
 from orchestrator.state import SCHEMA_VERSION, StateError, StateStore
 from tests.conftest import REPO
 from tests.unit.test_controller_fake import make
@@ -66,3 +67,22 @@ def test_another_schema_is_refused_and_nothing_is_overwritten(tmp_path: Path, ve
     with pytest.raises(StateError, match="schema_version"):
         StateStore(run).load()
     assert (run / "state.json").read_bytes() == before
+
+
+def test_the_four_spares_fields_of_version_1_become_the_segment_s_placement(tmp_path: Path) -> None:
+    raw = json.loads((OLD / "spares-restart.json").read_text())["segments"]
+    store = store_of(tmp_path, "spares-restart.json")
+    state = store.load()
+    assert state is not None
+    first, restart = state.segments
+    assert isinstance(first.placement, InAllocation) and isinstance(restart.placement, InAllocation)
+    assert (first.placement.dir, first.placement.spares, first.placement.submitted_by) == (
+        raw[0]["allocation_dir"], raw[0]["spare_count"], None)
+    assert list(first.placement.nodes) == raw[0]["allocation"] and restart.placement.submitted_by == 1
+    assert [(s.spare_count, s.allocation, s.in_job_of, s.allocation_dir) for s in state.segments] == [
+        (s["spare_count"], s["allocation"], s["in_job_of"], s["allocation_dir"]) for s in raw]  # read as before
+    plain = store_of(tmp_path / "plain", "hang-cancelled.json").load()
+    assert plain is not None and all(isinstance(s.placement, OwnJob) for s in plain.segments)
+    store.save(state)
+    written = json.loads(store.path.read_text())["segments"]
+    assert all("placement" in s and not {"spare_count", "in_job_of", "allocation_dir"} & set(s) for s in written)

@@ -131,9 +131,11 @@ def test_the_start_line_tells_a_new_job_a_restart_in_the_job_and_a_re_attach_apa
 
     from orchestrator.loop.notes import Notes
     from orchestrator.model import JobRef, JobState, JobStatus
+    from orchestrator.placement import InAllocation, OwnJob
     from orchestrator.state import RunState, SegmentRecord
 
-    seg = SegmentRecord(index=2, job_name="s", job_id="7", submitted_at=at(0), in_job_of=in_job_of,
+    seg = SegmentRecord(index=2, job_name="s", job_id="7", submitted_at=at(0),
+                        placement=InAllocation(submitted_by=in_job_of) if in_job_of is not None else OwnJob(),
                         first_progress_at=at(10) if progressed else None)
     state = RunState(run="r", created_at=at(0), updated_at=at(0), segments=[seg])
     lines: list[str] = []

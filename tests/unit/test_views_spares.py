@@ -21,6 +21,7 @@ from orchestrator.clock import FakeClock
 from orchestrator.contract import SegmentPaths
 from orchestrator.loop.submission import prepare
 from orchestrator.model import Action, Cause, Evidence, JobState
+from orchestrator.placement import InAllocation
 from orchestrator.settings import Settings, load_settings
 from orchestrator.state import RunState, SegmentRecord, StateStore
 from orchestrator.views.report import render_html
@@ -54,21 +55,23 @@ def spares_run() -> RunState:
     """Job 269 (3 nodes + 2 spares): ECC on node2 -> segment 2 in the job on node4; node3 fails -> segment 3 in
     the job on node5; node1 (the batch host) fails -> segment 4 is a new job 270 with --exclude."""
     s1 = SegmentRecord(index=1, job_name="sp.seg0001", job_id="269", submitted_at=at(0), nodes=ALLOC[:3],
-                       spare_count=2, allocation=ALLOC, allocation_dir=ALLOC_DIR, first_progress_at=at(5),
+                       placement=InAllocation(spares=2, nodes=tuple(ALLOC), dir=ALLOC_DIR), first_progress_at=at(5),
                        last_progress_at=at(30), end_iteration=34)
     s1 = failed(s1.evolve(cancelled_at=at(30.5)), Cause.GPU_ECC, "node2", 31)
-    s2 = SegmentRecord(index=2, job_name="sp.seg0002", job_id="269", submitted_at=at(31), in_job_of=1,
-                       nodes=["node1", "node4", "node3"], spare_count=1, allocation=ALLOC, allocation_dir=ALLOC_DIR,
+    s2 = SegmentRecord(index=2, job_name="sp.seg0002", job_id="269", submitted_at=at(31),
+                       nodes=["node1", "node4", "node3"],
+                       placement=InAllocation(spares=1, nodes=tuple(ALLOC), dir=ALLOC_DIR, submitted_by=1),
                        resumed_from="/ck/iter_0000030", start_iteration=30, first_progress_at=at(31.75),
                        last_progress_at=at(50), end_iteration=52)
     s2 = failed(s2, Cause.NODE_FAIL, "node3", 51)
-    s3 = SegmentRecord(index=3, job_name="sp.seg0003", job_id="269", submitted_at=at(51), in_job_of=1,
-                       nodes=["node1", "node4", "node5"], spare_count=0, allocation=ALLOC, allocation_dir=ALLOC_DIR,
+    s3 = SegmentRecord(index=3, job_name="sp.seg0003", job_id="269", submitted_at=at(51),
+                       nodes=["node1", "node4", "node5"],
+                       placement=InAllocation(spares=0, nodes=tuple(ALLOC), dir=ALLOC_DIR, submitted_by=1),
                        resumed_from="/ck/iter_0000050", start_iteration=50, first_progress_at=at(52.25),
                        last_progress_at=at(60), end_iteration=61)
     s3 = failed(s3, Cause.NODE_FAIL, "node1", 61)
     s4 = SegmentRecord(index=4, job_name="sp.seg0004", job_id="270", submitted_at=at(62), excluded=["node1"],
-                       spare_count=2, allocation_dir="/runs/sp/segments/0004/allocation",
+                       placement=InAllocation(spares=2, dir="/runs/sp/segments/0004/allocation"),
                        resumed_from="/ck/iter_0000060", start_iteration=60)
     return RunState(run="sp", created_at=T0, updated_at=at(70), segments=[s1, s2, s3, s4], target_iteration=100)
 
@@ -94,7 +97,8 @@ def test_restarts_inside_the_job_and_new_submissions_are_told_apart_and_timed() 
 
 def test_a_swap_pairs_each_dropped_node_with_the_spare_in_its_place() -> None:
     prev = SegmentRecord(index=1, job_name="a", nodes=["node1", "node2", "node3"])
-    nxt = SegmentRecord(index=2, job_name="b", nodes=["node1", "node5", "node4"], in_job_of=1)
+    nxt = SegmentRecord(index=2, job_name="b", nodes=["node1", "node5", "node4"],
+                        placement=InAllocation(submitted_by=1))
     assert swapped(prev, nxt) == (("node2", "node3"), ("node5", "node4"))  # ranks kept: not in name order
     nxt = nxt.evolve(nodes=["node1", "node3", "node4"])  # a sorted node list: node3 kept its node, node4 replaced node2
     assert swapped(prev, nxt) == (("node2",), ("node4",))
