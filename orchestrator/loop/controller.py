@@ -28,6 +28,7 @@ from orchestrator.loop.effects import Cancel
 from orchestrator.loop.exports import Exports
 from orchestrator.loop.injob import in_allocation, job_submitted_at
 from orchestrator.loop.keeper import Keeper
+from orchestrator.loop.modes import Mode, OwnJob
 from orchestrator.loop.notes import Notes, log_end
 from orchestrator.loop.outage import Outage, poll_job
 from orchestrator.loop.runner import EffectRunner, Notify
@@ -62,7 +63,7 @@ class Controller(Keeper):
         self.notes = Notes(backend.queue_position)
         self.keep_job = True  # False with --cancel-on-exit: the caller cancels the job after run()
         self._stall = Outage("filesystem stall")
-        self.steps = Steps(self)  # segments that run as steps of a job with spare nodes
+        self.steps, self.own = Steps(self), OwnJob()  # the two placements' executors (modes.Mode)
         self.exports = Exports()  # metrics file and endpoint, heartbeat, events.jsonl, after every poll
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -166,6 +167,10 @@ class Controller(Keeper):
         assert (seg := self.state.current) is not None
         self.new_watch(seg, reattached)
 
+    def mode(self, seg: SegmentRecord) -> Mode:
+        """The executor of the segment's placement: the one place that tells a job of its own from a step."""
+        return self.steps if in_allocation(seg) else self.own
+
     def new_watch(self, seg: SegmentRecord, reattached: bool = False) -> None:
         if self._watch:
             self._watch.close()
@@ -204,8 +209,7 @@ class Controller(Keeper):
             watch.poll(now)  # blind to the scheduler, not to the node logs
             self.clock.sleep(self.s.watch.poll_interval_s)
             return
-        if in_allocation(seg):
-            status = self.steps.observe(seg, status)  # the step's nodes; a step that ended ends the segment
+        status = self.mode(seg).observe(seg, status)  # with spares: the step's; a step that ended ends the segment
         if status.nodes and status.nodes_final and status.state != JobState.PENDING:
             watch.slurm_nodes = list(status.nodes)  # COMPLETING lists only the nodes still busy, PENDING the batch host
         self.failpoint("poll")
@@ -251,7 +255,7 @@ class Controller(Keeper):
         if not sv.cancel or sv.reason is None:
             return False
         self.advance(o.Cancelling(sv.reason, sv.cancel))
-        if in_allocation(seg):  # end the segment now; the step stops when the next one starts, or the job ends
+        if self.mode(seg).cancel_ends_segment:  # the step stops when the next one starts, or the job ends
             watch.poll(now, final=True)
             self.conclude(JobStatus(state=JobState.CANCELLED, nodes=tuple(seg.nodes)))
             return True
@@ -263,7 +267,8 @@ class Controller(Keeper):
     def conclude(self, status: JobStatus) -> None:
         assert self._watch is not None and (seg := self.state.current) is not None
         now = self.clock.now()
-        lost = tuple(self.steps.lost) if in_allocation(seg) else ()
+        mode = self.mode(seg)
+        lost = tuple(mode.lost)
         self.failpoint("before_decide")
         t = self.advance(o.Ended(status, tuple(self._watch.evidence()), tuple(self._watch.fs_stalls), lost,
                                  self._watch.checkpoint_write_s()))
@@ -272,8 +277,7 @@ class Controller(Keeper):
             self.advance(o.CheckpointSeen(path))
         log_end(self.state, out)
         self.effects.run(t.effects)  # before the save, as a crash here re-concludes (publish is idempotent)
-        if in_allocation(seg):  # restart inside the job, or end the job; a crash before the save re-concludes
-            self.steps.after(out, now)
+        mode.after(out, now)  # with spares: restart inside the job, or end it; a crash before the save re-concludes
         self.failpoint("after_blacklist")
         self.save()
         self.failpoint("after_conclude")

@@ -71,6 +71,8 @@ class Steps:
     """Owns the controller's I/O with one allocation supervisor: step records in, specs and step requests
     out, and the job's current node list (a failed node leaves a --no-kill job)."""
 
+    cancel_ends_segment = True  # a cancelled segment is judged at once; its step stops when the next one starts
+
     def __init__(self, host: Host):
         self.host = host
         self.held: list[str] = []
