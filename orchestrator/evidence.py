@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from orchestrator.model import Cause
+
 
 @dataclass(frozen=True)
 class Match:
@@ -12,7 +14,7 @@ class Match:
     line: int
     text: str
     signature: str
-    cause: str
+    cause: Cause
     blame: bool
     cascade: bool
     rank: int | None = None

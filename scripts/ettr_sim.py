@@ -24,7 +24,7 @@ from orchestrator.loop.advance import judged
 from orchestrator.loop.conclude import Outcome
 from orchestrator.loop.observations import Ended
 from orchestrator.loop.submission import exclude_plan
-from orchestrator.model import CancelReason, JobState, JobStatus, RunStatus
+from orchestrator.model import CancelReason, Cause, JobState, JobStatus, RunStatus
 from orchestrator.settings import Goal, Policy
 from orchestrator.state import RunState, SegmentRecord
 
@@ -84,10 +84,11 @@ def _evidence(nodes: list[int], failed: int, kind: str, startup: bool) -> tuple[
         ev = [NodeEvidence(node=f"node{n}", last_iteration=100, top_frames=("barrier (c10d.py)",)) for n in nodes]
         ev[nodes.index(failed)] = NodeEvidence(node=name, last_iteration=100, stuck_detail="pid 1 state D")
         return JobStatus(state=JobState.CANCELLED), ev
-    text, sig, cause = (("RuntimeError: CUDA error: out of memory", "cuda_oom", "user_oom") if startup else
-                        ("CUDA error: uncorrectable ECC error encountered", "cuda_ecc", "gpu_ecc"))
+    text, sig, cause = (("RuntimeError: CUDA error: out of memory", "cuda_oom", Cause.USER_OOM) if startup else
+                        ("CUDA error: uncorrectable ECC error encountered", "cuda_ecc", Cause.GPU_ECC))
     root = Match(1, text, sig, cause, sig != "cuda_oom", False)
-    cascade = Match(2, "Watchdog caught collective operation timeout", "nccl_timeout", "nccl_timeout", False, True)
+    cascade = Match(2, "Watchdog caught collective operation timeout", "nccl_timeout", Cause.NCCL_TIMEOUT, False,
+                    True)
     it = None if startup else 100
     ev = [NodeEvidence(node=f"node{n}", matches=(cascade,), last_iteration=it) for n in nodes if n != failed]
     ev.append(NodeEvidence(node=name, matches=(root,), last_iteration=it, exit_code=1))

@@ -35,7 +35,7 @@ def cascade_cause(secondary: list[NodeMatch]) -> Cause:
     peers only saw a collective time out."""
     if any(m.signature == "nccl_ib_peer" for _, m in secondary):
         return Cause.NETWORK
-    causes = {Cause(m.cause) for _, m in secondary}
+    causes = {m.cause for _, m in secondary}
     timed_out = any("timeout" in m.text.lower() or "timed out" in m.text.lower() for _, m in secondary)
     return Cause.NETWORK if Cause.NETWORK in causes and not timed_out else Cause.NCCL_TIMEOUT
 

@@ -54,7 +54,7 @@ def _finished(nodes: list[NodeEvidence], roots: list[NodeMatch]) -> bool:
     if not done:
         return False
     first_done = min(done.values())
-    return not any(Cause(m.cause) in HARDWARE_CAUSES and m.line < done.get(n.file, first_done) for n, m in roots)
+    return not any(m.cause in HARDWARE_CAUSES and m.line < done.get(n.file, first_done) for n, m in roots)
 
 
 def _split(nodes: list[NodeEvidence]) -> tuple[list[NodeMatch], list[NodeMatch], list[NodeMatch]]:
@@ -90,7 +90,7 @@ class Facts:
 
     @cached_property
     def hardware_roots(self) -> list[NodeMatch]:
-        return [(n, m) for n, m in self.roots if Cause(m.cause) in HARDWARE_CAUSES]
+        return [(n, m) for n, m in self.roots if m.cause in HARDWARE_CAUSES]
 
 
 def _all_exited_0(f: Facts) -> Verdict | None:
@@ -122,7 +122,7 @@ def _stalled(f: Facts) -> Verdict | None:
 
 def _spot(f: Facts) -> Verdict | None:
     spot = [(n, m) for n, m in f.secondary if m.signature == "spot_termination"]
-    if spot and all(Cause(m.cause) == Cause.NODE_FAIL for _, m in f.hardware_roots):
+    if spot and all(m.cause == Cause.NODE_FAIL for _, m in f.hardware_roots):
         return verdict(Cause.PREEMPTED, [], False, 0.75, evs(spot, Role.ROOT, 10) + evs(f.roots, Role.SECONDARY),
                        "the cloud reclaimed the instances (spot termination / preemption notice): resubmit",
                        "preempted", Owner.NOBODY)

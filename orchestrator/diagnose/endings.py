@@ -80,7 +80,7 @@ def scheduler_end(job: JobStatus, cause: Cause, nodes: list[NodeEvidence], roots
                         "comes back", "requeued", Owner.SHARED)
     gap = progress_stopped_early(nodes, secondary) if cause == Cause.TIMELIMIT else None
     if gap is not None:
-        stuck = sorted({h for n, m in roots if Cause(m.cause) == Cause.HANG and (h := origin(n, m))})
+        stuck = sorted({h for n, m in roots if m.cause == Cause.HANG and (h := origin(n, m))})
         behind = stuck or progress_culprit(nodes) or silent(nodes, [(n, m) for n, m in secondary
                                                           if m.signature != "job_timelimit"])
         return verdict(Cause.HANG, behind, bool(behind), 0.6, found,
@@ -97,7 +97,7 @@ def mins(d: timedelta) -> str:
 
 def best_root(roots: list[NodeMatch]) -> tuple[NodeMatch, str]:
     rank = {c: i for i, c in enumerate(PRECEDENCE)}
-    best = min(roots, key=lambda nm: rank.get(Cause(nm[1].cause), len(rank)))
+    best = min(roots, key=lambda nm: rank.get(nm[1].cause, len(rank)))
     first = earliest_root(roots, best)
     return (first, "earliest_error") if first is not None else (best, "")
 
@@ -105,8 +105,8 @@ def best_root(roots: list[NodeMatch]) -> tuple[NodeMatch, str]:
 def from_roots(nodes: list[NodeEvidence], roots: list[NodeMatch], secondary: list[NodeMatch],
                 kinds: list[NodeMatch], ctx: Context) -> Verdict:
     best, order_rule = best_root(roots)
-    cause = Cause(best[1].cause)
-    culprit_matches = [(n, m) for n, m in roots if Cause(m.cause) == cause]
+    cause = best[1].cause
+    culprit_matches = [(n, m) for n, m in roots if m.cause == cause]
     if order_rule:  # time order picked a root: later errors of the same cause elsewhere are its cascade
         culprit_matches = [(n, m) for n, m in culprit_matches if origin(n, m) == origin(*best)]
     named = [(n, m) for n, m in culprit_matches if m.named_node]

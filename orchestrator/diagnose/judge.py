@@ -25,7 +25,7 @@ def earliest_root(roots: list[NodeMatch], best: NodeMatch) -> NodeMatch | None:
     if best[1].ts is None:
         return None
     timed = [(n, m) for n, m in roots if m.ts is not None and m.signature != "python_exception"
-             and Cause(m.cause) != Cause(best[1].cause)]
+             and m.cause != best[1].cause]
     if not timed:
         return None
     first = min(timed, key=lambda nm: nm[1].ts or datetime.max.replace(tzinfo=UTC))
@@ -39,7 +39,7 @@ def hardware_hosts(kinds: list[NodeMatch]) -> dict[str, Cause]:
     for n, m in kinds:
         host = origin(n, m)
         if m.kind == "hw" and host:
-            cause = Cause(m.cause)
+            cause = m.cause
             if host not in out or out[host] == Cause.UNKNOWN:
                 out[host] = cause
     return out

@@ -243,7 +243,7 @@ class NodeScan:
                 if gid:
                     self.addresses.add(gid.group(1))
                     self.host_map.learn_address(gid.group(1), p.host)
-            self._add(Match(line_no, body[:MAX_TEXT], sig.name, sig.cause.value, sig.blame, sig.cascade,
+            self._add(Match(line_no, body[:MAX_TEXT], sig.name, sig.cause, sig.blame, sig.cascade,
                             p.rank if p.rank is not None else p.task, p.ts or self.last_ts, named, self.file,
                             peer, p.host,
                             sig.kind, p.task))
