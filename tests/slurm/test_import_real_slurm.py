@@ -113,8 +113,10 @@ def _started_everywhere(tmp: Path, script: Path, label: dict[str, Any]) -> str:
     """'' when every node started the entry point with its arguments, and the batch script did what sbatch
     would have (container options on its srun, run-once lines once, the array id, no excluded node)."""
     cfg = _config(tmp, script, label)
+    submit = tmp / "checkout"  # where the user submits from: a checkout of the script's repository, whose
+    (submit / "configs").mkdir(parents=True)  # configs/ some scripts write into (cat > configs/ds_config.json)
     res = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(cfg)], capture_output=True, text=True,
-                         timeout=300, env=_controller_env(tmp), cwd=tmp, check=False)  # sbatch's submit dir
+                         timeout=300, env=_controller_env(tmp), cwd=submit, check=False)  # sbatch's submit dir
     logs = sorted((tmp / "run" / "segments" / "0001" / "logs").glob("*.log"))
     if len(logs) != NODES:
         return f"{len(logs)} node logs; run: {res.stdout[-1500:]} {res.stderr[-1500:]}"
