@@ -1,5 +1,5 @@
-"""Slurm's command line as text: running one command (argv list, timeout) and parsing what sacct and squeue
-print into JobStatus values. Pure apart from run_command."""
+"""Slurm's command line as text: running one command (argv list, timeout) and parsing what sacct and
+squeue print into JobStatus values. Pure apart from run_command."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ class CommandFailed(Exception):
 
 def run_command(argv: list[str], timeout: float) -> str:
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)  # noqa: S603
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                             check=False)  # noqa: S603
     except subprocess.TimeoutExpired:
         raise CommandFailed(argv, f"timed out after {timeout:.0f}s") from None
     except OSError as exc:
@@ -39,10 +40,13 @@ def parse_state(raw: str) -> JobState:
     if word in JobState.__members__:
         return JobState(word)
     return {
-        "CONFIGURING": JobState.PENDING, "REQUEUED": JobState.PENDING, "REQUEUE_HOLD": JobState.PENDING,
+        "CONFIGURING": JobState.PENDING, "REQUEUED": JobState.PENDING,
+        "REQUEUE_HOLD": JobState.PENDING,
         "RESIZING": JobState.RUNNING, "SUSPENDED": JobState.RUNNING, "STOPPED": JobState.RUNNING,
-        "SIGNALING": JobState.RUNNING, "STAGE_OUT": JobState.COMPLETING, "BOOT_FAIL": JobState.NODE_FAIL,
-        "DEADLINE": JobState.TIMEOUT, "REVOKED": JobState.CANCELLED, "SPECIAL_EXIT": JobState.FAILED,
+        "SIGNALING": JobState.RUNNING, "STAGE_OUT": JobState.COMPLETING,
+        "BOOT_FAIL": JobState.NODE_FAIL,
+        "DEADLINE": JobState.TIMEOUT, "REVOKED": JobState.CANCELLED,
+        "SPECIAL_EXIT": JobState.FAILED,
     }.get(word, JobState.UNKNOWN)
 
 
@@ -66,7 +70,8 @@ def parse_sacct(text: str, refs: list[JobRef]) -> dict[str, JobStatus]:
     for ref in refs:
         cands = rows.get(ref.job_id, [])
         # a reused job id: keep the row submitted at (or after) our submission, never an older job's
-        ok = [r for r in cands if (parse_time(r[5]) or ref.submitted_at) >= ref.submitted_at - timedelta(minutes=10)]
+        ok = [r for r in cands
+              if (parse_time(r[5]) or ref.submitted_at) >= ref.submitted_at - timedelta(minutes=10)]
         if not ok:
             continue
         r = ok[-1]
@@ -88,14 +93,16 @@ def parse_squeue(text: str) -> dict[str, JobStatus]:
         parts = line.split("|")
         if len(parts) >= 4:
             state = parse_state(parts[1])
-            out[parts[0]] = JobStatus(state=state, nodes=tuple(expand(parts[2])) if parts[2] else (),
+            out[parts[0]] = JobStatus(state=state, nodes=tuple(expand(parts[2])) if parts[2]
+                                      else (),
                                       reason=parts[3], nodes_final=state == JobState.RUNNING)
     return out
 
 
 def without_excluded(extra: dict[str, str], exclude: tuple[str, ...]) -> dict[str, str]:
-    """sbatch_extra with the excluded nodes taken out of a pinned `nodelist` (sbatch refuses a node both listed
-    and excluded; Slurm adds other nodes when fewer are listed than asked for, as it does under sbatch -w)."""
+    """sbatch_extra with the excluded nodes taken out of a pinned `nodelist` (sbatch refuses a node
+    both listed and excluded; Slurm adds other nodes when fewer are listed than asked for, as it
+    does under sbatch -w)."""
     if "nodelist" not in extra or not exclude:
         return extra
 
@@ -105,11 +112,12 @@ def without_excluded(extra: dict[str, str], exclude: tuple[str, ...]) -> dict[st
 
 
 def first_failure(program: str, limit_s: float) -> Callable[[RetryCallState], None]:
-    """tenacity's before_sleep: the first failure of a command is said at once (an unreachable scheduler was
-    silent for the minutes its retries took), the later ones only if they all fail."""
+    """tenacity's before_sleep: the first failure of a command is said at once (an unreachable
+    scheduler was silent for the minutes its retries took), the later ones only if they all fail."""
     def say(rs: RetryCallState) -> None:
         if rs.attempt_number == 1:
             err = rs.outcome.exception() if rs.outcome is not None else None
-            logger.warning("{} failed ({}); retrying for up to {:.0f} s", program, " ".join(str(err).split())[:300],
+            logger.warning("{} failed ({}); retrying for up to {:.0f} s", program,
+                           " ".join(str(err).split())[:300],
                            limit_s)
     return say

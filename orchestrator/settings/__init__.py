@@ -4,7 +4,8 @@ Every problem is reported as one line naming the file and the field path; the ca
 
 - `sections.py`: the config sections (resources, checkpoint, policy, watch, backend, ...).
 - `run.py`: `Settings`, the top-level model of one run.
-- `loading.py`: reading the YAML, `--set` overrides, path resolution, checks of paths on this machine.
+- `loading.py`: reading the YAML, `--set` overrides, path resolution, checks of paths on this
+  machine.
 - `errors.py`: `ConfigError` and the one-line-per-problem formatting.
 """
 
