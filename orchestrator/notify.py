@@ -68,7 +68,8 @@ class Notifier:
             try:
                 assert self._apprise is not None
                 result["ok"] = bool(self._apprise.notify(title=title, body=body))
-            except Exception as exc:  # noqa: BLE001 - a notification failure never stops the controller
+            # a notification failure never stops the controller
+            except Exception as exc:  # noqa: BLE001
                 logger.warning("notification failed: {}", type(exc).__name__)
                 result["ok"] = False
 

@@ -162,7 +162,8 @@ def _shared_wait(state: RunState, verdict: Verdict, policy: Policy) -> Decision 
             and prev.action == Action.WAIT_AND_RESUBMIT and not _progressed(segs[-1]):
         return Decision(action=Action.STOP_AND_ALERT, rule="filesystem_again_after_wait",
                         reason="the same filesystem error again after the wait: the job's (its "
-                        f"paths, its quota, its I/O), not a passing outage: {verdict.summary[:200]}")
+                        "paths, its quota, its I/O), not a passing outage: "
+                        f"{verdict.summary[:200]}")
     what = "the job was requeued: wait for it" if verdict.cause == Cause.PREEMPTED else \
         "shared filesystem trouble: wait, then resubmit"
     return Decision(action=Action.WAIT_AND_RESUBMIT, reason=what,

@@ -61,7 +61,8 @@ class NodeAgent:
     """Owns one node's part of a segment: pre-flight, the training ranks and their output (teed to
     the node's log), heartbeats, dumps on request, and the exit record."""
     def __init__(self, spec: SegmentSpec, node: str, node_rank: int, nnodes: int, job_id: str):
-        self.spec, self.node, self.node_rank, self.nnodes, self.job_id = spec, node, node_rank, nnodes, job_id
+        self.spec, self.node, self.node_rank = spec, node, node_rank
+        self.nnodes, self.job_id = nnodes, job_id
         self.paths = SegmentPaths(Path(spec.segment_dir))
         self.facts = nodefacts.NodeFacts(spec, node, lambda text: self.emit("agent", text))
         self.progress = progress_pattern(spec.progress_regex, PROGRESS_REGEX)

@@ -242,7 +242,8 @@ class NodeFacts:
             self.emit(summary(reason, facts))
             write_record(self.paths.facts(self.node, reason),
                          NodeFactsRecord(node=self.node, time=_now(), reason=reason, facts=facts))
-        except Exception as exc:  # noqa: BLE001 - the node's evidence never changes how the agent ends
+        # the node's evidence never changes how the agent ends
+        except Exception as exc:  # noqa: BLE001
             self._say(f"{NODE_MARKER} collection failed: {type(exc).__name__}: {exc}")
 
     def _say(self, text: str) -> None:

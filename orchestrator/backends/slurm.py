@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import submitit
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+)
 from tenacity import wait_random_exponential as wait_rexp
 
 from orchestrator.agent.allocation import run_allocation

@@ -23,7 +23,8 @@ from orchestrator.settings import ConfigError, Settings, check_paths, load_setti
 from orchestrator.state import RunState, StateError, StateStore, private_dir
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Keep long multi-node training on Slurm moving: diagnose, blacklist, resume.")
+                  help="Keep long multi-node training on Slurm moving: diagnose, blacklist, "
+                  "resume.")
 # no emoji codes: text such as `H:M:S` or `:cross_mark:` in a note, a log line or a path is printed
 # as it is
 out = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
@@ -54,7 +55,8 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                                help="Print the version and exit.")] = False) -> None:
+                                                help="Print the version and exit.")]
+          = False) -> None:
     """Keep long multi-node training on Slurm moving: diagnose, blacklist, resume."""
 
 

@@ -12,7 +12,13 @@ from orchestrator.cli.common import SetOpt, _state_for, app, err, fail, load, lo
 from orchestrator.clock import RealClock
 from orchestrator.diagnose.offline import diagnose_dir
 from orchestrator.state import RunState
-from orchestrator.views.status import blacklist_table, drain_commands, status_json, summary_table, timeline_table
+from orchestrator.views.status import (
+    blacklist_table,
+    drain_commands,
+    status_json,
+    summary_table,
+    timeline_table,
+)
 from orchestrator.views.text import clean, cut
 
 
@@ -169,7 +175,8 @@ def import_sbatch_cmd(
         raise fail([f"-o {output}: {exc.strerror}; give a regular file's path"]) from None
     try:
         cfg, notes = import_sbatch(text, script.stem, str(Path.cwd()), tuple(args or ()))
-    except Exception as exc:  # noqa: BLE001 - a script we cannot read is the user's input, not our crash
+    # a script we cannot read is the user's input, not our crash
+    except Exception as exc:  # noqa: BLE001
         raise fail([f"{script}: cannot translate this script: {type(exc).__name__}: "
                     f"{str(exc)[:200]}"]) from None
     body = dump_config(cfg, notes, str(script))

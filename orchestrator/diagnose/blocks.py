@@ -72,8 +72,8 @@ def iter_lines_forward(data: bytes, start: int, limit: int) -> Iterator[bytes]:
         start = nl + 1
 
 
-def _last(data: bytes, after: int, rx: re.Pattern[bytes], candidates: Candidates) -> tuple[bytes,
-                                                                                           int] | None:
+def _last(data: bytes, after: int, rx: re.Pattern[bytes],
+          candidates: Candidates) -> tuple[bytes, int] | None:
     """The last progress line of data[after:] and its iteration. A long block is searched through
     the lines a Hyperscan pass (`candidates`) says may match (its cost is the bytes, not the
     pattern); a short one, or without Hyperscan (`candidates` gives None), line by line from its

@@ -4,7 +4,13 @@ report, a lone crashed rank, every rank killed at once."""
 
 from __future__ import annotations
 
-from orchestrator.diagnose.culprits import all_hosts, origin, peer_culprits, progress_culprit, silent
+from orchestrator.diagnose.culprits import (
+    all_hosts,
+    origin,
+    peer_culprits,
+    progress_culprit,
+    silent,
+)
 from orchestrator.diagnose.judge import hardware_hosts
 from orchestrator.diagnose.verdicts import Context, NodeMatch, ev, evs, verdict
 from orchestrator.evidence import NodeEvidence

@@ -22,7 +22,16 @@ from orchestrator.diagnose.judge import (
 )
 from orchestrator.diagnose.verdicts import Context, evs, verdict
 from orchestrator.evidence import NodeEvidence
-from orchestrator.model import HARDWARE_CAUSES, Cause, Evidence, JobState, JobStatus, Owner, Role, Verdict
+from orchestrator.model import (
+    HARDWARE_CAUSES,
+    Cause,
+    Evidence,
+    JobState,
+    JobStatus,
+    Owner,
+    Role,
+    Verdict,
+)
 
 __all__ = ["Context", "classify", "infer_job_state"]
 

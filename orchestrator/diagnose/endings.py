@@ -6,8 +6,20 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from orchestrator.diagnose.culprits import all_hosts, as_hosts, origin, progress_culprit, silent, stack_outliers
-from orchestrator.diagnose.judge import NodeMatch, earliest_root, hardware_hosts, progress_stopped_early
+from orchestrator.diagnose.culprits import (
+    all_hosts,
+    as_hosts,
+    origin,
+    progress_culprit,
+    silent,
+    stack_outliers,
+)
+from orchestrator.diagnose.judge import (
+    NodeMatch,
+    earliest_root,
+    hardware_hosts,
+    progress_stopped_early,
+)
 from orchestrator.diagnose.rules import COLLECTIVE, DEVICE_FRAME, PROGRAM_WAIT, judge_root
 from orchestrator.diagnose.verdicts import Context, evs, verdict
 from orchestrator.evidence import NodeEvidence

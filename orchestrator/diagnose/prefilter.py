@@ -32,7 +32,8 @@ SPECIAL = (
     (r"ORCH-AGENT (?:start|exit)|ORCH-ALLOCATION|Starting with JobEnvironment|Job completed "
      r"successfully", False),
     (r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using|NCCL INFO comm \S+ rank \d+ ", False),
-    (r"srun: error: \S+: tasks? \d|^\s*(?:host|rank)\s+: |--node-ip-address|scontrol show hostnames", False),
+    (r"srun: error: \S+: tasks? \d|^\s*(?:host|rank)\s+: |--node-ip-address|"
+     r"scontrol show hostnames", False),
     (ALLOC_START_RE, False),
     (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|hread 0x[0-9a-f]+ \(most recent call first|Failed "
      r"to suspend process|py-spy timed out", False),
@@ -192,8 +193,8 @@ def candidate_ends(pattern: bytes, data: bytes, start: int) -> list[int] | None:
         try:
             db = hyperscan.Database()
             db.compile(expressions=[_plain(pattern.decode(errors="replace")).encode()], ids=[0],
-                       elements=1,
-                       flags=[hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_MULTILINE | hyperscan.HS_FLAG_ALLOWEMPTY])
+                       elements=1, flags=[hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_MULTILINE
+                                          | hyperscan.HS_FLAG_ALLOWEMPTY])
         except Exception:  # noqa: BLE001 - a construct Hyperscan refuses even as a prefilter
             db = False
         _CANDIDATES[pattern] = db
@@ -211,6 +212,7 @@ def candidate_ends(pattern: bytes, data: bytes, start: int) -> list[int] | None:
 
     try:
         db.scan(data[start:], match_event_handler=on_match)  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - e.g. its scratch busy in another thread: match the block instead
+    # e.g. its scratch busy in another thread: match the block instead
+    except Exception:  # noqa: BLE001
         return None
     return ends

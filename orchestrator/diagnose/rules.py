@@ -81,13 +81,14 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
     if cause == Cause.FILESYSTEM:
         return judge_fs(best, culprits, symmetric)
     if symmetric and cause in JOB_WHEN_SYMMETRIC:
-        return cause, [], Owner.JOB, "same_on_every_node", f"the same {cause.value} on every node: the job's, " \
-            "not a node's; it will happen again"
+        return (cause, [], Owner.JOB, "same_on_every_node",
+                f"the same {cause.value} on every node: the job's, not a node's; it will happen "
+                "again")
     if symmetric and cause in SYMMETRIC:
         # every watchdog fired: a collective timeout
         cause = Cause.NCCL_TIMEOUT if cause == Cause.HANG else cause
-        return cause, [], Owner.NOBODY, "same_on_every_node", f"the same {cause.value} on every node: nobody " \
-            "stands out"
+        return (cause, [], Owner.NOBODY, "same_on_every_node",
+                f"the same {cause.value} on every node: nobody stands out")
     if cause in (Cause.USER_BUG, Cause.HOST_OOM):
         rule = "program_error" if cause == Cause.USER_BUG else "job_memory"
         return cause, [], Owner.JOB, rule, ""

@@ -196,7 +196,8 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
     Signature("no_space", r"No space left on device|Disk quota exceeded|ENOSPC\b|EDQUOT\b"
               r"|No usable temporary directory found", C.FILESYSTEM,
               source="errno ENOSPC/EDQUOT: a full /dev/shm, shared filesystem or quota is the "
-              "job's; a node-local disk full on one node is the node's (classify tells them apart)"),
+              "job's; a node-local disk full on one node is the node's (classify tells them "
+              "apart)"),
     Signature("segfault", r"Segmentation fault|SIGSEGV|signal 11\b|Signals\.SIGSEGV|return code = "
               r"-11\b|exitcode\s*:\s*-11\b", C.SEGFAULT, blame=True),
     Signature("bus_error", r"Bus error|SIGBUS|signal 7\b|Signals\.SIGBUS|return code = "

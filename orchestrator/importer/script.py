@@ -12,18 +12,22 @@ import tempfile
 from orchestrator.importer.scan import line_end
 
 HEADER = """\
-# The per-node launch, imported from {source} by `orchestrator import-sbatch`: the agent runs this under bash
-# on every node (resources.tasks_per_node copies), in the place of the training srun. Edit it like the original.
+# The per-node launch, imported from {source} by `orchestrator import-sbatch`: the agent runs \
+this under bash
+# on every node (resources.tasks_per_node copies), in the place of the training srun. Edit it \
+like the original.
 # Other srun calls (helper steps) share the agent's allocation:
 srun() {{ command srun --overlap "$@"; }}
-# Under sbatch this body ran once, on the batch host: `hostname` and $HOSTNAME named that host (rendezvous
+# Under sbatch this body ran once, on the batch host: `hostname` and $HOSTNAME named that host \
+(rendezvous
 # endpoints are built from them). The agent exports it as ORCH_BATCH_HOST.
 hostname() {{
   if [ -z "${{ORCH_BATCH_HOST:-}}" ]; then command hostname "$@"; return; fi
   case "${{1:-}}" in
     "") echo "$ORCH_BATCH_HOST" ;;
     -s|--short) echo "${{ORCH_BATCH_HOST%%.*}}" ;;
-    -i|--ip-address|-I|--all-ip-addresses) getent hosts "$ORCH_BATCH_HOST" | awk '{{print $1; exit}}' ;;
+    -i|--ip-address|-I|--all-ip-addresses) getent hosts "$ORCH_BATCH_HOST" \
+| awk '{{print $1; exit}}' ;;
     *) command hostname "$@" ;;
   esac
 }}

@@ -34,7 +34,14 @@ from orchestrator.loop.notes import Notes, log_end
 from orchestrator.loop.outage import Outage, poll_job
 from orchestrator.loop.runner import EffectRunner, Notify
 from orchestrator.loop.steps import Steps
-from orchestrator.loop.submission import FilesystemStall, Preparer, observe_checkpoint, prepare, shared_path, unloadable
+from orchestrator.loop.submission import (
+    FilesystemStall,
+    Preparer,
+    observe_checkpoint,
+    prepare,
+    shared_path,
+    unloadable,
+)
 from orchestrator.loop.supervise import Seen, supervise
 from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
 from orchestrator.settings import PROGRESS_REGEX, Settings

@@ -144,5 +144,5 @@ class CancelledByOperator:
 
 Observation = (
     Planned | Submitted | Withdrawn | Polled | QueueNoted | Cancelling | Ended | AllocationKnown
-               | JobEnding | RestartedInJob | CheckpointSeen | Halted | BlacklistEdited | Started | FromScratch
-               | CancelledByOperator)
+    | JobEnding | RestartedInJob | CheckpointSeen | Halted | BlacklistEdited | Started | FromScratch
+    | CancelledByOperator)

@@ -29,7 +29,13 @@ from orchestrator.contract import (
 from orchestrator.loop.advance import Transition
 from orchestrator.loop.conclude import Outcome
 from orchestrator.loop.effects import Alert, Cancel
-from orchestrator.loop.injob import AfterStep, after_step, free_spares, job_submitted_at, step_status
+from orchestrator.loop.injob import (
+    AfterStep,
+    after_step,
+    free_spares,
+    job_submitted_at,
+    step_status,
+)
 from orchestrator.loop.observations import (
     AllocationKnown,
     CheckpointSeen,

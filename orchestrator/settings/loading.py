@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsError
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsError,
+)
 
 from orchestrator.settings.errors import ConfigError, format_errors
 from orchestrator.settings.run import Settings
@@ -108,7 +113,8 @@ def load_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settin
         m = re.search(r'field "([a-z_]+)"', str(exc))
         var = sources.get(m.group(1), "ORCH_*") if m else "ORCH_*"
         raise ConfigError([f"environment: {var}: not valid JSON (a section in one variable is a "
-                           f"JSON object, e.g. ORCH_RESOURCES='{{\"nodes\": 2}}'; or set one field: ORCH_RESOURCES__NODES=2)"]
+                           "JSON object, e.g. ORCH_RESOURCES='{\"nodes\": 2}'; or set one field: "
+                           "ORCH_RESOURCES__NODES=2)"]
                           ) from None
     base = path.resolve().parent
     run_dir = _resolve(base, settings.run_dir)

@@ -46,8 +46,8 @@ PROGRESS_REGEX = (
 
 # A tqdm bar of loading, not training (`Loading checkpoint shards: 100%|####| 4/4 [...]`, datasets'
 # `Map:`): never progress, whatever the progress regex says.
-LOADING_BAR = r"(?:[Ll]oading|[Dd]ownloading|[Ff]etching|[Rr]esolving|[Ee]xtracting|[Gg]enerating|[Tt]okeniz\w*|Map|" \
-    r"Filter|shards)[^|\r\n]*\|"
+LOADING_BAR = r"(?:[Ll]oading|[Dd]ownloading|[Ff]etching|[Rr]esolving|[Ee]xtracting|" \
+    r"[Gg]enerating|[Tt]okeniz\w*|Map|Filter|shards)[^|\r\n]*\|"
 NOT_PROGRESS = re.compile(LOADING_BAR)
 NOT_PROGRESS_BYTES = re.compile(LOADING_BAR.encode())
 _BAR_WORDS = ("oading", "ownloading", "etching", "esolving", "xtracting", "enerating", "okeniz",

@@ -101,7 +101,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
             key = re.search(r"([\w.-]+)\s*:\s*[-+]?$",
                             text[text.rfind("\n", 0, long.start()) + 1:long.start()])
             raise ConfigError([f"{path}: line {line}: {key.group(1) + ': ' if key else ''}a number "
-                               f"of {long.end() - long.start()} digits; no setting takes one"]) from None
+                               f"of {long.end() - long.start()} digits; no setting takes one"]
+                              ) from None
         raise ConfigError([f"{path}: a value cannot be read: {str(exc)[:200]}"]) from None
     if data is None:
         raise ConfigError([f"{path}: the file is empty"])

@@ -128,9 +128,11 @@ def _iterations(ax: Any, segs: list[SegmentRecord], now: datetime) -> None:
 
 STYLE = """
 body { font: 14px system-ui, sans-serif; margin: 24px; color: #222; }
-.timeline { position: relative; height: 42px; background: #eceff1; border-radius: 4px; margin: 12px 0 4px; }
+.timeline { position: relative; height: 42px; background: #eceff1; border-radius: 4px; \
+margin: 12px 0 4px; }
 .seg { position: absolute; top: 4px; height: 34px; color: #fff; font-size: 12px; overflow: hidden;
-        white-space: nowrap; border-radius: 3px; padding: 0 4px; line-height: 34px; box-sizing: border-box;
+        white-space: nowrap; border-radius: 3px; padding: 0 4px; line-height: 34px; \
+box-sizing: border-box;
         border-right: 2px solid #fff; }
 table { border-collapse: collapse; margin: 8px 0 20px; }
 td, th { border: 1px solid #cfd8dc; padding: 3px 8px; text-align: left; vertical-align: top; }
@@ -151,7 +153,8 @@ def render_html(state: RunState, now: datetime, png: bytes) -> str:
 <style>{STYLE}</style></head><body>
 <h1>run {e(state.run)}: {e(state.status.value)}</h1>
 <p>{e(state.stop_reason)}</p>
-<p>iteration {state.best_iteration()}{f" of {state.target_iteration}" if state.target_iteration else ""};
+<p>iteration {state.best_iteration()}\
+{f" of {state.target_iteration}" if state.target_iteration else ""};
 effective training time {ettr} of {human(m['wall_s'])} wall time; time lost: {e(lost)}</p>
 <h2>Timeline</h2>
 <div class="timeline" id="timeline">{_timeline_bars(segs, now)}</div>
@@ -162,7 +165,8 @@ effective training time {ettr} of {human(m['wall_s'])} wall time; time lost: {e(
 <th>culprit</th><th>action</th><th>reason</th></tr>{_segment_rows(segs)}</table>
 {restarts_html(state)}
 <h2>Blacklist</h2>
-<table><tr><th>node</th><th>cause</th><th>strikes</th><th>expires</th><th>evidence</th></tr>{_blacklist_rows(state)}</table>
+<table><tr><th>node</th><th>cause</th><th>strikes</th><th>expires</th><th>evidence</th></tr>\
+{_blacklist_rows(state)}</table>
 {f"<p>For an admin:</p><pre>{e(drains)}</pre>" if drains else ""}
 </body></html>
 """
@@ -201,14 +205,19 @@ def _segment_rows(segs: list[SegmentRecord]) -> str:
     e = html.escape
     return "".join(
         f"<tr><td>{s.index}</td><td>{e(job_cell(s))}</td><td>{e(','.join(s.nodes))}</td>"
-        f"<td>{e(','.join(s.excluded) or '-')}</td><td>{s.start_iteration}&rarr;{s.end_iteration}</"
-        f"td><td>{e(_cause(s))}</td><td>{e(','.join(s.culprit_nodes) or '-')}</td>"
+        f"<td>{e(','.join(s.excluded) or '-')}</td>"
+        f"<td>{s.start_iteration}&rarr;{s.end_iteration}</td>"
+        f"<td>{e(_cause(s))}</td><td>{e(','.join(s.culprit_nodes) or '-')}</td>"
         f"<td>{e(s.action.value if s.action else '-')}</td><td>{e(s.reason[:160])}</td></tr>"
         for s in segs)
 
 
 def _where(r: RestartEvent) -> str:
     return f"inside job {r.job_id}" if r.in_job else f"new job {r.job_id or '-'}"
+
+
+def _swaps(r: RestartEvent) -> str:
+    return ', '.join(f'{b} for {a}' for a, b in zip(r.dropped, r.promoted, strict=False))
 
 
 def restarts_html(state: RunState) -> str:
@@ -218,30 +227,32 @@ def restarts_html(state: RunState) -> str:
     if not rows and not jobs:
         return ""
     took = "".join(
-        f"<tr><td>{r.segment}</td><td>{r.after}</td><td>{e(r.cause)}</"
-        f"td><td>{e(','.join(r.culprits) or '-')}</td><td>{e(_where(r))}</td>"
-        f"<td>{e(', '.join(f'{b} for {a}' for a, b in zip(r.dropped, r.promoted, strict=False)) or '-')}</td>"
+        f"<tr><td>{r.segment}</td><td>{r.after}</td><td>{e(r.cause)}</td>"
+        f"<td>{e(','.join(r.culprits) or '-')}</td><td>{e(_where(r))}</td>"
+        f"<td>{e(_swaps(r) or '-')}</td>"
         f"<td>{human(r.seconds)}</td></tr>" for r in rows)
     spares = "".join(
         f"<tr><td>{e(j.job_id or '-')}</td><td>{j.submitted_by}</td><td>"
         f"{e(','.join(map(str, j.segments)))}</td><td>"
         f"{e(','.join(j.spares) or f'{j.spare_count} asked for')}</td><td>"
-        f"{e(','.join(j.promoted) or '-')}</td><td>{e(','.join(j.free) if j.allocation else '-')}</"
-        "td></tr>" for j in jobs)
+        f"{e(','.join(j.promoted) or '-')}</td>"
+        f"<td>{e(','.join(j.free) if j.allocation else '-')}</td></tr>" for j in jobs)
     return f"""<h2>Restarts</h2>
-<p>{e(summary_text(rows) or "none")}; time: from the failed segment's end to the next segment's first progress.</p>
+<p>{e(summary_text(rows) or "none")}; time: from the failed segment's end to the next segment's \
+first progress.</p>
 <table id="restarts"><tr><th>seg</th><th>after seg</th><th>cause</th><th>culprit</th><th>where</th>
 <th>spare promoted</th><th>time</th></tr>{took}</table>
 <h2>Spare nodes</h2>
-<table id="spares"><tr><th>job</th><th>submitted by seg</th><th>segments</th><th>spares</th><th>promoted</th>
+<table id="spares"><tr><th>job</th><th>submitted by seg</th><th>segments</th><th>spares</th>\
+<th>promoted</th>
 <th>free</th></tr>{spares}</table>"""
 
 
 def _blacklist_rows(state: RunState) -> str:
     e = html.escape
     return "".join(f"<tr><td>{e(b.node)}</td><td>{e(b.cause.value)}</td><td>{b.strikes}</td>"
-                   f"<td>{e(b.expires.isoformat(timespec='minutes'))}</"
-                   f"td><td>{e(b.evidence[:200])}</td></tr>"
+                   f"<td>{e(b.expires.isoformat(timespec='minutes'))}</td>"
+                   f"<td>{e(b.evidence[:200])}</td></tr>"
                    for b in state.blacklist.entries)
 
 

@@ -12,7 +12,15 @@ from orchestrator.blacklist import compress
 from orchestrator.model import BlacklistEntry, EntrySource, EvidenceSource, Role
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import human, run_metrics, segment_label
-from orchestrator.views.restarts import job_cell, job_spares, restarts, spares_cell, summary, summary_text, uses_spares
+from orchestrator.views.restarts import (
+    job_cell,
+    job_spares,
+    restarts,
+    spares_cell,
+    summary,
+    summary_text,
+    uses_spares,
+)
 from orchestrator.views.text import cut, plain, shell_dq
 
 # start-up and load time of healthy segments: overhead, not a failure's cost

@@ -189,7 +189,8 @@ class DaemonPool:
                 if fut.set_running_or_notify_cancel():
                     try:
                         fut.set_result(fn(*args))
-                    except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
+                    # handed to the caller through the future
+                    except BaseException as exc:  # noqa: BLE001
                         fut.set_exception(exc)
             finally:
                 with self._lock:

@@ -23,7 +23,15 @@ from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.tail import LogTail
-from orchestrator.watch.reader import Batch, DaemonPool, Listing, pending, read_batched, scan_dir, submitit_logs
+from orchestrator.watch.reader import (
+    Batch,
+    DaemonPool,
+    Listing,
+    pending,
+    read_batched,
+    scan_dir,
+    submitit_logs,
+)
 from orchestrator.watch.roster import Roster
 from orchestrator.watch.stuck import frames, fs_suspect, stuck_detail
 
