@@ -141,18 +141,14 @@ def spares_reason(settings: Settings, state: RunState) -> str:
 
 
 def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: ExcludePlan,
-         # spare_nodes: default spares()
-         python: str, spare_nodes: int | None = None) -> SegmentSpec:
+         python: str, spare_nodes: int | None = None) -> SegmentSpec:  # spare_nodes None: spares()
     index = len(state.segments) + 1
     run_dir = Path(settings.run_dir)
     every_s, advice = interval(settings, state)
     values = {
-        "checkpoint_interval": str(every_s),
-        "checkpoint": ckpt.path if ckpt else "",
+        "checkpoint_interval": str(every_s), "checkpoint": ckpt.path if ckpt else "",
         "checkpoint_root": str(settings.checkpoint.dir) if ckpt else "",
-        "segment": str(index),
-        "run_dir": str(run_dir),
-        "python": python,
+        "segment": str(index), "run_dir": str(run_dir), "python": python,
         "config_dir": str(settings.config_dir),
     }
     # Megatron's --load and DeepSpeed's load_dir take the checkpoint root (ORCH_RESUME_ROOT) and
@@ -160,9 +156,8 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
     env = {**settings.env, "ORCH_RESUME_FROM": ckpt.path if ckpt else "",
            "ORCH_CHECKPOINT_INTERVAL_S": str(every_s),
            "ORCH_RESUME_ROOT": values["checkpoint_root"], "ORCH_SEGMENT": str(index),
-           "ORCH_RUN_DIR": str(run_dir),
-           "ORCH_PYTHON": python, "ORCH_CONFIG_DIR": values["config_dir"],
-           **tracker_env(settings, state)}
+           "ORCH_RUN_DIR": str(run_dir), "ORCH_PYTHON": python,
+           "ORCH_CONFIG_DIR": values["config_dir"], **tracker_env(settings, state)}
     r = settings.resources
     k = spares(settings, state) if spare_nodes is None else spare_nodes
     return SegmentSpec(

@@ -188,9 +188,8 @@ def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: d
         verdict = verdict.model_copy(update={"cause": Cause.UNKNOWN, "owner": Owner.NOBODY})
     blame, hard, excludes = _blame(state, verdict, policy, now)
     if len(state.segments) >= policy.max_segments:
-        return Decision(action=Action.STOP_AND_ALERT, reason=f"max_segments={policy.max_segments} "
-                                                             "reached",
-                        blame_nodes=blame, hard=hard, rule="max_segments")
+        return Decision(action=Action.STOP_AND_ALERT, blame_nodes=blame, hard=hard,
+                        reason=f"max_segments={policy.max_segments} reached", rule="max_segments")
     lost = lost_progress(state, checkpoint_dir)
     if lost:
         return Decision(action=Action.STOP_AND_ALERT, reason=lost, blame_nodes=blame, hard=hard,
@@ -204,15 +203,12 @@ def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: d
     streak = no_progress_streak(state.segments)
     if streak >= policy.max_no_progress_segments:
         return Decision(action=Action.STOP_AND_ALERT, blame_nodes=blame, hard=hard,
-                        rule="no_progress",
-                        reason=("the training exited 0 on every node at iteration "
-                                f"{state.best_iteration()}, short of the goal "
-                                f"{goal.target_iteration}, {streak} segments in a row without "
-                                "training: it takes itself for done (its own iteration count or "
-                                "stop condition is below the goal)"
-                                if clean_exit else f"no progress across {streak} consecutive "
-                                f"segments (stuck at iteration {state.best_iteration()}): a bug or "
-                                "a bad checkpoint"))
+                        rule="no_progress", reason=(
+            f"the training exited 0 on every node at iteration {state.best_iteration()}, short "
+            f"of the goal {goal.target_iteration}, {streak} segments in a row without training: it "
+            "takes itself for done (its own iteration count or stop condition is below the goal)"
+            if clean_exit else f"no progress across {streak} consecutive segments (stuck at "
+            f"iteration {state.best_iteration()}): a bug or a bad checkpoint"))
     wait = _shared_wait(state, verdict, policy)
     if wait is not None:
         return wait
@@ -220,8 +216,6 @@ def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: d
         what = "exclude" if hard else "strike against"
         return Decision(action=Action.RESUBMIT_EXCLUDE if excludes else Action.RESUBMIT,
                         reason=f"{verdict.cause.value}: {what} {','.join(blame)}",
-                        blame_nodes=blame, hard=hard,
-                        rule="node_fault" if hard else "node_strike")
-    return Decision(action=Action.RESUBMIT, reason=f"{verdict.cause.value}: resubmit; "
-                                                   f"{verdict.summary}"[:300],
-                    rule="resubmit")
+                        blame_nodes=blame, hard=hard, rule="node_fault" if hard else "node_strike")
+    return Decision(action=Action.RESUBMIT, rule="resubmit",
+                    reason=f"{verdict.cause.value}: resubmit; {verdict.summary}"[:300])

@@ -136,6 +136,18 @@ def report(
     out.print(clean(f"wrote {html_path} and {png_path}"), markup=False, highlight=False)
 
 
+def _check_output(output: Path | None) -> None:
+    """`-o PATH` names a regular file or nothing yet, or a one-line error."""
+    from orchestrator.files import require_regular_or_absent
+
+    if output is not None and output.is_dir():
+        raise fail([f"-o {output}: is a directory; give the config file's path"])
+    try:
+        require_regular_or_absent(output) if output is not None else None
+    except OSError as exc:
+        raise fail([f"-o {output}: {exc.strerror}; give a regular file's path"]) from None
+
+
 @app.command("import-sbatch")
 def import_sbatch_cmd(
     script: Annotated[Path, typer.Argument(help="An existing batch script with #SBATCH lines.")],
@@ -156,23 +168,18 @@ def import_sbatch_cmd(
 
     \b
     Examples:
-      orchestrator import-sbatch tests/data/sbatch/real/csc-ddp-torchrun-gpu8.sbatch -o
-      /tmp/ddp.yaml orchestrator import-sbatch tests/data/sbatch/chain.sh
-      orchestrator import-sbatch tests/data/sbatch/real2/mlperf-gpt3-run.sbatch /data /ckpt /code
-      img -o /tmp/m.yaml
+      orchestrator import-sbatch tests/data/sbatch/real/csc-ddp-torchrun-gpu8.sbatch -o \
+/tmp/ddp.yaml
+      orchestrator import-sbatch tests/data/sbatch/chain.sh
+      orchestrator import-sbatch tests/data/sbatch/real2/mlperf-gpt3-run.sbatch /data /ckpt /code \
+img -o /tmp/m.yaml
     """
-    from orchestrator.files import require_regular_or_absent
     from orchestrator.importer import dump_config, import_sbatch
 
     text = _script_text(script)
     if "#SBATCH" not in text and "srun" not in text:
         raise fail([f"{script}: no #SBATCH line and no srun line: is this a Slurm batch script?"])
-    if output is not None and output.is_dir():
-        raise fail([f"-o {output}: is a directory; give the config file's path"])
-    try:
-        require_regular_or_absent(output) if output is not None else None
-    except OSError as exc:
-        raise fail([f"-o {output}: {exc.strerror}; give a regular file's path"]) from None
+    _check_output(output)
     try:
         cfg, notes = import_sbatch(text, script.stem, str(Path.cwd()), tuple(args or ()))
     # a script we cannot read is the user's input, not our crash
@@ -259,8 +266,8 @@ def diagnose(
     Examples:
       orchestrator diagnose runs/demo/segments/0001/logs
       orchestrator diagnose tests/data/blind/segfault-one-node-r7n3/logs --json
-      orchestrator diagnose tests/data/blind/segfault-one-node-r7n3/logs --config
-      configs/example.yaml
+      orchestrator diagnose tests/data/blind/segfault-one-node-r7n3/logs --config \
+configs/example.yaml
     """
     if not directory.is_dir():
         raise fail([f"{directory}: not a directory"])

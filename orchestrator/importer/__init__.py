@@ -47,17 +47,9 @@ ORDER = ["name", "run_dir", "workdir", "command", "env", "resources", "checkpoin
          "backend"]
 
 
-def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str) -> str:
-    segs = segments(text, launch_mod.WANTED)
-    env = assignments(text, segs)
-    found = launch_mod.find_launch(segs, text, env)
-    r = cfg["resources"]
-    if found is None:
-        notes.append("no training launch (srun, torchrun, deepspeed, accelerate, python) "
-                     "recognised: the whole script runs on every node; check it")
-        return passing_bash_n(tidy(text, source), notes)
-    start, end, repl, more = launch_mod.rewrite(found, text, r.get("nodes", 1) > 1)
-    notes.extend(more)
+def _containers(found: launch_mod.Launch, env: dict[str, str], cfg: dict[str, Any],
+                notes: list[str]) -> None:
+    """The launch's pyxis/enroot options carried into backend.slurm.srun_args, with notes."""
     try:
         containers = launch_mod.container_options(found, env)
     except ValueError:  # unbalanced quotes in an expansion: said by the note below
@@ -74,6 +66,20 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
                      "(a variable the script does not set, or a command), and srun_args reach srun "
                      "without one; write the value out in backend.slurm.srun_args, or the training "
                      "runs outside its image")
+
+
+def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str) -> str:
+    segs = segments(text, launch_mod.WANTED)
+    env = assignments(text, segs)
+    found = launch_mod.find_launch(segs, text, env)
+    r = cfg["resources"]
+    if found is None:
+        notes.append("no training launch (srun, torchrun, deepspeed, accelerate, python) "
+                     "recognised: the whole script runs on every node; check it")
+        return passing_bash_n(tidy(text, source), notes)
+    start, end, repl, more = launch_mod.rewrite(found, text, r.get("nodes", 1) > 1)
+    notes.extend(more)
+    _containers(found, env, cfg, notes)
     if found.kind != "srun" and r.get("tasks_per_node", 1) != 1:
         notes.append(f"--ntasks-per-node={r['tasks_per_node']} is not used: the launch is not "
                      "under srun, so the agent starts it once per node (tasks_per_node: 1)")
