@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
 import shlex
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -40,7 +37,10 @@ from orchestrator.backends.slurm_commands import (
     parse_sacct,
     parse_squeue,
     parse_time,
+    path_first,
+    plain_tmp,
     run_command,
+    transient,
     without_excluded,
 )
 from orchestrator.clock import Clock
@@ -48,40 +48,6 @@ from orchestrator.contract import SegmentPaths
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 from orchestrator.settings import SlurmBackendCfg
 from orchestrator.state import atomic_write
-
-# The scheduler (or its configuration) could not be reached: wait and retry, never "the job was
-# rejected". Matched case-insensitively. A rejection of the job itself (invalid option, account,
-# partition) is not here.
-TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "slurm_persist_conn_open",
-             "Connection refused", "Zero Bytes were transmitted", "Transport endpoint", "timed out",
-             "resolve_ctls_from_dns_srv", "DNS SRV lookup failed",
-             "Could not establish a configuration source",
-             "failed to fetch config", "fetch_config", "Temporary failure in name resolution",
-             "Network is unreachable", "No route to host", "Communication connection failure",
-             "Slurm temporarily unable to accept job", "Resource temporarily unavailable",
-             "Unable to resolve", "slurm_load_ctl_conf")
-
-
-def transient(text: str) -> bool:
-    low = text.lower()
-    return any(t.lower() in low for t in TRANSIENT)
-
-
-def _plain_tmp() -> str:
-    """A temporary directory whose path needs no shell quoting (render() relies on that)."""
-    tmp = tempfile.gettempdir()
-    return tmp if shlex.quote(tmp) == tmp else "/tmp"
-
-
-@contextmanager
-def _path_first(bindir: Path) -> Iterator[None]:
-    """Put `bindir` first on PATH for the duration (submitit looks up srun and sbatch on PATH)."""
-    old = os.environ.get("PATH", "")
-    os.environ["PATH"] = f"{bindir}{os.pathsep}{old}"
-    try:
-        yield
-    finally:
-        os.environ["PATH"] = old
 
 
 class SlurmBackend(BackendDefaults):
@@ -223,14 +189,14 @@ class SlurmBackend(BackendDefaults):
         public API: the same executor submits to a stand-in sbatch in a scratch folder, and the
         scratch folder is then put back to the segment's folder in each (shell-quoted) word that
         names it."""
-        with tempfile.TemporaryDirectory(prefix="orch-render-", dir=_plain_tmp()) as tmp:
+        with tempfile.TemporaryDirectory(prefix="orch-render-", dir=plain_tmp()) as tmp:
             scratch = Path(tmp) / "submitit"
             bindir = Path(tmp) / "bin"
             bindir.mkdir()
             for tool, text in (("sbatch", 'echo "Submitted batch job 1"'), ("srun", "exit 1")):
                 (bindir / tool).write_text(f"#!/bin/sh\n{text}\n")
                 (bindir / tool).chmod(0o755)
-            with _path_first(bindir):
+            with path_first(bindir):
                 job = self._submit(self._executor(scratch, spec), spec)
             script = Path(job.paths.submission_file).read_text()
         real = str(self.folder(spec).expanduser().absolute())

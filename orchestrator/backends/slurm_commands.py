@@ -1,11 +1,17 @@
-"""Slurm's command line as text: running one command (argv list, timeout) and parsing what sacct and
-squeue print into JobStatus values. Pure apart from run_command."""
+"""Slurm's command line as text: running one command (argv list, timeout), telling a transient
+failure from a rejection, and parsing what sacct and squeue print into JobStatus values; the PATH
+and temporary directory a rehearsed sbatch sees. Pure apart from run_command and path_first."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from loguru import logger
 from tenacity import RetryCallState
@@ -121,3 +127,38 @@ def first_failure(program: str, limit_s: float) -> Callable[[RetryCallState], No
                            " ".join(str(err).split())[:300],
                            limit_s)
     return say
+
+
+# The scheduler (or its configuration) could not be reached: wait and retry, never "the job was
+# rejected". Matched case-insensitively. A rejection of the job itself (invalid option, account,
+# partition) is not here.
+TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "slurm_persist_conn_open",
+             "Connection refused", "Zero Bytes were transmitted", "Transport endpoint", "timed out",
+             "resolve_ctls_from_dns_srv", "DNS SRV lookup failed",
+             "Could not establish a configuration source",
+             "failed to fetch config", "fetch_config", "Temporary failure in name resolution",
+             "Network is unreachable", "No route to host", "Communication connection failure",
+             "Slurm temporarily unable to accept job", "Resource temporarily unavailable",
+             "Unable to resolve", "slurm_load_ctl_conf")
+
+
+def transient(text: str) -> bool:
+    low = text.lower()
+    return any(t.lower() in low for t in TRANSIENT)
+
+
+def plain_tmp() -> str:
+    """A temporary directory whose path needs no shell quoting (render() relies on that)."""
+    tmp = tempfile.gettempdir()
+    return tmp if shlex.quote(tmp) == tmp else "/tmp"
+
+
+@contextmanager
+def path_first(bindir: Path) -> Iterator[None]:
+    """Put `bindir` first on PATH for the duration (submitit looks up srun and sbatch on PATH)."""
+    old = os.environ.get("PATH", "")
+    os.environ["PATH"] = f"{bindir}{os.pathsep}{old}"
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = old
