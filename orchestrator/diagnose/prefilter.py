@@ -42,8 +42,9 @@ _NAMED = re.compile(r"\(\?P<\w+>")
 Compiled = dict[tuple[tuple[str, bool], ...], bytes]
 # patterns -> a compiled database
 Compile = Callable[[tuple[tuple[str, bool], ...]], "hyperscan.Database"]
-_COMPILED: Compiled = {}  # serialised databases: a new watch per segment
-# (and per restarted controller) loads one in microseconds instead of compiling for 0.15 s
+# serialised databases: a new watch per segment (and per restarted controller) loads one in
+# microseconds instead of compiling for 0.15 s
+_COMPILED: Compiled = {}
 _MAX_COMPILED = 16
 
 
