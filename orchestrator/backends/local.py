@@ -13,11 +13,10 @@ import contextlib
 import json
 import os
 import pickle
-import re
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,41 +26,12 @@ from submitit import LocalExecutor
 
 from orchestrator.agent.main import run_node
 from orchestrator.backends.base import BackendDefaults, BackendError, SchedulerUnavailable
+from orchestrator.backends.local_jobs import LAST_ID, LocalJobRecord, masked, natural_key
 from orchestrator.backends.procs import agents_under, alive, deaf_to_ctrl_c, ours, proc_stat
 from orchestrator.clock import Clock
 from orchestrator.files import read_regular
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 from orchestrator.state import atomic_write, private_dir
-
-SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
-
-
-def masked(env: dict[str, str]) -> dict[str, str]:
-    """Values of variables that look like secrets are not printed."""
-    return {k: ("***" if SECRET.search(k) else v) for k, v in env.items()}
-
-
-def natural_key(name: str) -> list[Any]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
-@dataclass
-class LocalJobRecord:
-    """One local job: its spec, the virtual nodes it runs on and the agent processes."""
-    job_id: str
-    job_name: str
-    submitted_at: str
-    spec: dict[str, Any]
-    nodes: list[str] = field(default_factory=list)
-    pids: list[int] = field(default_factory=list)
-    # /proc start times: a reused PID is not ours
-    pid_starts: list[int] = field(default_factory=list)
-    started_at: str | None = None
-    end_state: str | None = None
-    ended_at: str | None = None
-
-
-LAST_ID = "last-id"
 
 
 class LocalBackend(BackendDefaults):
