@@ -9,12 +9,12 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from orchestrator.settings.backend import BackendCfg
 from orchestrator.settings.checks import PreflightCfg
 from orchestrator.settings.exports import ExportsCfg
 from orchestrator.settings.nodes import SAFE_NAME
 from orchestrator.settings.patterns import catastrophic, too_slow
 from orchestrator.settings.sections import (
-    BackendCfg,
     CheckpointCfg,
     Goal,
     NotifyCfg,
