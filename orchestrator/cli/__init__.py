@@ -3,7 +3,8 @@ logging."""
 
 import sys
 
-from orchestrator.cli import blacklist, browse, inspect, run  # noqa: F401 - registers the commands
+# registers the commands
+from orchestrator.cli import blacklist, browse, inspect, run, stopping  # noqa: F401
 from orchestrator.cli.common import app
 
 
