@@ -4,8 +4,6 @@ permissions."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -16,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from orchestrator import failpoints
 from orchestrator.blacklist import Blacklist
 from orchestrator.contract import SegmentPaths
-from orchestrator.files import read_regular
+from orchestrator.files import atomic_write, private_dir, read_regular
 from orchestrator.migrations import read_v1
 from orchestrator.model import Action, CancelReason, Cause, Evidence, JobState, RunStatus
 from orchestrator.placement import InAllocation, OwnJob, Placement, legacy_placement
@@ -169,36 +167,6 @@ class RunState(Ledger):
         job again, even below the strike threshold (a later job may use them, as the blacklist
         allows)."""
         return {n for s in self.segments if s.job_root == seg.job_root for n in s.culprit_nodes}
-
-
-def private_dir(path: Path) -> Path:
-    """Create `path` private (0700). An existing directory is left as it is: it may be shared."""
-    if not path.is_dir():
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(path, 0o700)
-    return path
-
-
-def atomic_write(path: Path, data: str, failpoint: Callable[[str], None] | None = None) -> None:
-    """Write `data` so that a crash at any instant leaves the old or the new file, never a mix."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if failpoint:
-            failpoint("state_write")  # written and synced, not yet renamed into place
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def run_traces(run_dir: Path) -> list[str]:
