@@ -70,9 +70,8 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
                                              "differ"),
     Signature("gpu_mem_held",
               r"Process \d+ has [\d.]+ [GMK]iB memory in use|held by pid \d+ that is not the job's",
-              C.GPU_OOM_STARTUP, blame=True,
-              source="PyTorch OOM message lists other processes on the GPU; the agent's NVML "
-                     "reading"),
+              C.GPU_OOM_STARTUP, blame=True, source="PyTorch OOM message lists other processes on "
+              "the GPU; the agent's NVML reading"),
     Signature(
         "cuda_oom",
         r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError: "
@@ -245,8 +244,7 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
               kind="crash",
               source="torchrun 'failed (exitcode: 1) local_rank: N (pid: P) of binary'"),
     Signature("task_exit", r"srun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Exited with exit code "
-                           r"[1-9]",
-              C.UNKNOWN, blame=True, kind="crash", node_group="node",
+              r"[1-9]", C.UNKNOWN, blame=True, kind="crash", node_group="node",
               source="srun(1): 'srun: error: NODE: task N: Exited with exit code 1'"),
     Signature("elastic_child", r"ChildFailedError|torch\.distributed\.elastic\.multiprocessing\.err"
                                r"ors",
