@@ -13,7 +13,6 @@ from orchestrator.diagnose.linear import bytes_twin
 from orchestrator.diagnose.lines import (
     ALLOC_MARK,
     ALLOC_START,
-    BARE_HOST,
     COMPLETED,
     HOSTNAMES_CMD,
     JOB_END,
@@ -26,6 +25,8 @@ from orchestrator.diagnose.lines import (
 )
 from orchestrator.diagnose.origin import MAX_TIES, HostMap, Prefixes, parse_line, parse_prefix
 from orchestrator.diagnose.prefilter import Prefilter
+from orchestrator.diagnose.rawlines import decode as _decode
+from orchestrator.diagnose.rawlines import hostnames_after, last_lines
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match
 from orchestrator.settings.run import loading_bar
@@ -35,13 +36,8 @@ TEARDOWN = timedelta(minutes=5)
 QUOTED_OK = frozenset({"ray_node_dead", "sigkill"})
 TEARDOWN_LINES = 200
 MAX_MATCHES = 400
-MAX_LINE_DECODE = 64 * 1024
 MAX_TEXT = 500
 MATCH_CHARS = 8 * 1024  # signatures look at a line's first 8 KB: crafted monster lines stay cheap
-
-
-def _decode(raw: bytes) -> str:
-    return raw[:MAX_LINE_DECODE].replace(b"\x00", b"").decode("utf-8", errors="replace").rstrip()
 
 
 @dataclass
@@ -103,7 +99,7 @@ class NodeScan:
             if self.allocations != before:
                 last_alloc = end
             if HOSTNAMES_CMD.search(data[start:end].decode("utf-8", "replace")):
-                self._learn_hostnames(data, end)
+                self.hosts.update(hostnames_after(data, end))
             # a py-spy thread header: the frame is on the next line
             if self._frame_next and end + 1 < len(data):
                 nxt = data.find(b"\n", end + 1)
@@ -113,17 +109,8 @@ class NodeScan:
         newlines = data.count(b"\n") if newlines is None else newlines
         self.lines += newlines
         self._block_progress(data, max(last_alloc, 0))
-        tail_start = len(data)
-        for _ in range(self.tail.maxlen or 40):
-            tail_start = data.rfind(b"\n", 0, max(tail_start - 1, 0)) if tail_start > 0 else -1
-            if tail_start < 0:
-                break
-        lines = data[max(tail_start + 1, 0):].split(b"\n")
-        n_total = first_line + newlines
-        for i, raw in enumerate(lines[-(self.tail.maxlen or 40):]):
-            text = _decode(raw)
-            if text:
-                self.tail.append((n_total - len(lines) + 1 + i, text[:MAX_TEXT]))
+        for line_no, text in last_lines(data, self.tail.maxlen or 40, first_line + newlines):
+            self.tail.append((line_no, text[:MAX_TEXT]))
 
     def _known_nccl(self, data: bytes, start: int, end: int) -> bool:
         """An `NCCL INFO comm ... rank N` line (one per rank and communicator) whose prefixes (srun
@@ -133,9 +120,8 @@ class NodeScan:
         if at < 0 or self._ended or self._frame_next:
             return False
         raw = data[start:end]
-        if raw.count(b"NCCL INFO") != 1 or any(w in raw
-                                               for w in (b"ORCH", b"submitit", b"async event",
-                                                         b"\r")):
+        if raw.count(b"NCCL INFO") != 1 or any(
+                w in raw for w in (b"ORCH", b"submitit", b"async event", b"\r")):
             return False
         key = data[start:at]
         if key in self._nccl_seen:
@@ -143,19 +129,6 @@ class NodeScan:
         if len(self._nccl_seen) < MAX_TIES:
             self._nccl_seen.add(key)
         return False
-
-    def _learn_hostnames(self, data: bytes, end: int) -> None:
-        """The bare host names printed after `scontrol show hostnames` (at most a few thousand)."""
-        pos = end + 1
-        for _ in range(4096):
-            nxt = data.find(b"\n", pos)
-            name = _decode(data[pos: len(data) if nxt < 0 else nxt]).strip()
-            if not BARE_HOST.match(name):
-                return
-            self.hosts.add(name)
-            if nxt < 0:
-                return
-            pos = nxt + 1
 
     def _raw_line(self, line_no: int, raw: bytes) -> None:
         text = _decode(raw)
@@ -248,9 +221,8 @@ class NodeScan:
                 self.signalled_at = p.ts or self.last_ts or self.signalled_at
             if sig.kind == "info" or (sig.node_group and by_rank and sig.name not in QUOTED_OK):
                 return  # a rank quoting `srun: error: Node failure on X` is not Slurm saying it
-            if self._ended and not sig.cascade and not sig.kind and not self._teardown(
-                p.ts or self.last_ts,
-                                                                                           line_no):
+            if (self._ended and not sig.cascade and not sig.kind
+                    and not self._teardown(p.ts or self.last_ts, line_no)):
                 # a fresh error after Slurm ended the job: the next allocation
                 self._new_allocation()
             groups = m.groupdict()
@@ -264,9 +236,7 @@ class NodeScan:
                     self.host_map.learn_address(gid.group(1), p.host)
             self._add(Match(line_no, body[:MAX_TEXT], sig.name, sig.cause, sig.blame, sig.cascade,
                             p.rank if p.rank is not None else p.task, p.ts or self.last_ts, named,
-                            self.file,
-                            peer, p.host,
-                            sig.kind, p.task))
+                            self.file, peer, p.host, sig.kind, p.task))
             if JOB_END.search(body):
                 self._ended = True
                 self._ended_at = banner_time(body) or p.ts or self.last_ts
