@@ -23,6 +23,7 @@ from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.tail import LogTail
+from orchestrator.watch.node import NodeWatch
 from orchestrator.watch.reader import (
     Batch,
     DaemonPool,
@@ -34,24 +35,6 @@ from orchestrator.watch.reader import (
 )
 from orchestrator.watch.roster import Roster
 from orchestrator.watch.stuck import frames, fs_suspect, stuck_detail
-
-
-@dataclass
-class NodeWatch:
-    """The controller's view of one node: its log tail and scan, exit record, heartbeat, dump."""
-    tail: LogTail
-    scan: NodeScan
-    progress_seen_at: datetime | None = None
-    last_iteration: int | None = None
-    exit_record: ExitRecord | None = None
-    dump: DumpRecord | None = None
-    exit_seen_at: datetime | None = None
-    pending_read: Any = None
-    heartbeat: str = ""
-    heartbeat_seen_at: datetime | None = None
-    dump_mtime: str = ""
-    # its log, heartbeat, exit and dump file names, once
-    names: tuple[str, str, str, str] = ("", "", "", "")
 
 
 @dataclass
@@ -89,8 +72,8 @@ class SegmentWatch:
         try:
             return True, fut.result(timeout=self.read_timeout_s)
         except FutureTimeout:
-            self.fs_stalls.append(
-                f"read of {what} did not return within {self.read_timeout_s:.0f}s")
+            self.fs_stalls.append(f"read of {what} did not return within "
+                                  f"{self.read_timeout_s:.0f}s")
             return False, None
         except OSError as exc:
             return True, exc
@@ -302,8 +285,7 @@ class SegmentWatch:
                 ev = NodeEvidence(node=node, matches=tuple(extra[node]))
             else:
                 ev = node_evidence(nw.scan, exit_code=code, stuck_detail=self._stuck(nw),
-                                            top_frames=frames(nw.dump),
-                                   fs_suspect=fs_suspect(nw.dump))
+                                   top_frames=frames(nw.dump), fs_suspect=fs_suspect(nw.dump))
                 if node in extra:
                     ev = dataclasses.replace(ev, matches=ev.matches + tuple(extra[node]))
             out.append(ev)
