@@ -59,15 +59,12 @@ class Controller(Keeper):
                  notify: Notify | None = None, python: str = sys.executable,
                  failpoint: Callable[[str], None] | None = None, prepare: Preparer = prepare,
                  listing: Callable[[Path], Listing] = scan_dir):
-        super().__init__(settings, clock, store,
-                         EffectRunner(backend, notify or (lambda title, body: None),
-                                                              shared_path(settings)))
+        super().__init__(settings, clock, store, EffectRunner(
+            backend, notify or (lambda title, body: None), shared_path(settings)))
         self.failpoint = failpoint or failpoints.hit
         self.backend, self.python, self.prepare, self.listing = backend, python, prepare, listing
         self.signatures = table_for(settings.signatures)
         self.progress = progress_pattern(settings.progress_regex, PROGRESS_REGEX)
-        self.reload_requested = False
-        self.reloader: Callable[[], Settings] | None = None
         self._watch: SegmentWatch | None = None
         self.notes = Notes(backend.queue_position)
         self.keep_job = True  # False with --cancel-on-exit: the caller cancels the job after run()
@@ -77,26 +74,6 @@ class Controller(Keeper):
         self.exports = Exports()
 
     # ---- lifecycle -------------------------------------------------------------------------
-    def request_stop(self, why: str = "signal") -> None:
-        self.stop_requested = why
-        self.clock.wake()
-
-    def request_reload(self) -> None:
-        self.reload_requested = True
-        self.clock.wake()
-
-    def apply_requests(self, state: RunState) -> RunState:
-        self.state = state
-        if operator.stop_requested(self.s):
-            self.request_stop("orchestrator stop")
-        if self.reload_requested and self.reloader is not None:
-            self.reload_requested = False
-            self.s = operator.reload(self.s, self.reloader)
-        edited = operator.queued_edits(self.s.run_dir, self.state, self.clock.now())
-        if edited is not None and self.advance(edited).changed:
-            self.save()
-        return self.state
-
     def run(self) -> RunState:
         operator.forget_stale_stop(self.s)
         state = self.load_or_init()
@@ -173,8 +150,7 @@ class Controller(Keeper):
         self.failpoint("after_record")
         logger.bind(run=self.state.run).info(
             "segment submitted job={} exclude={} spares={} resume_from={} start_iteration={}",
-            ref.job_id,
-            spec.exclude_hostlist or "-", spec.spares, spec.resume_from or "-",
+            ref.job_id, spec.exclude_hostlist or "-", spec.spares, spec.resume_from or "-",
             spec.start_iteration)
 
     def _attach(self, ref: JobRef, reattached: bool = False) -> None:
@@ -193,8 +169,7 @@ class Controller(Keeper):
             self._watch.close()
         root = SegmentPaths.of(self.s.run_dir, seg.index).root
         self._watch = SegmentWatch(root, self.signatures, self.progress,
-                                   self.s.watch.read_timeout_s,
-                                   listing=self.listing)
+                                   self.s.watch.read_timeout_s, listing=self.listing)
         # re-attached: the controller started while the job was already there
         self.notes.reset(reattached)
 
@@ -222,9 +197,8 @@ class Controller(Keeper):
             self.new_watch(seg, reattached=True)
             logger.bind(run=self.state.run, segment=seg.index).info("watching job={}", seg.job_id)
         assert (watch := self._watch) is not None
-        ref = JobRef(job_id=seg.job_id, submitted_at=job_submitted_at(self.state, seg)
-                     or seg.submitted_at,
-                     backend=seg.backend or self.backend.name)
+        ref = JobRef(job_id=seg.job_id, backend=seg.backend or self.backend.name,
+                     submitted_at=job_submitted_at(self.state, seg) or seg.submitted_at)
         now = self.clock.now()
         status = poll_job(self.backend, self._outage, ref, now)
         if status is None:
@@ -269,10 +243,8 @@ class Controller(Keeper):
         assert watch is not None and seg is not None
         codes = {n: c for n in watch.nodes if (c := watch.exit_code(n)) is not None}
         seen = Seen(failed=watch.failed_nodes(), exit_codes=codes,
-                    last_progress=watch.last_progress(),
-                    running_since=self.notes.running_since,
-                    dumps_requested_at=watch.dumps_requested_at,
-                    last_output=watch.last_output_at,
+                    last_progress=watch.last_progress(), running_since=self.notes.running_since,
+                    dumps_requested_at=watch.dumps_requested_at, last_output=watch.last_output_at,
                     nodes=frozenset(watch.nodes), dumps_in=watch.dumps_in(),
                     blind=watch.blind_since is not None)
         sv = supervise(seen, now, self.s.watch)
