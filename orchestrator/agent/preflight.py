@@ -139,8 +139,8 @@ def check_nhc(log: Path, timeout: float, nhc: str | None = None) -> CheckRecord 
     if m := NHC_FAILED.search(out):
         return _bad("nhc", f"ORCH-NHC FAILED: {m.group(1).strip()[:300]}")
     last = (out.strip().splitlines() or [""])[-1]
-    return CheckRecord(name="nhc", ok=True, unknown=True, detail=f"nhc exited {res.returncode}: "
-                                                                 f"{last[:200]}")
+    return CheckRecord(name="nhc", ok=True, unknown=True,
+                       detail=f"nhc exited {res.returncode}: {last[:200]}")
 
 
 def run_all(spec: SegmentSpec, node: str) -> list[CheckRecord]:

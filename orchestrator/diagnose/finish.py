@@ -50,9 +50,9 @@ def left_the_allocation(verdict: Verdict, ctx: Context) -> Verdict:
         return verdict
     ev = _lost(missing, ctx.job_id)
     if verdict.blame:
-        return verdict.model_copy(update={"culprit_nodes": tuple(sorted({*verdict.culprit_nodes,
-                                                                         *missing})),
-                                          "evidence": verdict.evidence + ev, "owner": Owner.NODE})
+        return verdict.model_copy(update={
+            "culprit_nodes": tuple(sorted({*verdict.culprit_nodes, *missing})),
+            "evidence": verdict.evidence + ev, "owner": Owner.NODE})
     return Verdict(cause=Cause.NODE_FAIL, culprit_nodes=tuple(missing), blame=True, confidence=0.95,
                    evidence=ev + verdict.evidence[:20], summary="node failure: "
                                                                 f"{','.join(missing)} left the job",

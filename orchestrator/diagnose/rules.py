@@ -72,10 +72,8 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
                 else "node_failed", "")
     if explained and not symmetric and cause in EXPLAINABLE:
         hw_cause = hw[explained[0]]
-        new = hw_cause if hw_cause != Cause.UNKNOWN else (cause
-                                                          if cause in (Cause.SEGFAULT,
-                                                                       Cause.BUS_ERROR)
-                                                           else Cause.NODE_FAIL)
+        new = hw_cause if hw_cause != Cause.UNKNOWN else (
+            cause if cause in (Cause.SEGFAULT, Cause.BUS_ERROR) else Cause.NODE_FAIL)
         return new, explained, Owner.NODE, "node_reports_hardware", (
             f"{cause.value} on {','.join(explained)}, whose own hardware report explains it")
     if cause == Cause.FILESYSTEM:

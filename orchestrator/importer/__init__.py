@@ -116,11 +116,11 @@ def _checkpoint(text: str, env: dict[str, str], cfg: dict[str, Any], notes: list
         notes.append(f"checkpoint path found: {flag} {value} (line {line})" +
                      (f" = {path}" if path != value else ""))
         if "$" not in path and "`" not in path:
-            cfg["checkpoint"] = {"dir": path, "preset": preset} | ({"glob": "*"} if preset == "glob"
-                                                                   else {})
+            cfg["checkpoint"] = {"dir": path, "preset": preset} | (
+                {"glob": "*"} if preset == "glob" else {})
             return
-    cfg["checkpoint"] = {"dir": "CHANGE-ME", "preset": preset} | ({"glob": "*"} if preset == "glob"
-                                                                  else {})
+    cfg["checkpoint"] = {"dir": "CHANGE-ME", "preset": preset} | (
+        {"glob": "*"} if preset == "glob" else {})
     if not saves:
         notes.append("no checkpoint path found in the script (no --save, --output_dir, "
                      "--checkpoint_dir, ...): set checkpoint.dir and checkpoint.preset by hand")

@@ -158,8 +158,8 @@ _STRONG = re.compile(r"srun|mpirun|mpiexec|torchrun|deepspeed|accelerate|torch\.
                      r"[$`'\"\\]")
 
 
-def _best(segs: list[Segment], text: str, env: dict[str, str]) -> tuple[tuple[int, int],
-                                                                        Launch] | None:
+def _best(segs: list[Segment], text: str,
+          env: dict[str, str]) -> tuple[tuple[int, int], Launch] | None:
     found = [la for la in (_classify(s, text, env) for s in segs) if la is not None]
     scored = [(sc, la) for la in found if (sc := _score(la, text, env))[0] > 0]
     return max(scored, key=lambda x: x[0]) if scored else None

@@ -125,9 +125,8 @@ _FLAG_VALUE = r"(?<![\w-])({flags})(=|[ \t]+)(?!-)(\"[^\"\n]*\"|'[^'\n]*'|[^\s\\
 
 
 def _flag_rx(flags: dict[str, str]) -> re.Pattern[str]:
-    return re.compile(_FLAG_VALUE.format(flags="|".join(re.escape(f)
-                                                        for f in sorted(flags, key=len,
-                                                                        reverse=True))))
+    return re.compile(_FLAG_VALUE.format(
+        flags="|".join(re.escape(f) for f in sorted(flags, key=len, reverse=True))))
 
 
 def _uncommented(text: str, rx: re.Pattern[str]) -> Iterator[tuple[re.Match[str], int]]:

@@ -80,8 +80,8 @@ def time_to_min(v: str) -> int:
         h, m, s = (parts + [0, 0])[:3]
     else:
         parts = [int(x) for x in v.split(":")]
-        h, m, s = {1: (0, parts[0], 0), 2: (0, parts[0], parts[-1])}.get(len(parts),
-                                                                         tuple(parts[:3]))
+        h, m, s = {1: (0, parts[0], 0), 2: (0, parts[0], parts[-1])}.get(
+            len(parts), tuple(parts[:3]))
     return max(1, days * 1440 + h * 60 + m + (1 if s else 0))
 
 

@@ -120,8 +120,8 @@ def load_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settin
     run_dir = _resolve(base, settings.run_dir)
     # `{run_dir}` / `{config_dir}` in checkpoint.dir (import-sbatch writes '{run_dir}/checkpoints'):
     # the paths
-    raw = str(settings.checkpoint.dir).replace("{run_dir}", str(run_dir)).replace("{config_dir}",
-                                                                                  str(base))
+    raw = (str(settings.checkpoint.dir).replace("{run_dir}", str(run_dir))
+           .replace("{config_dir}", str(base)))
     ckpt = settings.checkpoint.model_copy(update={"dir": _resolve(base, Path(raw))})
     return Settings.model_construct(
         **{

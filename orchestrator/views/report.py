@@ -195,8 +195,8 @@ def _tooltip(s: SegmentRecord) -> str:
     ev = next((x for x in s.evidence if x.role == Role.ROOT), None)
     job = job_cell(s) if s.in_job_of is not None else f"job {s.job_id}"
     return (f"segment {s.index} {job}\nnodes {','.join(s.nodes)}\nexcluded "
-            f"{','.join(s.excluded) or '-'}\niterations {s.start_iteration}->{s.end_iteration}\ncau"
-            f"se {_cause(s)}\nculprit {','.join(s.culprit_nodes) or '-'}\naction "
+            f"{','.join(s.excluded) or '-'}\niterations {s.start_iteration}->{s.end_iteration}\n"
+            f"cause {_cause(s)}\nculprit {','.join(s.culprit_nodes) or '-'}\naction "
             f"{s.action.value if s.action else '-'}"
             + (f"\nevidence {ev.node}: {ev.text[:200]}" if ev else ""))
 
