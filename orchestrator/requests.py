@@ -14,9 +14,9 @@ from typing import Annotated, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from orchestrator.blacklist import Blacklist
-from orchestrator.files import read_regular
+from orchestrator.files import atomic_write, private_dir, read_regular
 from orchestrator.settings.nodes import SAFE_NAME
-from orchestrator.state import REQUESTS_DIR, RunState, atomic_write, private_dir
+from orchestrator.state import REQUESTS_DIR, RunState
 
 STOP_REQUEST = "stop-request"
 MAX_REQUEST_BYTES = 1 << 20  # a request names nodes; anything bigger is not one

@@ -13,8 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.files import read_regular
-from orchestrator.state import private_dir
+from orchestrator.files import private_dir, read_regular
 
 LOCK_FILE = "controller.lock"
 EDIT_LOCK_FILE = "blacklist-edit.lock"  # serialises `orchestrator blacklist` edits among themselves

@@ -12,9 +12,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.blacklist import Blacklist
-from orchestrator.files import read_regular
+from orchestrator.files import atomic_write, read_regular
 from orchestrator.model import BlacklistEntry
-from orchestrator.state import atomic_write
 
 
 class SharedBlacklist:

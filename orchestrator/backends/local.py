@@ -29,9 +29,8 @@ from orchestrator.backends.base import BackendDefaults, BackendError, SchedulerU
 from orchestrator.backends.local_jobs import LAST_ID, LocalJobRecord, masked, natural_key
 from orchestrator.backends.procs import agents_under, alive, deaf_to_ctrl_c, ours, proc_stat
 from orchestrator.clock import Clock
-from orchestrator.files import read_regular
+from orchestrator.files import atomic_write, private_dir, read_regular
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
-from orchestrator.state import atomic_write, private_dir
 
 
 class LocalBackend(BackendDefaults):

@@ -45,9 +45,9 @@ from orchestrator.backends.slurm_commands import (
 )
 from orchestrator.clock import Clock
 from orchestrator.contract import SegmentPaths
+from orchestrator.files import atomic_write
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 from orchestrator.settings import SlurmBackendCfg
-from orchestrator.state import atomic_write
 
 
 class SlurmBackend(BackendDefaults):

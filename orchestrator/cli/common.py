@@ -18,9 +18,10 @@ from rich.console import Console
 
 from orchestrator.backends.base import Backend
 from orchestrator.clock import Clock, RealClock
+from orchestrator.files import private_dir
 from orchestrator.rundir import foreign_entries
 from orchestrator.settings import ConfigError, Settings, check_paths, load_settings, parse_overrides
-from orchestrator.state import RunState, StateError, StateStore, private_dir
+from orchestrator.state import RunState, StateError, StateStore
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Keep long multi-node training on Slurm moving: diagnose, blacklist, "

@@ -108,7 +108,7 @@ def where_it_stands(state: RunState, target: int | None = None) -> str:
 def launch_lines(spec: SegmentSpec) -> list[str]:
     """What each node's agent will start, where and with which environment (secret values
     masked)."""
-    from orchestrator.backends.local import masked
+    from orchestrator.backends.local_jobs import masked
 
     out = [f"# per-node launch: one agent on each of {spec.nodes} node(s), {spec.tasks_per_node} "
            "rank(s) each",

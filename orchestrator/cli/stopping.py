@@ -12,9 +12,10 @@ import typer
 
 from orchestrator.cli.common import _state_for, app, build_backend, fail, load, loaded, out, wiring
 from orchestrator.cli.run import _cancel_current
+from orchestrator.files import atomic_write
 from orchestrator.requests import STOP_REQUEST
 from orchestrator.runlock import LockHeld, LockUnavailable, RunLock
-from orchestrator.state import StateStore, atomic_write
+from orchestrator.state import StateStore
 from orchestrator.views.text import clean
 
 
