@@ -69,8 +69,7 @@ class Blacklist(Frozen):
         for n in nodes:
             touched.pop(n, None)  # as record() does: the node moves to the end
             touched[n] = current[n] = _struck(current.get(n), n, Cause.UNKNOWN, reason, "manual",
-                                              now, True,
-                                              expiry, EntrySource.MANUAL)
+                                              now, True, expiry, EntrySource.MANUAL)
         kept = tuple(e for e in self.entries if e.node not in touched)
         return Blacklist(entries=kept + tuple(touched.values()))
 
@@ -115,8 +114,7 @@ class Blacklist(Frozen):
 
 
 def _struck(old: BlacklistEntry | None, node: str, cause: Cause, evidence: str, job_id: str,
-            now: datetime,
-            hard: bool, expiry: timedelta, source: EntrySource) -> BlacklistEntry:
+            now: datetime, hard: bool, expiry: timedelta, source: EntrySource) -> BlacklistEntry:
     """The entry of `node` after one more strike (a strike on an expired entry starts again at
     one)."""
     live = old is not None and old.expires > now

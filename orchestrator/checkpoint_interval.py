@@ -23,8 +23,7 @@ from orchestrator.model import HARDWARE_CAUSES, Cause
 from orchestrator.state import RunState
 
 NODE_CAUSES = HARDWARE_CAUSES | {Cause.HANG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM,
-                                 Cause.NETWORK,
-                                 Cause.NCCL_TIMEOUT}
+                                 Cause.NETWORK, Cause.NCCL_TIMEOUT}
 FIELD_RATE_PER_NODE_DAY = 3.79 / 1000  # Meta research clusters (CONTEXT.md)
 
 

@@ -16,8 +16,7 @@ from collections.abc import Callable
 POINTS = ("after_intent", "after_submit", "after_record", "poll", "state_write", "before_decide",
           "after_blacklist",
           "after_conclude", "after_backup", "after_cancel", "after_drain", "after_publish",
-          "after_spec_write",
-          "after_step_request", "after_take_requests", "after_ack")
+          "after_spec_write", "after_step_request", "after_take_requests", "after_ack")
 
 _hooks: list[Callable[[str], None]] = []
 

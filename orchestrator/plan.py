@@ -33,8 +33,7 @@ PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}|\{([a-z_]+)\}")
 # shell as code or split.
 SHELL_VARS = {"checkpoint_interval": "ORCH_CHECKPOINT_INTERVAL_S", "checkpoint": "ORCH_RESUME_FROM",
               "checkpoint_root": "ORCH_RESUME_ROOT", "segment": "ORCH_SEGMENT",
-              "run_dir": "ORCH_RUN_DIR",
-              "python": "ORCH_PYTHON", "config_dir": "ORCH_CONFIG_DIR"}
+              "run_dir": "ORCH_RUN_DIR", "python": "ORCH_PYTHON", "config_dir": "ORCH_CONFIG_DIR"}
 
 
 def render(argv: list[str], values: dict[str, str]) -> tuple[str, ...]:
@@ -100,8 +99,7 @@ def interval(settings: Settings, state: RunState) -> tuple[int, str]:
                max_interval_s=limit_min * 60 / 2)
     capped = a.interval_s < a.optimum_s
     why = (f"half the {limit_min} min time limit; the failure rate alone would give "
-           f"{fmt_min(a.optimum_s)}"
-           if capped else "the best for the failure rate")
+           f"{fmt_min(a.optimum_s)}" if capped else "the best for the failure rate")
     now = ("would not save before the time limit" if current_s > limit_min * 60
            else f"would give {a.ettr_now:.1%}")
     note = (f"every {fmt_min(a.interval_s)} ({why}): expected effective training time "

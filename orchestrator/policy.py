@@ -112,8 +112,7 @@ def _done(state: RunState, verdict: Verdict, goal: Goal) -> Decision | None:
            if verdict.rule == "printed_its_end" else "the training command exited 0 on every node")
     return Decision(action=Action.DONE, reason=how
                     + (f" and iteration {best} >= {goal.target_iteration}" if goal.target_iteration
-                       else ""),
-                    rule="goal_reached")
+                       else ""), rule="goal_reached")
 
 
 def _checkpoint_retry(seg: SegmentRecord, state: RunState, verdict: Verdict) -> Decision | None:
@@ -167,8 +166,7 @@ def _shared_wait(state: RunState, verdict: Verdict, policy: Policy) -> Decision 
     what = "the job was requeued: wait for it" if verdict.cause == Cause.PREEMPTED else \
         "shared filesystem trouble: wait, then resubmit"
     return Decision(action=Action.WAIT_AND_RESUBMIT, reason=what,
-                    wait_s=policy.wait_before_resubmit_s,
-                    rule=verdict.rule or "shared_fault")
+                    wait_s=policy.wait_before_resubmit_s, rule=verdict.rule or "shared_fault")
 
 
 def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: datetime,

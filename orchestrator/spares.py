@@ -64,8 +64,7 @@ class Restart:
 
 
 def restart_in_allocation(verdict: Verdict, decision: Decision, running: list[str],
-                          spares: list[str],
-                          batch_host: str) -> Restart:
+                          spares: list[str], batch_host: str) -> Restart:
     """A node's fault with spares left is handled inside the job; anything else needs a new
     segment."""
     blamed = [n for n in decision.blame_nodes if n in running]

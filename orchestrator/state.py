@@ -213,8 +213,7 @@ class StateStore:
                 traces = []
             if traces:
                 restore = (f"restore it (cp -p {self.run_dir / BACKUP_FILE} {self.path})"
-                           if BACKUP_FILE in traces
-                           else "restore it from a backup")
+                           if BACKUP_FILE in traces else "restore it from a backup")
                 raise StateError(
                     f"{self.path} is missing but the run directory holds {' and '.join(traces)}: "
                     f"starting over would lose the run's history and blacklist; {restore} or, to "

@@ -145,8 +145,7 @@ class AllocationSupervisor:
         self.log(f"segment {spec.index}: step on {','.join(nodes)}")
         self.proc = self.popen(argv, stdin=subprocess.DEVNULL)
         rec = StepRecord(segment=spec.index, job_id=self.job_id, nodes=nodes,
-                         allocation=self.allocation,
-                         started=_now())
+                         allocation=self.allocation, started=_now())
         self.record(rec)
         return rec
 
@@ -189,8 +188,7 @@ class AllocationSupervisor:
             if code is not None:
                 lost = self.lost(rec.nodes)
                 self.record(rec.model_copy(update={"ended": _now(), "exit_code": code,
-                                                   "lost_nodes": lost,
-                                                   "end": StepEnd.EXITED}))
+                                                   "lost_nodes": lost, "end": StepEnd.EXITED}))
                 self.log(f"segment {rec.segment}: step ended code={code} "
                          f"lost={','.join(lost) or '-'}")
                 return code, None
@@ -201,8 +199,7 @@ class AllocationSupervisor:
                         else STEP_SIGNAL_NOTE)
                 end = StepEnd.SUPERSEDED if req else StepEnd.SIGNALLED
                 self.record(rec.model_copy(update={"ended": _now(), "exit_code": self.proc.poll(),
-                                                   "note": note,
-                                                   "end": end}))
+                                                   "note": note, "end": end}))
                 return None, req
             self.host.sleep(self.host.poll_s)
 
@@ -257,8 +254,7 @@ class AllocationSupervisor:
                 self.record(StepRecord(segment=req.segment, job_id=self.job_id,
                                        nodes=list(req.nodes), started=_now(),
                                        allocation=self.allocation, ended=_now(),
-                                       note=f"refused: {nxt}",
-                                       end=StepEnd.REFUSED))
+                                       note=f"refused: {nxt}", end=StepEnd.REFUSED))
                 return 1
             spec, nodes = nxt
 

@@ -99,8 +99,7 @@ class NodeAgent:
         self._last_hb = time.monotonic()
         write_record(self.paths.heartbeat(self.node), Heartbeat(
             node=self.node, job_id=self.job_id, iteration=self.iteration,
-            progress_time=self.progress_time,
-            alive_time=_now(), pids=[p.pid for p in self.procs]))
+            progress_time=self.progress_time, alive_time=_now(), pids=[p.pid for p in self.procs]))
 
     def _pump(self, rank: int, stream: IO[bytes]) -> None:
         try:
@@ -126,8 +125,7 @@ class NodeAgent:
             "ORCH_NNODES": str(self.nnodes), "ORCH_RANK": str(rank), "RANK": str(rank),
             "ORCH_LOCAL_RANK": str(local_rank), "LOCAL_RANK": str(local_rank),
             "ORCH_WORLD_SIZE": str(world), "WORLD_SIZE": str(world),
-            "ORCH_SEGMENT_DIR": s.segment_dir,
-            "ORCH_JOB_ID": self.job_id, "PYTHONUNBUFFERED": "1",
+            "ORCH_SEGMENT_DIR": s.segment_dir, "ORCH_JOB_ID": self.job_id, "PYTHONUNBUFFERED": "1",
         })
         env.update(srun_task_env(self.node_rank, local_rank, s.tasks_per_node, self.nnodes,
                                  os.environ))
@@ -199,8 +197,7 @@ class NodeAgent:
         self.facts.report("dump")
         records = dump.dump_processes([p.pid for p in self.procs if p.poll() is None])
         write_record(self.paths.dump(self.node),
-                     DumpRecord(node=self.node, time=_now(), request=request,
-                                                             processes=records))
+                     DumpRecord(node=self.node, time=_now(), request=request, processes=records))
         for r in records:
             self.emit("agent", f"{DUMP_MARKER} pid={r.pid} state={r.state} wchan={r.wchan} "
                                f"stack={r.stack_summary}")

@@ -56,8 +56,7 @@ def port_facts(name: str, end: PortReading, base: PortReading | None) -> list[No
             out.append(_ib(f"{name}: state {state} (was ACTIVE){phys}"))
         else:
             out.append(_ib(f"{name}: state {state}{phys} "
-                           + (f"(was {was})" if was else "(no reading at the start)"),
-                           "normal"))
+                           + (f"(was {was})" if was else "(no reading at the start)"), "normal"))
     for counter in IB_COUNTERS:
         if (base is not None and counter in end and counter in base
             and int(end[counter]) > int(base[counter])):
@@ -77,8 +76,7 @@ def compare_ib(end: dict[Port, PortReading],
     if not any(f.severity == "abnormal" for f in out):
         note = "" if base is not None else " (no reading at the segment start)"
         out.insert(0, _ib(f"{len(end)} port(s): none went down and no error counter rose during "
-                          f"the segment{note}",
-                          "normal"))
+                          f"the segment{note}", "normal"))
     return out
 
 

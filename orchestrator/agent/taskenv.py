@@ -17,10 +17,8 @@ def srun_task_env(node_rank: int, local_rank: int, per_node: int, nnodes: int,
     world = per_node * nnodes
     rank = node_rank * per_node + local_rank
     env = {"SLURM_PROCID": str(rank), "SLURM_LOCALID": str(local_rank),
-           "SLURM_NODEID": str(node_rank),
-           "SLURM_NTASKS": str(world), "SLURM_NPROCS": str(world),
-           "SLURM_NTASKS_PER_NODE": str(per_node),
-           "SLURM_STEP_NUM_TASKS": str(world)}
+           "SLURM_NODEID": str(node_rank), "SLURM_NTASKS": str(world), "SLURM_NPROCS": str(world),
+           "SLURM_NTASKS_PER_NODE": str(per_node), "SLURM_STEP_NUM_TASKS": str(world)}
     if not outer.get("SLURM_JOB_NUM_NODES"):  # the local backend: no Slurm around the agent
         env.update({"SLURM_JOB_NUM_NODES": str(nnodes), "SLURM_NNODES": str(nnodes)})
     # each task's share, as srun gives it (the agent asked for them all)

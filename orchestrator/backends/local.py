@@ -108,8 +108,7 @@ class LocalBackend(BackendDefaults):
             f"# local backend: {len(self.node_names)} virtual nodes {','.join(self.node_names)}",
             f"job-name={spec.job_name}",
             f"nodes={spec.nodes} tasks-per-node={spec.tasks_per_node} "
-            f"gpus-per-node={spec.gpus_per_node}",
-            f"time={spec.time_limit_min} (minutes)",
+            f"gpus-per-node={spec.gpus_per_node}", f"time={spec.time_limit_min} (minutes)",
             f"exclude={spec.exclude_hostlist or '(none)'}",
             "would run on: "
             f"{','.join(self._place(spec, busy=set())) or '(cannot be placed: too many excluded)'}",
@@ -277,8 +276,7 @@ class LocalBackend(BackendDefaults):
                 time.sleep(0.1)  # the agent stops its ranks on SIGTERM
         if orphans:
             logger.warning("stopped {} agent process(es) of jobs the local job table lost: {}",
-                           len(orphans),
-                           ",".join(map(str, orphans)))
+                           len(orphans), ",".join(map(str, orphans)))
         return len(orphans)
 
     def cancel(self, ref: JobRef) -> None:
@@ -289,7 +287,6 @@ class LocalBackend(BackendDefaults):
     def find_jobs(self, job_name: str) -> list[JobRef]:
         return [
             JobRef(job_id=r.job_id, submitted_at=datetime.fromisoformat(r.submitted_at),
-                   backend=self.name)
-            for r in self._records.values()
+                   backend=self.name) for r in self._records.values()
             if r.job_name == job_name and not r.end_state
         ]

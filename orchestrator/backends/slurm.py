@@ -57,8 +57,7 @@ class SlurmBackend(BackendDefaults):
     name = "slurm"
 
     def __init__(self, cfg: SlurmBackendCfg, clock: Clock, run_dir: Path,
-                 runner: Runner = run_command,
-                 attempts: int = 4):
+                 runner: Runner = run_command, attempts: int = 4):
         self.cfg, self.clock, self.run_dir, self.runner = cfg, clock, Path(run_dir), runner
         self.attempts = attempts
         self._nodes: tuple[datetime, list[str]] | None = None
@@ -131,8 +130,7 @@ class SlurmBackend(BackendDefaults):
             "job_name": spec.job_name, "nodes": spec.nodes + spec.spares, "ntasks_per_node": 1,
             "time": spec.time_limit_min,
             "comment": f"orchestrator:{spec.run_name}:seg{spec.index}",
-            "additional_parameters": extra,
-            "stderr_to_stdout": True, "signal_delay_s": 60,
+            "additional_parameters": extra, "stderr_to_stdout": True, "signal_delay_s": 60,
         }
         if spec.gpus_per_node:
             p["gpus_per_node"] = spec.gpus_per_node
@@ -240,8 +238,7 @@ class SlurmBackend(BackendDefaults):
         start = min(r.submitted_at for r in refs) - timedelta(days=1)
         try:
             text = self._run(["sacct", "-X", "-n", "-P", "-j", ids, "-S",
-                              start.strftime("%Y-%m-%dT%H:%M:%S"),
-                              "-o", SACCT_FIELDS], quick=True)
+                              start.strftime("%Y-%m-%dT%H:%M:%S"), "-o", SACCT_FIELDS], quick=True)
             found = parse_sacct(text, refs)
         except SchedulerUnavailable:
             found = {}

@@ -124,8 +124,7 @@ def first_failure(program: str, limit_s: float) -> Callable[[RetryCallState], No
         if rs.attempt_number == 1:
             err = rs.outcome.exception() if rs.outcome is not None else None
             logger.warning("{} failed ({}); retrying for up to {:.0f} s", program,
-                           " ".join(str(err).split())[:300],
-                           limit_s)
+                           " ".join(str(err).split())[:300], limit_s)
     return say
 
 

@@ -138,8 +138,7 @@ def _edit_serialised(store: StateStore, where: str, request: EditRequest,
             if not lock.holder_is_controller():
                 if time.monotonic() >= deadline:
                     raise fail([f"{where}: the run is locked by {lock.holder()}; nothing changed, "
-                                "try again"],
-                               1) from None
+                                "try again"], 1) from None
                 time.sleep(0.05)
                 continue
             if queued is None:

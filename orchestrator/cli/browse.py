@@ -42,8 +42,7 @@ def _tail_lines(path: Path, lines: int) -> list[str]:
     except OSError as exc:
         raise fail([f"{path}: cannot read: {exc.strerror or exc}"], 1) from None
     return [clean(x.decode("utf-8", "replace").replace("\x00", ""))
-            for x in data.split(b"\n")[-lines - 1:]
-            if x.strip()][-lines:]
+            for x in data.split(b"\n")[-lines - 1:] if x.strip()][-lines:]
 
 
 @app.command()
@@ -80,8 +79,7 @@ def logs(
         name = path.name[: -len(LOG_SUFFIX)]
         for line in _tail_lines(path, lines):
             out.print(f"{clean(name)}: {line}" if node is None else line, markup=False,
-                      highlight=False,
-                      soft_wrap=True)
+                      highlight=False, soft_wrap=True)
     if follow:
         _follow(found)
 
@@ -95,8 +93,7 @@ def _follow(paths: list[Path]) -> None:
                 for _, text in tail.read_new():
                     shown = clean(text)
                     out.print(f"{clean(path.name[: -len(LOG_SUFFIX)])}: {shown}" if many else shown,
-                              markup=False,
-                              highlight=False, soft_wrap=True)
+                              markup=False, highlight=False, soft_wrap=True)
             time.sleep(0.5)
     except KeyboardInterrupt:
         return
@@ -139,12 +136,10 @@ def _row(state_file: Path) -> dict[str, object]:
         state = StateStore(run_dir).load()
     except (OSError, StateError) as exc:
         return {"run": "?", "status": "unreadable", "segments": 0, "iteration": "-", "goal": "-",
-                "eta": "-",
-                "dir": str(run_dir), "problem": str(exc)[:200]}
+                "eta": "-", "dir": str(run_dir), "problem": str(exc)[:200]}
     if state is None:
         return {"run": "?", "status": "no state", "segments": 0, "iteration": "-", "goal": "-",
-                "eta": "-",
-                "dir": str(run_dir)}
+                "eta": "-", "dir": str(run_dir)}
     eta = run_metrics(state,
                       RealClock().now()).get("eta_s") if state.status.value == "running" else None
     return {"run": state.run, "status": state.status.value, "segments": len(state.segments),

@@ -111,8 +111,7 @@ def launch_lines(spec: SegmentSpec) -> list[str]:
     from orchestrator.backends.local_jobs import masked
 
     out = [f"# per-node launch: one agent on each of {spec.nodes} node(s), {spec.tasks_per_node} "
-           "rank(s) each",
-           f"#   working directory: {spec.workdir}"]
+           "rank(s) each", f"#   working directory: {spec.workdir}"]
     argv = list(spec.command)
     if len(argv) >= 3 and argv[0] in ("bash", "/bin/bash", "sh") and argv[1] == "-c":
         out.append(f"#   command: {argv[0]} -c SCRIPT {shlex.join(argv[3:])}".rstrip()

@@ -112,8 +112,7 @@ def controller_note(state: Any, run_dir: Path) -> str:
 def report(
     target: Annotated[Path, typer.Argument(help="A run's config file or its run directory.")],
     out_dir: Annotated[Path | None, typer.Option("--out", help="Where to write (default: the run "
-                                                               "directory).")]
-    = None,
+                                                               "directory).")] = None,
 ) -> None:
     """Write a self-contained HTML page and a PNG: segment timeline by cause, iterations over time,
     time lost.
@@ -156,8 +155,7 @@ def import_sbatch_cmd(
                                                      "starts with a dash).")] = None,
     output: Annotated[Path | None,
                       typer.Option("-o", "--output",
-                                   help="Write the config here (default stdout).")]
-    = None,
+                                   help="Write the config here (default stdout).")] = None,
 ) -> None:
     """Turn an #SBATCH script into a config that runs the script's own shell on every node.
 
@@ -238,8 +236,7 @@ def validate(config: Annotated[Path, typer.Argument(help="The YAML config file t
     spares = ("" if k == 0 else f" + spares {k}" if k == "auto"
               else f" + {k} spare{'s' if k != 1 else ''}")
     out.print(clean(f"{config}: ok (run {s.name}, {s.resources.nodes} nodes{spares}, backend "
-                    f"{s.backend.kind})"),
-              markup=False, highlight=False)
+                    f"{s.backend.kind})"), markup=False, highlight=False)
 
 
 def _diagnosed(directory: Path, config: Path | None) -> dict[str, Any]:
@@ -278,8 +275,7 @@ configs/example.yaml
         result = _diagnosed(directory, config)
     except OSError as exc:
         raise fail([f"{clean(getattr(exc, 'filename', None) or directory)}: cannot read: "
-                    f"{exc.strerror or exc}"],
-                   1) from None
+                    f"{exc.strerror or exc}"], 1) from None
     if as_json:
         print(json.dumps(result, indent=2))
         return
@@ -291,7 +287,6 @@ configs/example.yaml
     for e in result["evidence"][:15]:
         src = " (node)" if e.get("source") == "node" else ""
         out.print(clean(f"  [{e['role']}{src}] {e['node']} {Path(e['file']).name}:{e['line']}: ")
-                  + cut(e["text"], 160),
-                  markup=False, highlight=False, emoji=False)
+                  + cut(e["text"], 160), markup=False, highlight=False, emoji=False)
 
 

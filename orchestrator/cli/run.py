@@ -73,8 +73,7 @@ def run(
     if start_over and (s.run_dir / STATE_FILE).exists():
         err.print(f"note: --start-over does nothing here: {s.run_dir / STATE_FILE} exists, so the "
                   "run resumes from its ledger; to start over on purpose move the run directory "
-                  "aside (or use a new run_dir)",
-                  markup=False, highlight=False)
+                  "aside (or use a new run_dir)", markup=False, highlight=False)
     if dry_run:
         dry(s, clock, start_over, from_scratch)
         return
@@ -85,8 +84,7 @@ def run(
 
 
 def _supervised(s: Settings, config: Path, set_: list[str], clock: Clock, start_over: bool,
-                from_scratch: bool,
-                cancel_on_exit: bool) -> None:
+                from_scratch: bool, cancel_on_exit: bool) -> None:
     """The controller under the run lock, until the run ends or a signal stops it; exits with its
     status."""
     lock = RunLock(s.run_dir)
@@ -189,8 +187,7 @@ def _from_scratch(store: StateStore, clock: Clock) -> None:
     state = advance(state, FromScratch(), None, clock.now()).ledger
     store.save(state)
     logger.warning("--from-scratch: segments up to {} are history; the next one may start from "
-                   "iteration 0",
-                   state.scratch_after)
+                   "iteration 0", state.scratch_after)
 
 
 def _apply_queued(store: StateStore, clock: Clock) -> None:

@@ -93,7 +93,5 @@ def cancel(ctx: typer.Context,
         lock.release()
     job = state.current.job_id if state.current else None
     out.print(clean(f"cancelled job {job} of {where}; 'orchestrator run {config}' resumes the run"
-                    if done
-                    else f"{where}: no job to cancel (the run is {state.status.value})"),
-              markup=False,
-              highlight=False)
+                    if done else f"{where}: no job to cancel (the run is {state.status.value})"),
+              markup=False, highlight=False)

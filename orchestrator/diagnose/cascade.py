@@ -35,8 +35,7 @@ def killed_everywhere(nodes: list[NodeEvidence], secondary: list[NodeMatch], kin
     if len(everyone) > 1 and hosts >= everyone:
         return verdict(Cause.HOST_OOM, [], False, 0.75, evs(kills, Role.ROOT),
                         "every rank was killed (SIGKILL) at once with no error of its own: the OOM "
-                        "killer",
-                        "killed_everywhere", Owner.JOB)
+                        "killer", "killed_everywhere", Owner.JOB)
     return None
 
 
@@ -68,8 +67,7 @@ def _named_by_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch]) -> 
     if len(local) == 1 and len(all_hosts(nodes)) > 1:
         return verdict(Cause.NETWORK, local, True, 0.6, evs(secondary, Role.ROOT, 10),
                        f"IB completion errors on {local[0]} with no peer named: its own link",
-                       "local_ib_error",
-                       Owner.NODE_SUSPECT)
+                       "local_ib_error", Owner.NODE_SUSPECT)
     peers, votes = peer_culprits(nodes, secondary)
     if peers:
         found = [ev(n, m, Role.ROOT) for n, m in secondary if m.peer_ip][:10]
@@ -78,14 +76,12 @@ def _named_by_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch]) -> 
         return verdict(Cause.NETWORK, peers, True, 0.8 if strong else 0.6, found,
                         f"transport errors point at {','.join(peers)} ({votes} host(s) name it; "
                         "addresses from NCCL INFO)", "peers_name_host" if strong
-                       else "one_peer_names_host",
-                        Owner.NODE if strong else Owner.NODE_SUSPECT)
+                       else "one_peer_names_host", Owner.NODE if strong else Owner.NODE_SUSPECT)
     return None
 
 
 def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: list[NodeMatch],
-                 ctx: Context,
-                  job: JobStatus) -> Verdict:
+                 ctx: Context, job: JobStatus) -> Verdict:
     named = _named_by_cascade(nodes, secondary)
     if named is not None:
         return named
@@ -105,8 +101,7 @@ def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: l
     if len(crashed) == 1 and len(all_hosts(nodes)) > 1:
         return verdict(Cause.UNKNOWN, crashed, True, 0.5,
                         evs([(n, m) for n, m in kinds if m.kind in ("crash", "killed")], Role.ROOT,
-                            10)
-                        + evs(secondary, Role.SECONDARY, 20),
+                            10) + evs(secondary, Role.SECONDARY, 20),
                         f"a rank on {crashed[0]} exited with an error and printed none; the others "
                         "followed: a strike", "unexplained_crash", Owner.NODE_SUSPECT)
     if secondary:
@@ -127,8 +122,7 @@ def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: l
     return verdict(Cause.UNKNOWN, [], False, 0.3, found[:20],
                     f"job {job.state.value}; no known error signature"
                     + (f"; non-zero exit on {','.join(n.node for n in failing)}" if failing
-                       else ""),
-                    "no_signature", Owner.NOBODY)
+                       else ""), "no_signature", Owner.NOBODY)
 
 
 def silent_verdict(nodes: list[NodeEvidence], quiet: list[str],
@@ -140,5 +134,4 @@ def silent_verdict(nodes: list[NodeEvidence], quiet: list[str],
     return verdict(cause, names, True, 0.7, evs(secondary, Role.SECONDARY, 30),
                     f"the peers timed out waiting; {','.join(names)} printed no error"
                     + (" and its output ends abruptly" if dead
-                       else " (it stopped making progress)"),
-                    "silent_node", Owner.NODE)
+                       else " (it stopped making progress)"), "silent_node", Owner.NODE)

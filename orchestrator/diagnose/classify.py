@@ -115,8 +115,7 @@ def _all_exited_0(f: Facts) -> Verdict | None:
                                                          for n in f.nodes)) and not f.roots \
             and not f.stops:
         return Verdict(cause=Cause.SUCCESS, confidence=0.95, summary="all nodes exited 0",
-                       owner=Owner.FINISHED,
-                       rule="all_exited_0")
+                       owner=Owner.FINISHED, rule="all_exited_0")
     return None
 
 
@@ -148,8 +147,7 @@ def _spot(f: Facts) -> Verdict | None:
         return verdict(Cause.PREEMPTED, [], False, 0.75, evs(spot, Role.ROOT, 10)
                        + evs(f.roots, Role.SECONDARY),
                        "the cloud reclaimed the instances (spot termination / preemption notice): "
-                       "resubmit",
-                       "preempted", Owner.NOBODY)
+                       "resubmit", "preempted", Owner.NOBODY)
     return None
 
 
@@ -158,8 +156,7 @@ def _stopped_before_walltime(f: Facts) -> Verdict | None:
         return verdict(Cause.TIMELIMIT, [], False, 0.85,
                        evs(f.stops, Role.ROOT) + evs(f.roots + f.secondary, Role.SECONDARY),
                        "the framework stopped itself ahead of the wall time: "
-                       f"{f.stops[0][1].text[:160]}",
-                       "stopped_before_walltime", Owner.NOBODY)
+                       f"{f.stops[0][1].text[:160]}", "stopped_before_walltime", Owner.NOBODY)
     return None
 
 
@@ -200,8 +197,7 @@ RULES: tuple[Rule, ...] = (
     ("all_exited_0", _all_exited_0),
     ("printed_its_end", _printed_its_end),
     # no root error and the controller saw a stall (or a rank is stuck): who stalled it
-    ("stalled", _stalled),
-    ("preempted", _spot),
+    ("stalled", _stalled), ("preempted", _spot),
     ("stopped_before_walltime", _stopped_before_walltime),
     ("scheduler_ended", _scheduler_ended),  # time limit, preemption (or a hang before the limit)
     ("first_rank_error", _first_rank_error),  # the root error by precedence and time order

@@ -54,8 +54,7 @@ def who_stalled(nodes: list[NodeEvidence], secondary: list[Evidence],
         if fs:
             return verdict(Cause.FILESYSTEM, [n.node for n in stuck], False, 0.8, found + secondary,
                             "a training process is stuck in filesystem I/O: the shared filesystem, "
-                            "not the node",
-                            "stuck_in_filesystem", Owner.SHARED)
+                            "not the node", "stuck_in_filesystem", Owner.SHARED)
         return verdict(Cause.HANG, [n.node for n in stuck], True, 0.9, found + secondary,
                         "a training process was stuck while the others waited", "stuck_process",
                        Owner.NODE)
@@ -86,8 +85,7 @@ def who_stalled(nodes: list[NodeEvidence], secondary: list[Evidence],
     behind = progress_culprit(nodes)
     if behind:
         return verdict(Cause.HANG, behind, True, 0.6, secondary, "progress stopped first on "
-                       + ",".join(behind),
-                        "progress_stopped_first", Owner.NODE)
+                       + ",".join(behind), "progress_stopped_first", Owner.NODE)
     return None
 
 
@@ -108,12 +106,10 @@ def scheduler_end(job: JobStatus, cause: Cause, nodes: list[NodeEvidence], roots
                                                           if m.signature != "job_timelimit"])
         return verdict(Cause.HANG, behind, bool(behind), 0.6, found,
                         f"progress stopped {mins(gap)} before the time limit: a hang, not the time "
-                        "limit"
-                        + (f"; it stopped first on {','.join(behind)}" if behind else ""),
+                        "limit" + (f"; it stopped first on {','.join(behind)}" if behind else ""),
                         "progress_stopped_before_limit", Owner.NODE if behind else Owner.NOBODY)
     return verdict(cause, [], False, 0.9, found, f"Slurm ended the job: {job.state.value}",
-                   "scheduler_ended",
-                    Owner.NOBODY)
+                   "scheduler_ended", Owner.NOBODY)
 
 
 def mins(d: timedelta) -> str:
@@ -157,5 +153,4 @@ def from_roots(nodes: list[NodeEvidence], roots: list[NodeMatch], secondary: lis
     conf = 0.9 if blame or owner == Owner.JOB else 0.7
     rule = f"{rule}+{order_rule}" if order_rule else rule
     return verdict(cause, culprits, blame, conf, evidence, note
-                   or f"first-rank error: {best[1].text[:160]}",
-                    rule, owner)
+                   or f"first-rank error: {best[1].text[:160]}", rule, owner)

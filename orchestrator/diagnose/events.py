@@ -19,28 +19,24 @@ EVENTS: tuple[Signature, ...] = (
     Signature("node_hw_gpu", r"NVRM: Xid \([^)]*\): 64\b|row remap(?:ping)? failure|pages? pending "
               r"retirement|(?:SRAM|DRAM|Double Bit ECC|Device Memory|Register File)(?: "
               r"Uncorrectable)?\s*: *[1-9]|Remapping Failure Occurred\s*: Yes|Pending Page "
-              r"Blacklist\s*: Yes|uncorrectable ECC errors rose",
-              C.GPU_ECC, blame=True, kind="hw",
+              r"Blacklist\s*: Yes|uncorrectable ECC errors rose", C.GPU_ECC, blame=True, kind="hw",
               source="NVIDIA Xid catalog: 64 row-remap failure; nvidia-smi -q 'Pending Page "
                      "Blacklist'"),
     Signature("node_hw_ib", r"ib: \S+ port \d+: state (?:DOWN|INIT|ARMED)\b.*was ACTIVE|ib: \S+ "
               r"port \d+: (?:link_downed|symbol_error|link_error_recovery|port_rcv_errors|"
-              r"local_link_integrity_errors) \+\d+",
-              C.NETWORK, blame=True, kind="hw",
+              r"local_link_integrity_errors) \+\d+", C.NETWORK, blame=True, kind="hw",
               source="the agent's reading of /sys/class/infiniband/*/ports/*/{state,counters}"),
     Signature("node_hw_memory",
               r"EDAC (?:MC\d+|\w+): .*(?:\bUE\b|[Uu]ncorrected)|mce: \[Hardware Error\]|Machine "
               r"check events logged|Uncorrected (?:hardware )?memory error|Memory failure: "
               r".*(?:recover|hardware)|HANDLING MCE MEMORY ERROR|\[Hardware Error\]: "
-              r".*(?:[Uu]ncorrect|fatal)",
-              C.UNKNOWN, blame=True, kind="hw",
+              r".*(?:[Uu]ncorrect|fatal)", C.UNKNOWN, blame=True, kind="hw",
               source="Linux EDAC/MCE drivers (kernel log): uncorrected host memory errors"),
     Signature("node_hw_disk",
               r"critical medium error|\bMedium Error\b|blk_update_request: (?:critical "
               r")?(?:medium|I/O) error|nvme\d+(?:n\d+)?: .*(?:I/O error|timeout, "
               r"aborting|controller is down|Removing after probe failure)|Buffer I/O error on "
-              r"dev|I/O error, dev (?:nvme|sd)\w*",
-              C.FILESYSTEM, blame=True, kind="hw",
+              r"dev|I/O error, dev (?:nvme|sd)\w*", C.FILESYSTEM, blame=True, kind="hw",
               source="Linux block layer and nvme driver (kernel log): medium and I/O errors of a "
                      "local disk"),
     Signature("ib_port_error", r"Got async event ?: (?:port error|local catastrophic error|device "
@@ -71,8 +67,7 @@ EVENTS: tuple[Signature, ...] = (
               r"finished|\btrain_runtime\b|Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` "
               r"reached|Saving (?:the )?final (?:model|checkpoint)|saved final "
               r"(?:model|checkpoint)|Model weights saved in \S*final|Exiting after successful "
-              r"completion|\[after training is done\]|Done training\b",
-              C.SUCCESS, kind="done",
+              r"completion|\[after training is done\]|Done training\b", C.SUCCESS, kind="done",
               source="torchtitan, HF Trainer, Lightning, Megatron, submitit end-of-training lines"),
     # The framework stopped itself ahead of the wall time: not a failure, not the end of the
     # training.
@@ -80,8 +75,7 @@ EVENTS: tuple[Signature, ...] = (
               r"exiting program after [\d.]+ minutes|Time limit reached\. Elapsed time "
               r"is|Signaling Trainer to stop|exit(?:ing)? (?:early )?(?:due to|because of) (?:the "
               r")?(?:time|wall ?clock|walltime) limit|Job has timed out\. Ran \d+ minutes out of "
-              r"requested",
-              C.TIMELIMIT, kind="stop",
+              r"requested", C.TIMELIMIT, kind="stop",
               source="Megatron --exit-duration-in-mins; Lightning Timer callback; submitit's "
                      "timeout handling"),
     Signature("spot_termination",

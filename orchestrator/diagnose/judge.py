@@ -71,8 +71,7 @@ def progress_stopped_early(nodes: list[NodeEvidence],
     """How long before the time-limit banner the last progress line came, when that is long (a
     hang)."""
     end = max((t for _, m in secondary if m.signature == "job_timelimit"
-               and (t := banner_time(m.text) or m.ts)),
-              default=None)
+               and (t := banner_time(m.text) or m.ts)), default=None)
     last = max((n.last_progress_ts for n in nodes if n.last_progress_ts), default=None)
     if end is None or last is None:
         return None

@@ -85,11 +85,9 @@ def diagnose_dir(directory: Path, progress_regex: str = DEFAULT_PROGRESS,
         "owner": v.fault_owner.value, "rule": v.rule, "policy_rule": policy_rule,
         "action": action, "reason": reason, "confidence": v.confidence, "summary": v.summary,
         "evidence": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text,
-                      "role": e.role,
-                      "source": e.source} for e in v.evidence],
+                      "role": e.role, "source": e.source} for e in v.evidence],
         "node_evidence": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text,
-                           "role": e.role}
-                          for e in v.evidence if e.source == EvidenceSource.NODE
+                           "role": e.role} for e in v.evidence if e.source == EvidenceSource.NODE
                           or _node_file(e.file)],
     }
 
@@ -100,5 +98,4 @@ def _node_file(path: str) -> bool:
     name = Path(path).name.lower()
     return any(k in name
                for k in ("dmesg", "nvidia-smi", "kern", "syslog", "ibstat", "counters",
-                         "memory.events",
-                                   "epilog", "prolog", "nvml", ".df"))
+                         "memory.events", "epilog", "prolog", "nvml", ".df"))

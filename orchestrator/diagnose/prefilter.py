@@ -33,8 +33,7 @@ SPECIAL = (
      r"successfully", False),
     (r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using|NCCL INFO comm \S+ rank \d+ ", False),
     (r"srun: error: \S+: tasks? \d|^\s*(?:host|rank)\s+: |--node-ip-address|"
-     r"scontrol show hostnames", False),
-    (ALLOC_START_RE, False),
+     r"scontrol show hostnames", False), (ALLOC_START_RE, False),
     (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|hread 0x[0-9a-f]+ \(most recent call first|Failed "
      r"to suspend process|py-spy timed out", False),
 )
@@ -84,8 +83,7 @@ def _compile(patterns: tuple[tuple[str, bool], ...]) -> hyperscan.Database:
               else 0) | hyperscan.HS_FLAG_ALLOWEMPTY | hyperscan.HS_FLAG_MULTILINE
              for _, ci in patterns]
     db.compile(expressions=[_plain(p).encode() for p, _ in patterns],
-               ids=list(range(len(patterns))),
-               elements=len(patterns), flags=flags)
+               ids=list(range(len(patterns))), elements=len(patterns), flags=flags)
     return db
 
 

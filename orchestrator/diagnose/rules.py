@@ -23,8 +23,7 @@ RUNTIME_OOM = re.compile(r"CUDA error: out of memory|cudaErrorMemoryAllocation|C
 # stuck-rank rule)
 PROGRAM_WAIT = re.compile(r"queue|_try_get_data|_get_data|dataloader|\block\b|acquire|Condition|"
                           r"Semaphore|\bwait \(threading|\bjoin \(|selectors|\bselect \(|\bpoll "
-                          r"\(|Barrier \(threading",
-                          re.IGNORECASE)
+                          r"\(|Barrier \(threading", re.IGNORECASE)
 COLLECTIVE = re.compile(r"all_?reduce|barrier|broadcast|all_?gather|reduce_scatter|all_to_all|"
                         r"_?wait\b.*distributed|distributed_c10d|c10d|nccl|gloo|monitored_barrier|"
                         r"recv|send", re.IGNORECASE)
@@ -36,15 +35,13 @@ SYMMETRIC = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.US
                        Cause.NETWORK,
                        Cause.NCCL_TIMEOUT, Cause.HANG, Cause.FILESYSTEM, Cause.USER_OOM})
 JOB_WHEN_SYMMETRIC = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.USER_BUG,
-                                Cause.USER_OOM,
-                                Cause.FILESYSTEM})
+                                Cause.USER_OOM, Cause.FILESYSTEM})
 
 Judged = tuple[Cause, list[str], Owner, str, str]
 # generic failures a node's own hardware report explains (a crash next to an EDAC error, an I/O
 # error on NVMe)
 EXPLAINABLE = frozenset({Cause.USER_BUG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.FILESYSTEM,
-                         Cause.HOST_OOM,
-                         Cause.UNKNOWN})
+                         Cause.HOST_OOM, Cause.UNKNOWN})
 
 
 def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
@@ -98,8 +95,7 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
 
 
 def judge_oom(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
-              nodes: list[NodeEvidence],
-               ctx: Context) -> Judged:
+              nodes: list[NodeEvidence], ctx: Context) -> Judged:
     # a training-loop frame raised it
     underway = any(m.kind == "phase" for n in nodes for m in n.matches)
     at_start = max((n.last_iteration or 0 for n in nodes),

@@ -31,9 +31,7 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
         "cuda_ecc",
         r"uncorrectable ECC error|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE"
         r"|ECC uncorrectable|double bit ECC error|DBE \(double bit error\)|uncorrectable "
-        r"(?:DRAM|memory|SRAM) error|row.?remap(?:ping)? failure",
-        C.GPU_ECC,
-        blame=True,
+        r"(?:DRAM|memory|SRAM) error|row.?remap(?:ping)? failure", C.GPU_ECC, blame=True,
         source="CUDA runtime error strings; BigScience tr1-13B log (CONTEXT.md)",
     ),
     Signature(
@@ -48,18 +46,14 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
         r"fallen off the bus|NVRM: Xid \([^)]*\): (?:79|74|119|120|61|62)\b|GPU is "
         r"lost|cudaErrorDevicesUnavailable|CUDA error: unspecified launch "
         r"failure|NVLink.*(?:fatal|error)|RmInitAdapter failed|Unable to determine the device "
-        r"handle for GPU|GPU requires reset|cudaErrorLaunchFailure",
-        C.GPU_LOST,
-        blame=True,
+        r"handle for GPU|GPU requires reset|cudaErrorLaunchFailure", C.GPU_LOST, blame=True,
         source="NVIDIA Xid 79/74/119; nvidia-smi 'Unable to determine the device handle'",
     ),
     Signature(
         "gpu_unavailable",
         r"all CUDA-capable devices are busy or unavailable|CUDA-capable device\(s\) is/are busy or "
         r"unavailable|invalid device ordinal|cudaErrorInvalidDevice|no CUDA-capable device is "
-        r"detected",
-        C.GPU_LOST,
-        blame=True,
+        r"detected", C.GPU_LOST, blame=True,
         source="CUDA runtime: a GPU held by another process or missing on this node",
     ),
     Signature("nvml_mismatch",
@@ -76,8 +70,7 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
         "cuda_oom",
         r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError: "
         r"CUDA|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure \d* ?'out of "
-        r"memory'",
-        C.USER_OOM,
+        r"memory'", C.USER_OOM,
         source="PyTorch caching allocator; BigScience second crash in barrier()",
     ),
     Signature(
@@ -120,8 +113,7 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
     Signature("unkillable",
               r"(?:STEPD TERMINATED ON |node\(s\)=)(?P<node>[\w.-]+)(?: AT \S+ DUE TO JOB NOT "
               r"ENDING WITH SIGNALS|: Kill task failed)|Kill task failed|UnkillableStep|DUE TO JOB "
-              r"NOT ENDING WITH SIGNALS",
-              C.NODE_FAIL, blame=True, node_group="node",
+              r"NOT ENDING WITH SIGNALS", C.NODE_FAIL, blame=True, node_group="node",
               source="slurmstepd/slurmctld: processes that did not end with signals "
                      "(UnkillableStepTimeout)"),
     Signature("ray_node_dead",
@@ -135,11 +127,9 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
                                r"FAILURE", C.NODE_FAIL,
               cascade=True, source="slurmstepd job cancel banner"),
     Signature("job_timelimit", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO TIME "
-                               r"LIMIT",
-              C.TIMELIMIT, cascade=True),
+                               r"LIMIT", C.TIMELIMIT, cascade=True),
     Signature("job_preempted", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO "
-                               r"PREEMPTION",
-              C.PREEMPTED, cascade=True),
+                               r"PREEMPTION", C.PREEMPTED, cascade=True),
     Signature("job_requeue",
               r"DUE TO JOB REQUEUE|[Rr]equeu(?:e|ing) job \d+|SLURM auto-requeueing|auto-requeue"
               r"|job (?:was |has been )?(?:preempted|requeued)|Requeued job"
@@ -166,8 +156,7 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
         r"Stale file handle|Transport endpoint is not connected|Input/output error|Read-only file "
         r"system|LustreError|lustre.*(?:evicted|timeout)|GPFS.*(?:error|unmounted)|ORCH-FS-PROBE "
         r"FAILED|Cannot send after transport endpoint shutdown|Errno 108\b|nfs: server \S+ not "
-        r"responding|did not answer a stat within",
-        C.FILESYSTEM,
+        r"responding|did not answer a stat within", C.FILESYSTEM,
         source="errno strings ESTALE/ENOTCONN/EIO/EROFS",
     ),
     Signature(
@@ -200,15 +189,12 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
     Signature("segfault", r"Segmentation fault|SIGSEGV|signal 11\b|Signals\.SIGSEGV|return code = "
               r"-11\b|exitcode\s*:\s*-11\b", C.SEGFAULT, blame=True),
     Signature("bus_error", r"Bus error|SIGBUS|signal 7\b|Signals\.SIGBUS|return code = "
-                           r"-7\b|exitcode\s*:\s*-7\b",
-              C.BUS_ERROR, blame=True),
+                           r"-7\b|exitcode\s*:\s*-7\b", C.BUS_ERROR, blame=True),
     Signature(
         "nccl_timeout",
         r"Watchdog caught collective operation timeout|collective operation "
         r"timeout|NCCL.*[Tt]imeout|ProcessGroupNCCL.*timed? ?out|Timed out waiting for .* from "
-        r"rank|socket timeout|DistBackendError",
-        C.NCCL_TIMEOUT,
-        cascade=True,
+        r"rank|socket timeout|DistBackendError", C.NCCL_TIMEOUT, cascade=True,
         source="torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp watchdog",
     ),
     Signature(
@@ -223,10 +209,7 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
     Signature(
         "nccl_ib_peer",
         r"NET/IB\w* ?: Got completion (?:from peer (?P<peer>\d+\.\d+\.\d+\.\d+)<\d+> )?with "
-        r"(?:status|error)",
-        C.NETWORK,
-        cascade=True,
-        peer_group="peer",
+        r"(?:status|error)", C.NETWORK, cascade=True, peer_group="peer",
         source="NCCL ib_plugin 'Got completion from peer IP<port> with status=12 ...' "
                "(NVIDIA/nccl#1405)",
     ),
@@ -247,8 +230,7 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
               r"[1-9]", C.UNKNOWN, blame=True, kind="crash", node_group="node",
               source="srun(1): 'srun: error: NODE: task N: Exited with exit code 1'"),
     Signature("elastic_child", r"ChildFailedError|torch\.distributed\.elastic\.multiprocessing\.err"
-                               r"ors",
-              C.UNKNOWN, cascade=True),
+                               r"ors", C.UNKNOWN, cascade=True),
     Signature(
         "dist_cascade",
         r"DistStoreError|DistNetworkError|RendezvousTimeoutError|RendezvousClosedError|TCPStore|"
@@ -296,5 +278,4 @@ def table_for(user: Sequence[UserSignature]) -> tuple[Signature, ...]:
     validation may hold one) is left out."""
     safe = [s for s in user if not catastrophic(s.pattern)]
     return build_table([Signature(s.name, s.pattern, s.cause, s.blame, s.cascade, source="config",
-                                  linear=True)
-                        for s in safe])
+                                  linear=True) for s in safe])

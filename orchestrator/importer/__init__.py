@@ -180,8 +180,7 @@ def _import(text: str, script_name: str, workdir: str | None,
     missing = undefined(text)
     if missing:
         notes.append("the script uses variables it does not set (they must come from the "
-                     "environment, e.g. `env`): "
-                     + ", ".join(missing))
+                     "environment, e.g. `env`): " + ", ".join(missing))
     cfg["run_dir"] = f"runs/{cfg['name']}"
     cfg["backend"] = {"kind": "slurm"}
     slurm = {k: v for k in ("srun_args", "setup") if (v := cfg.pop(f"_{k}", None))}

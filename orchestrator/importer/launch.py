@@ -25,10 +25,8 @@ _ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=.*", re.S)
 _PYTHON = re.compile(r"python[\d.]*$")
 _PYTHON_C = re.compile(r"python[\d.]*\s+(-\w+\s+)*-c\b")
 CONTAINER_FLAGS = {"--container-remap-root", "--container-mount-home", "--container-writable",
-                   "--container-readonly",
-                   "--no-container-mount-home", "--container-entrypoint",
-                   "--container-entrypoint-log",
-                   "--no-container-remap-root"}
+                   "--container-readonly", "--no-container-mount-home", "--container-entrypoint",
+                   "--container-entrypoint-log", "--no-container-remap-root"}
 SRUN_VALUE = {"-N", "-n", "-c", "-w", "-o", "-e", "-J", "-p", "-t", "-G", "-x", "-A", "-q", "-C",
               "-D", "-m",
               "-d", "-i", "-W", "-r", "-K", "--jobid", "--nodes", "--ntasks", "--ntasks-per-node",
@@ -60,8 +58,7 @@ SRUN_VALUE = {"-N", "-n", "-c", "-w", "-o", "-e", "-J", "-p", "-t", "-G", "-x", 
               "--stepmgr", "--tres-bind", "--nodefile", "-F", "--mcs-label", "--ntasks-per-tres",
               "--time-min", "--gpu-freq"}
 MPI_VALUE = {"-n", "-np", "-N", "-H", "--host", "--hostfile", "-hostfile", "--map-by", "--bind-to",
-             "-x",
-             "--mca", "-mca", "--npernode", "-ppn", "-f"}
+             "-x", "--mca", "-mca", "--npernode", "-ppn", "-f"}
 
 
 @dataclass
@@ -172,8 +169,7 @@ def _deepspeed_per_node(words: list[str], c: int) -> tuple[list[str], list[str]]
     while i < len(words) and words[i].startswith("-"):
         flag, eq, _ = words[i].partition("=")
         if flag in ("--hostfile", "--launcher", "--num_nodes", "--include", "--exclude", "-H", "-i",
-                    "-e",
-                    "--master_addr", "--node_rank", "--no_ssh"):
+                    "-e", "--master_addr", "--node_rank", "--no_ssh"):
             dropped.append(words[i] if eq or flag == "--no_ssh" else f"{words[i]} {words[i + 1]}")
             i += 1 if eq or flag == "--no_ssh" else 2
             continue

@@ -29,8 +29,7 @@ ENV_WORDS = {"export", "source", ".", "module", "ml", "cd", "pushd", "popd", "se
              "continue"}
 # words that neither set anything nor do work: tests, loop heads, block words
 NEUTRAL_WORDS = {"[", "[[", "test", "true", "false", ":", "for", "case", "select", "fi", "done",
-                 "esac", "}", ")",
-                 "in", ";;"}
+                 "esac", "}", ")", "in", ";;"}
 # words that only print or stop: alone they ran once (a banner), next to variables they are harmless
 # on every node
 PRINT_WORDS = {"echo", "printf", "exit", "date", "hostname", "env", "printenv", "sleep", "pwd",
@@ -164,8 +163,7 @@ def split_once(script: str, stop: int, notes: list[str],
         return script, None
     prefix = SBATCH_LINE.sub("", script[:found[-1].end]).replace(LAUNCH_BEFORE, "").strip("\n")
     setup = ("( # orchestrator: the lines before the launch, once, as under sbatch, with the run's "
-             "environment\n"
-             + LOAD_ENV
+             "environment\n" + LOAD_ENV
              + ("set -- " + shlex.join(args) + "  # the script's arguments\n" if args else "")
              # not `( ... ) || exit`: bash ignores `set -e` in such a list
              + prefix + "\nexit 0\n)\n"

@@ -23,8 +23,7 @@ SHORT = {"-J": "job-name", "-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task",
 FLAGS = {"exclusive", "requeue", "no-requeue", "hold", "overcommit", "contiguous", "spread-job",
          "test-only",
          "use-min-nodes", "wait", "parsable", "quiet", "verbose", "oversubscribe", "ignore-pbs",
-         "no-kill",
-         "reboot"}
+         "no-kill", "reboot"}
 IGNORED = {"output": "per-node logs are written by the agent under run_dir/segments/NNNN/logs/",
            "error": "per-node logs are written by the agent under run_dir/segments/NNNN/logs/",
            "open-mode": "the agent appends to its own per-node logs",
@@ -36,8 +35,7 @@ IGNORED = {"output": "per-node logs are written by the agent under run_dir/segme
            "export": "the agent passes the controller's environment plus `env`; put what the job "
                      "needs in `env`",
            "parsable": "not a job property", "test-only": "not a job property",
-           "wait": "the controller polls the job",
-           "chdir": "became `workdir`"}
+           "wait": "the controller polls the job", "chdir": "became `workdir`"}
 RESERVED = {"exclude", "nodes", "time", "output", "error", "job-name", "requeue", "no-requeue"}
 Opts = list[tuple[str, str | None]]
 # the long options this import treats itself, or that the orchestrator sets: sbatch takes any
@@ -45,8 +43,7 @@ Opts = list[tuple[str, str | None]]
 _KNOWN = ("ntasks-per-node", "cpus-per-task", "gpus-per-task", "ntasks", "gpus-per-node", "gpus",
           "gres", "partition",
           "account", "qos", "job-name", "nodes", "time", "array", "dependency", "exclude", "chdir",
-          "exclusive",
-          "comment", "wrap", *IGNORED)
+          "exclusive", "comment", "wrap", *IGNORED)
 
 
 def _full_name(key: str) -> str:

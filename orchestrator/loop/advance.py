@@ -104,8 +104,7 @@ def _polled(old: RunState, obs: o.Polled, cfg: Settings | None, now: datetime) -
     assert seg is not None
     return _current(old, now,
                     **progress.changes(seg, obs.status, list(obs.scheduler_nodes),
-                                       list(obs.log_nodes),
-                                                obs.iteration, now))
+                                       list(obs.log_nodes), obs.iteration, now))
 
 
 def _queue_noted(old: RunState, obs: o.QueueNoted, cfg: Settings | None,
@@ -131,8 +130,7 @@ def judged(old: RunState, obs: o.Ended, policy: Policy, goal: Goal, checkpoint_d
     seg = old.current
     assert seg is not None
     out = conclude(old, seg, obs.status, list(obs.evidence), list(obs.fs_stalls), policy, goal, now,
-                   obs.lost,
-                   checkpoint_dir)
+                   obs.lost, checkpoint_dir)
     v, d = out.verdict, out.decision
     seg = seg.evolve(job_state=obs.status.state, ended_at=now, cause=v.cause,
                      culprit_nodes=list(v.culprit_nodes),
@@ -174,8 +172,7 @@ def _restarted(old: RunState, obs: o.RestartedInJob, cfg: Settings | None,
     done = seg.evolve(reason=f"{seg.reason}; restarted inside job {seg.job_id} ({swap}), no new "
                              "submission"[:500])
     place = InAllocation(dir=obs.spec.allocation_dir, spares=obs.spec.spares,
-                         nodes=tuple(seg.allocation),
-                         submitted_by=seg.job_root)
+                         nodes=tuple(seg.allocation), submitted_by=seg.job_root)
     new = intent(obs.spec, seg.backend, job_id=seg.job_id, submitted_at=now, nodes=list(obs.nodes),
                  placement=place)
     return _changed(old, now, segments=[*old.segments[:-1], done, new], blacklist=obs.blacklist,

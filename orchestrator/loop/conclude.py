@@ -95,8 +95,7 @@ def ledger(state: RunState, job_id: str, verdict: Verdict, decision: Decision, p
 
 def conclude(state: RunState, seg: SegmentRecord, status: JobStatus, evidence: list[NodeEvidence],
              fs_stalls: list[str], policy: Policy, goal: Goal, now: datetime,
-             lost: tuple[str, ...] = (),
-             checkpoint_dir: str = "") -> Outcome:
+             lost: tuple[str, ...] = (), checkpoint_dir: str = "") -> Outcome:
     """`lost`: nodes Slurm removed from the segment's --no-kill job (first-hand evidence of a node
     failure); `checkpoint_dir`: where the config looks for checkpoints (named when progress is lost
     for want of one)."""

@@ -99,8 +99,7 @@ class EventLog:
                 os.write(fd, b"\n")  # after a line cut short, the next one starts on its own line
             for key, event, at, fields in new:
                 line = {"schema": SCHEMA, "key": key, "event": event, "time": at.isoformat(),
-                        "run": state.run,
-                        **fields}
+                        "run": state.run, **fields}
                 os.write(fd, (json.dumps(line, default=str) + "\n").encode())
                 self._keys.add(key)
         finally:

@@ -87,8 +87,7 @@ class Keeper:
         held = outage.note(self.state.run, self.clock.now(), limit_s, detail[:500])
         if first:  # said once per outage; the alert too
             logger.bind(run=self.state.run).warning("{}: {}; not submitting until it answers",
-                                                    outage.what,
-                                                    detail[:500])
+                                                    outage.what, detail[:500])
         self.effects.run(held.alerts)
         if held.stop:
             self._stop(held.stop)

@@ -52,8 +52,7 @@ class Notes:
         self.reattached = reattached
 
     def update(self, state: RunState, seg: SegmentRecord, status: JobStatus, ref: JobRef,
-               now: datetime,
-               output_flows: bool) -> str | None:
+               now: datetime, output_flows: bool) -> str | None:
         """Log what is due; the segment's new queue note, or None to keep it."""
         log = logger.bind(run=state.run, segment=seg.index)
         note: str | None = None
@@ -99,7 +98,6 @@ def log_end(state: RunState, out: Outcome) -> None:
     log.info("segment ended job={} state={} cause={} culprits={} confidence={:.2f} action={} "
              "reason={!r}",
              seg.job_id, seg.job_state, v.cause.value, ",".join(v.culprit_nodes) or "-",
-             v.confidence,
-             d.action.value, d.reason)
+             v.confidence, d.action.value, d.reason)
     if state.status == RunStatus.STOPPED:
         log.error("controller stopped reason={!r}", d.reason)

@@ -186,8 +186,7 @@ class Steps:
                          b in zip(nxt.restart.drop, nxt.restart.promote, strict=True))
         logger.bind(run=state.run, segment=new.index, job=new.job_id).warning(
             "restart inside job {} on {} ({}), resume_from={}, {} spare(s) left", new.job_id,
-            ",".join(new.nodes),
-            swap, spec.resume_from or "-", len(left))
+            ",".join(new.nodes), swap, spec.resume_from or "-", len(left))
         h.effects.one(Alert(f"{state.run}: segment {new.index} restarted inside job {new.job_id}",
                             f"{swap}; resume from {spec.resume_from or 'scratch'}; {len(left)} "
                             "spare(s) left"))

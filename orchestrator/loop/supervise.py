@@ -53,8 +53,7 @@ def supervise(seen: Seen, now: datetime, w: Watch) -> Supervision:
                        and n in seen.failed)
     if preflight:
         return Supervision(cancel=f"preflight failed on {','.join(preflight)}; no training can run "
-                                  "there",
-                           reason=CancelReason.PREFLIGHT)
+                                  "there", reason=CancelReason.PREFLIGHT)
     if seen.failed:
         return _failed(seen, now, w)
     if seen.running_since is None:
@@ -104,6 +103,5 @@ def _stall(seen: Seen, now: datetime, w: Watch) -> Supervision:
             "dumps" if ask else "")
     if quiet >= limit:
         return Supervision(cancel=f"stall: no progress for {quiet:.0f}s (limit {limit:.0f}s)",
-                           request_dumps=ask,
-                           note=note, reason=CancelReason.STALL)
+                           request_dumps=ask, note=note, reason=CancelReason.STALL)
     return Supervision(request_dumps=ask, note=note)

@@ -38,8 +38,7 @@ def format_errors(path: Path, exc: ValidationError,
         elif err["type"] == "missing":
             msg = "required field is missing"
         got = err.get("input")
-        shown = "" if err["type"] in ("missing",
-                                      "extra_forbidden") or isinstance(
+        shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(
                                           got, dict) else f" (got {cut(got)})"
         lines.append(f"{where}: {loc}: {msg[:300]}{shown}")
     return lines

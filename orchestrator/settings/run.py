@@ -64,8 +64,7 @@ def loading_bar(line: str) -> bool:
 
 
 def loading_bar_bytes(line: bytes) -> bool:
-    return b"|" in line and any(w in line
-                                for w in _BAR_WORDS_BYTES) and NOT_PROGRESS_BYTES.search(
+    return b"|" in line and any(w in line for w in _BAR_WORDS_BYTES) and NOT_PROGRESS_BYTES.search(
                                     line) is not None
 
 
@@ -176,8 +175,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _filled_in(self) -> Settings:
         fields = {"name": self.name, "run_dir": str(self.run_dir),
-                  "workdir": str(self.workdir or ""),
-                  "checkpoint.dir": str(self.checkpoint.dir),
+                  "workdir": str(self.workdir or ""), "checkpoint.dir": str(self.checkpoint.dir),
                   "resources.partition": self.resources.partition or "",
                   "resources.account": self.resources.account or ""}
         fields.update({f"command.{i}": a for i, a in enumerate(self.command) if "\n" not in a})

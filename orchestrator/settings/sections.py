@@ -25,8 +25,7 @@ MAX_LOCAL_NODES = 1024
 RESERVED_SBATCH = ("exclude", "nodes", "time", "output", "error", "job-name", "requeue",
                    "no-requeue", "array",
                    "signal", "comment", "open-mode", "ntasks-per-node", "ntasks", "parsable",
-                   "wrap", "wait",
-                   "test-only")
+                   "wrap", "wait", "test-only")
 
 
 class Section(BaseModel):

@@ -28,8 +28,7 @@ NOT_SETTINGS = ("ORCH_RESUME", "ORCH_SEGMENT", "ORCH_RUN_DIR", "ORCH_FAILPOINT",
                 "ORCH_CUDA", "ORCH_USE_",
                 "ORCH_NCCL", "ORCH_PYTHON", "ORCH_CONFIG_DIR", "ORCH_NVML", "ORCH_BATCH_HOST",
                 "ORCH_CHECKPOINT_INTERVAL", "ORCH_CHECKPOINT_DIR", "ORCH_SETUP_ENV", "ORCH_CRASH_",
-                "ORCH_SERIAL_TESTS",
-                "ORCH_TEST_")
+                "ORCH_SERIAL_TESTS", "ORCH_TEST_")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -41,8 +41,7 @@ def run_metrics(state: RunState, now: datetime) -> dict[str, Any]:
     segs = [s for s in state.segments if s.submitted_at]
     if not segs:
         return {"wall_s": 0.0, "productive_s": 0.0, "ettr": None, "lost_s_by_cause": {},
-                "rate_per_h": None,
-                "eta_s": None}
+                "rate_per_h": None, "eta_s": None}
     ended = [s.ended_at for s in segs if s.ended_at]
     end = now if state.status == RunStatus.RUNNING or not ended else max(ended)
     first = segs[0].submitted_at

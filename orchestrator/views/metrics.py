@@ -39,8 +39,7 @@ def registry(state: RunState, now: datetime, job_seen_at: datetime | None) -> Co
           m.get("ettr"))
     gauge("wall_seconds", "Wall time since the first segment was submitted.", m.get("wall_s"))
     gauge("effective_training_seconds", "Productive training time since the first segment (kept "
-                                        "progress).",
-          m.get("productive_s"))
+                                        "progress).", m.get("productive_s"))
     gauge("eta_seconds", "Estimated time to the goal at the current rate.", m.get("eta_s"))
     lost = Gauge("orchestrator_lost_seconds",
                  "Time lost, by the cause of the segment that lost it.",
@@ -49,8 +48,7 @@ def registry(state: RunState, now: datetime, job_seen_at: datetime | None) -> Co
         lost.labels(state.run, cause).set(seconds)
     gauge("segments", "Segments submitted so far.", len(state.segments))
     kinds = Gauge("orchestrator_restarts", "Restarts after a fault, inside the job (spares) or as "
-                                           "a new job.",
-                  ["run", "kind"], registry=reg)
+                                           "a new job.", ["run", "kind"], registry=reg)
     for kind, row in summary(restarts(state)).items():
         kinds.labels(state.run, kind).set(row["count"])
     gauge("blacklisted_nodes", "Nodes on the run's blacklist that have not expired.",
@@ -58,8 +56,7 @@ def registry(state: RunState, now: datetime, job_seen_at: datetime | None) -> Co
     gauge("last_update_timestamp_seconds", "When this file was written.", now.timestamp())
     if job_seen_at is not None:
         gauge("job_seen_timestamp_seconds", "The last poll that could see the job (the scheduler "
-                                            "answered).",
-              job_seen_at.timestamp())
+                                            "answered).", job_seen_at.timestamp())
     return reg
 
 

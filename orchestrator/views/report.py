@@ -120,8 +120,7 @@ def _iterations(ax: Any, segs: list[SegmentRecord], now: datetime) -> None:
     ax.set_xlabel("wall time (UTC)")
     ax.set_title("iteration reached over wall time", loc="left")
     ax.legend(handles=[Patch(color="#ef9a9a", alpha=0.35, label="time lost (no progress)")],
-              loc="upper left",
-              bbox_to_anchor=(1.0, 1.0), fontsize=10)
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=10)
     ax.xaxis.set_major_formatter(_fmt("%m-%d %H:%M:%S"))
     ax.grid(alpha=0.3)
 
@@ -252,8 +251,7 @@ def _blacklist_rows(state: RunState) -> str:
     e = html.escape
     return "".join(f"<tr><td>{e(b.node)}</td><td>{e(b.cause.value)}</td><td>{b.strikes}</td>"
                    f"<td>{e(b.expires.isoformat(timespec='minutes'))}</td>"
-                   f"<td>{e(b.evidence[:200])}</td></tr>"
-                   for b in state.blacklist.entries)
+                   f"<td>{e(b.evidence[:200])}</td></tr>" for b in state.blacklist.entries)
 
 
 def write_report(state: RunState, now: datetime, out_dir: Path) -> tuple[Path, Path]:

@@ -124,8 +124,7 @@ def summary_text(rows: list[RestartEvent]) -> str:
         k = summary(rows)[kind]
         if k["count"]:
             took = (f"median {human(k['median_s'])} from the end of the failed segment to progress "
-                    "again"
-                    if k["median_s"] is not None else "not timed")
+                    "again" if k["median_s"] is not None else "not timed")
             plural = "s" if kind == "new_job" and k["count"] > 1 else ""
             parts.append(f"{k['count']} {label}{plural} ({took})")
     return ", ".join(parts)

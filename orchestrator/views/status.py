@@ -233,8 +233,7 @@ def timeline_table(state: RunState, last: int | None = None) -> Table:
     # a column only for runs with spare nodes: the others keep their table
     spares = uses_spares(state)
     for col in ("seg", "job", "nodes", *(("spares",) if spares else ()), "excluded", "resumed from",
-                "iters", "end",
-                "cause", "culprit", "action"):
+                "iters", "end", "cause", "culprit", "action"):
         t.add_column(col)
     for s in shown:
         t.add_row(*(plain(c) for c in (

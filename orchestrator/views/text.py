@@ -18,8 +18,7 @@ def clean(s: object) -> str:
     """`s` as one printable line: every control character shown as \\xNN (so ESC [ 2 J clears
     nothing)."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
-                        else f"\\u{ord(m.group()):04x}",
-                        str(s))
+                        else f"\\u{ord(m.group()):04x}", str(s))
 
 
 def cut(s: object, width: int) -> str:
