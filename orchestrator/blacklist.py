@@ -59,15 +59,17 @@ class Blacklist(Frozen):
         entry = _struck(self.get(node), node, cause, evidence, job_id, now, hard, expiry, source)
         return Blacklist(entries=tuple(e for e in self.entries if e.node != node) + (entry,))
 
-    def add_manual(self, nodes: list[str], reason: str, now: datetime, expiry: timedelta) -> Blacklist:
-        """Nodes excluded by hand (an operator's word counts as a hard strike). One pass: as many `record`s
-        in a row, without rebuilding the whole list per node (4,096 nodes on a list of 20,000 took 40 s)."""
+    def add_manual(self, nodes: list[str], reason: str, now: datetime,
+                   expiry: timedelta) -> Blacklist:
+        """Nodes excluded by hand (an operator's word counts as a hard strike). One pass: as many
+        `record`s in a row, without rebuilding the whole list per node (4,096 nodes on a list of
+        20,000 took 40 s)."""
         current = {e.node: e for e in self.entries}
         touched: dict[str, BlacklistEntry] = {}
         for n in nodes:
             touched.pop(n, None)  # as record() does: the node moves to the end
-            touched[n] = current[n] = _struck(current.get(n), n, Cause.UNKNOWN, reason, "manual", now, True,
-                                              expiry, EntrySource.MANUAL)
+            touched[n] = current[n] = _struck(current.get(n), n, Cause.UNKNOWN, reason, "manual",
+                                              now, True, expiry, EntrySource.MANUAL)
         kept = tuple(e for e in self.entries if e.node not in touched)
         return Blacklist(entries=kept + tuple(touched.values()))
 
@@ -88,7 +90,8 @@ class Blacklist(Frozen):
     def exclude_plan(
         self, now: datetime, threshold: int, cap: int, known: set[str] | None = None
     ) -> ExcludePlan:
-        """The --exclude list: strongest and most recent entries first, at most `cap`, only known nodes."""
+        """The --exclude list: strongest and most recent entries first, at most `cap`, only known
+        nodes."""
         live = self.excluding(now, threshold)
         unknown = [e.node for e in live if known is not None and e.node not in known]
         live = [e for e in live if known is None or e.node in known]
@@ -97,11 +100,12 @@ class Blacklist(Frozen):
         notes = []
         if dropped:
             notes.append(
-                f"exclude list capped at {cap}: not excluding {compress([e.node for e in dropped])} "
-                "so the job stays placeable"
+                f"exclude list capped at {cap}: not excluding "
+                f"{compress([e.node for e in dropped])} so the job stays placeable"
             )
         if unknown:
-            notes.append(f"ignoring blacklisted nodes the cluster does not know: {compress(unknown)}")
+            notes.append("ignoring blacklisted nodes the cluster does not know: "
+                         f"{compress(unknown)}")
         return ExcludePlan(
             nodes=tuple(sorted(e.node for e in kept)),
             dropped=tuple(e.node for e in dropped),
@@ -109,9 +113,10 @@ class Blacklist(Frozen):
         )
 
 
-def _struck(old: BlacklistEntry | None, node: str, cause: Cause, evidence: str, job_id: str, now: datetime,
-            hard: bool, expiry: timedelta, source: EntrySource) -> BlacklistEntry:
-    """The entry of `node` after one more strike (a strike on an expired entry starts again at one)."""
+def _struck(old: BlacklistEntry | None, node: str, cause: Cause, evidence: str, job_id: str,
+            now: datetime, hard: bool, expiry: timedelta, source: EntrySource) -> BlacklistEntry:
+    """The entry of `node` after one more strike (a strike on an expired entry starts again at
+    one)."""
     live = old is not None and old.expires > now
     return BlacklistEntry(node=node, cause=cause, evidence=evidence[:500], job_id=job_id, since=now,
                           expires=now + expiry, strikes=(old.strikes + 1) if (old and live) else 1,

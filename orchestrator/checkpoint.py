@@ -1,7 +1,8 @@
 """Find the newest *complete* checkpoint for each supported layout.
 
 Each preset lists complete candidates newest first; `find_latest` returns the first one not in
-`skip` (checkpoints that failed to load before), so a bad newest checkpoint falls back to the previous.
+`skip` (checkpoints that failed to load before), so a bad newest checkpoint falls back to the
+previous.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def _hf(root: Path, cfg: CheckpointCfg) -> list[Checkpoint]:
 
 
 def _zip_complete(f: Path) -> bool:
-    """A torch/Lightning .ckpt is a zip archive: complete files end with an end-of-central-directory record."""
+    """A torch/Lightning .ckpt is a zip archive: complete files end with an end-of-central-directory
+    record."""
     try:
         size = f.stat().st_size
         if size < 22:

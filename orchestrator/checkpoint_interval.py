@@ -1,11 +1,14 @@
-"""Pure: how often to checkpoint, from the observed failure rate, and what effective training time to expect.
+"""Pure: how often to checkpoint, from the observed failure rate, and what effective training time
+to expect.
 
-- The failure rate is estimated from this run's own history (node-caused failures per node-hour run),
-  blended with a prior (the field figure of 3.79 failures per 1000 node-days by default) so that a young run
-  is not advised from two data points: a Gamma prior worth `prior_node_days` node-days of observation.
+- The failure rate is estimated from this run's own history (node-caused failures per node-hour
+  run),
+  blended with a prior (the field figure of 3.79 failures per 1000 node-days by default) so that a
+  young run is not advised from two data points: a Gamma prior worth `prior_node_days` node-days of
+  observation.
 - The interval is Daly's higher-order optimum (J. T. Daly, "A higher order estimate of the optimum
-  checkpoint interval for restart dumps", FGCS 2006), which refines Young's sqrt(2 w M) for a write time w
-  that is not small against the mean time between failures M.
+  checkpoint interval for restart dumps", FGCS 2006), which refines Young's sqrt(2 w M) for a write
+  time w that is not small against the mean time between failures M.
 - The expected effective training time is Meta's model (CONTEXT.md):
   E[ETTR] ~ (1 - lambda (u0 + dt/2)) / (1 + w/dt), lambda = failures per hour of the job.
 """
@@ -19,8 +22,8 @@ from dataclasses import dataclass
 from orchestrator.model import HARDWARE_CAUSES, Cause
 from orchestrator.state import RunState
 
-NODE_CAUSES = HARDWARE_CAUSES | {Cause.HANG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.NETWORK,
-                                 Cause.NCCL_TIMEOUT}
+NODE_CAUSES = HARDWARE_CAUSES | {Cause.HANG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM,
+                                 Cause.NETWORK, Cause.NCCL_TIMEOUT}
 FIELD_RATE_PER_NODE_DAY = 3.79 / 1000  # Meta research clusters (CONTEXT.md)
 
 
@@ -39,21 +42,23 @@ def observed(state: RunState) -> Observed:
         if seg.ended_at is None or seg.submitted_at is None:
             continue
         began = seg.first_progress_at or seg.submitted_at
-        node_hours += max(0.0, (seg.ended_at - began).total_seconds()) / 3600 * max(1, len(seg.nodes))
+        node_hours += max(0.0, (seg.ended_at - began).total_seconds()) / 3600 * max(1, len(
+            seg.nodes))
         failures += seg.cause in NODE_CAUSES
     return Observed(failures, node_hours)
 
 
 def restart_cost_s(state: RunState, default_s: float = 600.0) -> float:
-    """Median time from submission to the first progress line of a segment that resumed (queue included)."""
+    """Median time from submission to the first progress line of a segment that resumed (queue
+    included)."""
     costs = [(s.first_progress_at - s.submitted_at).total_seconds() for s in state.segments
              if s.resumed_from and s.first_progress_at and s.submitted_at]
     return statistics.median(costs) if costs else default_s
 
 
 def write_time_s(state: RunState, configured_s: float) -> tuple[float, bool]:
-    """The checkpoint write time: the median the agents timed over the last segments that saved, else the
-    configured one; and whether it was measured."""
+    """The checkpoint write time: the median the agents timed over the last segments that saved,
+    else the configured one; and whether it was measured."""
     timed = [s.checkpoint_write_s for s in state.segments if s.checkpoint_write_s is not None][-5:]
     return (max(1.0, statistics.median(timed)), True) if timed else (configured_s, False)
 
@@ -68,14 +73,16 @@ def failure_rate_per_node_hour(obs: Observed, prior_per_node_day: float = FIELD_
 def daly_interval_h(mtbf_h: float, write_h: float) -> float:
     """Daly's optimum compute time between checkpoints, in hours."""
     if mtbf_h <= 0 or write_h <= 0:
-        raise ValueError("the mean time between failures and the checkpoint write time must be positive")
+        raise ValueError("the mean time between failures and the checkpoint write time must be "
+                         "positive")
     if write_h >= 2 * mtbf_h:
         return mtbf_h
     r = math.sqrt(write_h / (2 * mtbf_h))
     return math.sqrt(2 * write_h * mtbf_h) * (1 + r / 3 + write_h / (18 * mtbf_h)) - write_h
 
 
-def expected_ettr(job_failures_per_h: float, restart_h: float, interval_h: float, write_h: float) -> float:
+def expected_ettr(job_failures_per_h: float, restart_h: float, interval_h: float,
+                  write_h: float) -> float:
     """Meta's closed form; clamped to [0, 1]."""
     value = (1 - job_failures_per_h * (restart_h + interval_h / 2)) / (1 + write_h / interval_h)
     return min(1.0, max(0.0, value))
@@ -93,9 +100,10 @@ class Advice:
 
 
 def advise(obs: Observed, nodes: int, write_s: float, restart_s: float, current_interval_s: float,
-           prior_per_node_day: float = FIELD_RATE_PER_NODE_DAY, max_interval_s: float | None = None) -> Advice:
-    """The checkpoint interval to hand to the next segment (Daly's optimum, at most `max_interval_s`), and the
-    effective training time now vs advised."""
+           prior_per_node_day: float = FIELD_RATE_PER_NODE_DAY,
+           max_interval_s: float | None = None) -> Advice:
+    """The checkpoint interval to hand to the next segment (Daly's optimum, at most
+    `max_interval_s`), and the effective training time now vs advised."""
     lam = failure_rate_per_node_hour(obs, prior_per_node_day) * nodes  # job failures per hour
     mtbf_h = 1 / lam
     optimum_h = daly_interval_h(mtbf_h, write_s / 3600)

@@ -1,5 +1,5 @@
-"""The agent <-> controller contract: where a segment's files live, the marker lines the agent prints,
-the exit codes it uses and the JSON records it writes.
+"""The agent <-> controller contract: where a segment's files live, the marker lines the agent
+prints, the exit codes it uses and the JSON records it writes.
 
 One place that the agent, the watcher, the backends and the test fakes all use; change a name here
 and every side follows.
@@ -31,14 +31,16 @@ START_MARKER = "ORCH-AGENT start"
 EXIT_MARKER = "ORCH-AGENT exit"
 PREFLIGHT_MARKER = "ORCH-PREFLIGHT"
 DUMP_MARKER = "ORCH-DUMP"
-NODE_MARKER = "ORCH-NODE"  # the node's own evidence: kernel log, NVML, InfiniBand, cgroup, mounts (nodefacts.py)
+# the node's own evidence: kernel log, NVML, InfiniBand, cgroup, mounts (nodefacts.py)
+NODE_MARKER = "ORCH-NODE"
 # Regular-expression fragments the scanner uses to recognise the agent's markers.
 START_RE = r"ORCH-AGENT start segment=(?P<seg>\d+) job=(?P<job>\S+)"
 EXIT_OK_RE = r"ORCH-AGENT exit segment=\d+ codes=\[0(?:, 0)*\]"
 
 
 def start_line(segment: int, job_id: str, node: str, node_rank: int, resume: str | None) -> str:
-    return f"{START_MARKER} segment={segment} job={job_id} node={node} node_rank={node_rank} resume={resume or '-'}"
+    return (f"{START_MARKER} segment={segment} job={job_id} node={node} node_rank={node_rank} "
+            f"resume={resume or '-'}")
 
 
 def exit_line(segment: int, codes: list[int]) -> str:
@@ -89,8 +91,10 @@ class SegmentPaths:
         return self.nodes / f"{node}{DUMP_SUFFIX}"
 
     def facts(self, node: str, reason: str = "exit") -> Path:
-        """The node's own evidence at the segment's end (reason "exit") or at a stall dump ("dump")."""
-        return self.nodes / (f"{node}{FACTS_SUFFIX}" if reason == "exit" else f"{node}.{reason}{FACTS_SUFFIX}")
+        """The node's own evidence at the segment's end (reason "exit") or at a stall dump
+        ("dump")."""
+        return self.nodes / (f"{node}{FACTS_SUFFIX}" if reason == "exit"
+                             else f"{node}.{reason}{FACTS_SUFFIX}")
 
     @property
     def spec(self) -> Path:
@@ -99,13 +103,15 @@ class SegmentPaths:
 
     @property
     def allocation(self) -> Path:
-        """The allocation supervisor's files, in the segment that submitted the job (see AllocationPaths)."""
+        """The allocation supervisor's files, in the segment that submitted the job (see
+        AllocationPaths)."""
         return self.root / "allocation"
 
 
 @dataclass(frozen=True)
 class AllocationPaths:
-    """The files of one allocation with spare nodes: the controller's step request and one record per step."""
+    """The files of one allocation with spare nodes: the controller's step request and one record
+    per step."""
 
     root: Path
 
@@ -121,8 +127,9 @@ NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,254}")  # a host name as S
 
 
 def node_of_log(file_name: str) -> str | None:
-    """The node a file in logs/ belongs to, or None when it is not an agent log: a name that is no host name
-    (`-rf.log`, control or bidirectional characters) never becomes a node, a culprit or a drain command."""
+    """The node a file in logs/ belongs to, or None when it is not an agent log: a name that is no
+    host name (`-rf.log`, control or bidirectional characters) never becomes a node, a culprit or a
+    drain command."""
     node = file_name[: -len(LOG_SUFFIX)] if file_name.endswith(LOG_SUFFIX) else ""
     return node if NODE_NAME.fullmatch(node) else None
 
@@ -176,7 +183,8 @@ class ExitRecord(Record):
     last_lines: list[str] = []
     preflight: list[CheckRecord] = []
     stopped_by_signal: bool = False
-    checkpoint_write_s: list[float] = []  # checkpoint saves the agent timed from the training's own lines
+    # checkpoint saves the agent timed from the training's own lines
+    checkpoint_write_s: list[float] = []
 
 
 class ProcessDump(Record):
@@ -200,16 +208,17 @@ class DumpRecord(Record):
 
 
 class NodeFact(Record):
-    """One thing the node itself knows: a kernel line, an NVML reading, a port state, a cgroup counter, a mount's
-    answer. severity: "abnormal" (also printed in the node's log after NODE_MARKER), "normal" or "unavailable"
-    (the agent could not look there, and says why)."""
+    """One thing the node itself knows: a kernel line, an NVML reading, a port state, a cgroup
+    counter, a mount's answer. severity: "abnormal" (also printed in the node's log after
+    NODE_MARKER), "normal" or "unavailable" (the agent could not look there, and says why)."""
     source: str
     text: str
     severity: str = "normal"
 
 
 class NodeFactsRecord(Record):
-    """The node's own evidence, collected by the agent at the segment's end ("exit") or a stall dump ("dump")."""
+    """The node's own evidence, collected by the agent at the segment's end ("exit") or a stall dump
+    ("dump")."""
     node: str
     time: str = ""
     reason: str = "exit"
@@ -217,8 +226,9 @@ class NodeFactsRecord(Record):
 
 
 class StepRequest(Record):
-    """The controller asks the allocation supervisor to run segment `segment` (its spec in `spec_file`) as a
-    new job step on exactly `nodes`; the step running now, if any, is stopped first."""
+    """The controller asks the allocation supervisor to run segment `segment` (its spec in
+    `spec_file`) as a new job step on exactly `nodes`; the step running now, if any, is stopped
+    first."""
     segment: int
     nodes: list[str]
     spec_file: str
@@ -240,15 +250,17 @@ def write_private(path: Path, text: str) -> None:
 class StepEnd(StrEnum):
     """How a job step inside an allocation ended (StepRecord.end)."""
     EXITED = "exited"  # the training exited by itself (its code in exit_code)
-    SIGNALLED = "signalled"  # the supervisor stopped it on a signal: the job is ending (scancel, preemption)
+    # the supervisor stopped it on a signal: the job is ending (scancel, preemption)
+    SIGNALLED = "signalled"
     SUPERSEDED = "superseded"  # stopped because the controller started the next segment in the job
     REFUSED = "refused"  # a requested step that could not run in this allocation
     LOST = "lost"  # a node of the step left the job (Slurm removed it): the step is dead
 
 
 class StepRecord(Record):
-    """One job step the allocation supervisor ran: where, when, how it ended, and which nodes the allocation
-    lost meanwhile (Slurm removes a failed node from a --no-kill job and kills the step that used it)."""
+    """One job step the allocation supervisor ran: where, when, how it ended, and which nodes the
+    allocation lost meanwhile (Slurm removes a failed node from a --no-kill job and kills the step
+    that used it)."""
     segment: int
     job_id: str = ""
     nodes: list[str] = []

@@ -10,7 +10,8 @@ from orchestrator.model import Cause
 
 @dataclass(frozen=True)
 class Match:
-    """One flagged line: which signature matched, its cause and role, rank/task/host it came from."""
+    """One flagged line: which signature matched, its cause and role, rank/task/host it came
+    from."""
     line: int
     text: str
     signature: str
@@ -22,14 +23,16 @@ class Match:
     named_node: str | None = None
     file: str = ""
     peer_ip: str | None = None
-    host: str | None = None  # the host that printed the line, when the line says so (pdsh, NCCL, kernel prefixes)
+    # the host that printed the line, when the line says so (pdsh, NCCL, kernel prefixes)
+    host: str | None = None
     kind: str = ""  # "" evidence | "done": the training reached its end
     task: int | None = None  # srun --label task id, when the line had one
 
 
 @dataclass(frozen=True)
 class NodeEvidence:
-    """What one node's output (or one job-wide file) showed: matches, progress, exit, dumps, hosts."""
+    """What one node's output (or one job-wide file) showed: matches, progress, exit, dumps,
+    hosts."""
     node: str
     file: str = ""
     matches: tuple[Match, ...] = ()
@@ -41,9 +44,11 @@ class NodeEvidence:
     stuck_detail: str = ""  # e.g. "pid 123 state D wchan=..." from a stall dump
     top_frames: tuple[str, ...] = ()  # innermost Python frame of each training process (py-spy)
     addresses: frozenset[str] = frozenset()  # IP addresses this host announced in NCCL INFO lines
-    fs_suspect: bool = False  # the stuck process waits in filesystem code, or the fs probe timed out
+    # the stuck process waits in filesystem code, or the fs probe timed out
+    fs_suspect: bool = False
     abrupt_end: bool = False  # the output ends in NUL padding: the node went down mid-write
-    hosts: frozenset[str] = frozenset()  # hosts named by line prefixes (a job-wide file holds several)
+    # hosts named by line prefixes (a job-wide file holds several)
+    hosts: frozenset[str] = frozenset()
     job_wide: bool = False  # one file for the whole job: its name is not a host
     address_hosts: tuple[tuple[str, str], ...] = ()  # (IP, host) pairs a job-wide file announced
     signalled_at: datetime | None = None  # when the training was told to stop (its own clock)

@@ -1,26 +1,31 @@
-"""Opening files that a user, a crashed job or a hostile neighbour may have put in place of the expected one:
-never blocking on a FIFO, never following a symlink, never reading more than a bound."""
+"""Opening files that a user, a crashed job or a hostile neighbour may have put in place of the
+expected one: never blocking on a FIFO, never following a symlink, never reading more than a
+bound. Writing files so that a crash leaves the old or the new one (atomic_write), and private
+directories."""
 
 from __future__ import annotations
 
 import errno
 import os
 import stat
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["read_regular", "require_regular_or_absent"]
+__all__ = ["atomic_write", "private_dir", "read_regular", "require_regular_or_absent"]
 
 
 def read_regular(path: Path, limit: int | None = None, follow: bool = False) -> bytes:
-    """A regular file's bytes (at most `limit`), opened without blocking and (unless `follow`: a user's own config
-    may be a link) without following a symlink: a FIFO, device, socket, directory or symlink in its place is
-    refused with an OSError that names it, never waited on."""
+    """A regular file's bytes (at most `limit`), opened without blocking and (unless `follow`: a
+    user's own config may be a link) without following a symlink: a FIFO, device, socket, directory
+    or symlink in its place is refused with an OSError that names it, never waited on."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     fd = os.open(path, flags)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a special file"
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
+                    else "a special file")
             raise OSError(errno.EINVAL, f"{kind}, not a regular file", str(path))
         chunks: list[bytes] = []
         left = -1 if limit is None else limit
@@ -36,12 +41,43 @@ def read_regular(path: Path, limit: int | None = None, follow: bool = False) -> 
 
 
 def require_regular_or_absent(path: Path) -> None:
-    """Raise an OSError naming `path` unless it is missing or a regular file (a FIFO or device there would block
-    or swallow a write)."""
+    """Raise an OSError naming `path` unless it is missing or a regular file (a FIFO or device there
+    would block or swallow a write)."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
     if not stat.S_ISREG(mode):
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a special file"
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
+                else "a special file")
         raise OSError(errno.EINVAL, f"{kind}, not a regular file", str(path))
+
+
+def private_dir(path: Path) -> Path:
+    """Create `path` private (0700). An existing directory is left as it is: it may be shared."""
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path, 0o700)
+    return path
+
+
+def atomic_write(path: Path, data: str, failpoint: Callable[[str], None] | None = None) -> None:
+    """Write `data` so that a crash at any instant leaves the old or the new file, never a mix."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if failpoint:
+            failpoint("state_write")  # written and synced, not yet renamed into place
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

@@ -1,4 +1,5 @@
-"""Frozen value types shared by every layer: causes, actions, job states, specs, verdicts, decisions."""
+"""Frozen value types shared by every layer: causes, actions, job states, specs, verdicts,
+decisions."""
 
 from __future__ import annotations
 
@@ -38,17 +39,20 @@ HARDWARE_CAUSES = frozenset({Cause.GPU_ECC, Cause.GPU_LOST, Cause.GPU_OOM_STARTU
 
 
 class Owner(StrEnum):
-    """Whose fault a segment's end is, by DECISIONS.md; the policy turns it into an action with the history."""
+    """Whose fault a segment's end is, by DECISIONS.md; the policy turns it into an action with the
+    history."""
     NODE = "node"  # strong evidence that a node failed: exclude it at the first occurrence
     NODE_SUSPECT = "node_suspect"  # weak node evidence: a strike on it
     JOB = "job"  # the job's own fault, which repeats: stop and say what to change
     SHARED = "shared"  # the shared environment's passing fault (filesystem outage, requeue): wait
-    NOBODY = "nobody"  # nobody stands out (a collective timeout, a preemption, the time limit): resubmit
+    # nobody stands out (a collective timeout, a preemption, the time limit): resubmit
+    NOBODY = "nobody"
     FINISHED = "finished"  # the training reached its end
 
 
 JOB_CAUSES = frozenset({Cause.USER_BUG, Cause.USER_OOM, Cause.HOST_OOM})
-SUSPECT_CAUSES = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.NETWORK, Cause.NCCL_TIMEOUT, Cause.UNKNOWN})
+SUSPECT_CAUSES = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.NETWORK, Cause.NCCL_TIMEOUT,
+                            Cause.UNKNOWN})
 
 
 def default_owner(cause: Cause, blame: bool) -> Owner:
@@ -91,7 +95,8 @@ class JobState(StrEnum):
 
     @property
     def terminal(self) -> bool:
-        return self not in {JobState.PENDING, JobState.RUNNING, JobState.COMPLETING, JobState.UNKNOWN}
+        return self not in {JobState.PENDING, JobState.RUNNING, JobState.COMPLETING,
+                            JobState.UNKNOWN}
 
 
 class RunStatus(StrEnum):
@@ -102,7 +107,8 @@ class RunStatus(StrEnum):
 
 
 class CancelReason(StrEnum):
-    """Why the controller cancelled a running segment (the detail sentence is kept beside it, for people)."""
+    """Why the controller cancelled a running segment (the detail sentence is kept beside it, for
+    people)."""
     STALL = "stall"  # no progress for the stall or start-up limit: a hang
     PREFLIGHT = "preflight"  # a node failed its start-up checks: no training can run there
     PEER_FAILED = "peer_failed"  # a rank failed; its peers would wait forever
@@ -137,14 +143,18 @@ class SegmentSpec(Frozen):
     preflight_commands: tuple[tuple[str, ...], ...] = ()
     preflight_timeout_s: float = 20.0
     preflight_nhc: str = "auto"  # run LBNL NHC where installed (settings preflight.nhc)
-    interval_advice: str = ""  # the advised checkpoint interval and the expected effective training time
-    spares: int = Field(0, ge=0)  # spare nodes allocated beyond `nodes` (--no-kill; restarts inside the job)
+    # the advised checkpoint interval and the expected effective training time
+    interval_advice: str = ""
+    # spare nodes allocated beyond `nodes` (--no-kill; restarts inside the job)
+    spares: int = Field(0, ge=0)
     allocation_dir: str = ""  # with spares: where the allocation supervisor and the controller talk
-    request_wait_s: float = Field(0.0, ge=0)  # with spares: how long the supervisor waits for a decision
+    # with spares: how long the supervisor waits for a decision
+    request_wait_s: float = Field(0.0, ge=0)
 
 
 class JobRef(Frozen):
-    """A submitted job: its id and when it was submitted (ids are reused after a scheduler restart)."""
+    """A submitted job: its id and when it was submitted (ids are reused after a scheduler
+    restart)."""
     job_id: str
     submitted_at: datetime
     backend: str
@@ -155,7 +165,8 @@ class JobStatus(Frozen):
     state: JobState
     exit_code: int | None = None
     nodes: tuple[str, ...] = ()
-    nodes_final: bool = True  # False when `nodes` may be part of the allocation (squeue while completing)
+    # False when `nodes` may be part of the allocation (squeue while completing)
+    nodes_final: bool = True
     reason: str = ""
     started_at: datetime | None = None
     ended_at: datetime | None = None
@@ -172,7 +183,8 @@ class Role(StrEnum):
 class EvidenceSource(StrEnum):
     """Who printed a line of evidence."""
     LOG = "log"  # the training's own output
-    NODE = "node"  # the node reported it (kernel log, NVML, IB counters, cgroup: the agent's ORCH-NODE lines)
+    # the node reported it (kernel log, NVML, IB counters, cgroup: the agent's ORCH-NODE lines)
+    NODE = "node"
 
 
 class EntrySource(StrEnum):
@@ -182,8 +194,9 @@ class EntrySource(StrEnum):
 
 
 class Evidence(Frozen):
-    """One line that supports a verdict, with where it was printed and its role (root, secondary), and whether
-    the node itself reported it (kernel log, NVML, IB counters, cgroup: the agent's ORCH-NODE lines)."""
+    """One line that supports a verdict, with where it was printed and its role (root, secondary),
+    and whether the node itself reported it (kernel log, NVML, IB counters, cgroup: the agent's
+    ORCH-NODE lines)."""
     node: str
     file: str = ""
     line: int = 0
@@ -217,7 +230,8 @@ class Decision(Frozen):
     blame_nodes: tuple[str, ...] = ()
     hard: bool = False
     wait_s: float = 0.0
-    checkpoint_failed: str | None = None  # the segment died loading this checkpoint (counted in the ledger)
+    # the segment died loading this checkpoint (counted in the ledger)
+    checkpoint_failed: str | None = None
     rule: str = ""  # the policy's rule that decided (docs/CAUSES.md)
 
 

@@ -1,4 +1,5 @@
-"""Notifications through apprise URLs: de-duplicated, rate-limited, and never able to stop the controller.
+"""Notifications through apprise URLs: de-duplicated, rate-limited, and never able to stop the
+controller.
 
 URLs carry tokens: they are never logged.
 """
@@ -18,7 +19,8 @@ SEND_TIMEOUT_S = 20.0
 
 class Notifier:
     """Sends alerts through apprise, de-duplicated and rate-limited."""
-    def __init__(self, urls: list[str], clock: Clock, max_per_hour: int = 20, dedup_window_s: float = 3600.0):
+    def __init__(self, urls: list[str], clock: Clock, max_per_hour: int = 20,
+                 dedup_window_s: float = 3600.0):
         self.clock = clock
         self.max_per_hour = max_per_hour
         self.dedup = timedelta(seconds=dedup_window_s)
@@ -33,11 +35,13 @@ class Notifier:
             ap = apprise.Apprise()
             for url in urls:
                 if not ap.add(url):
-                    raise ValueError("notify.urls: an entry is not a URL apprise understands (check its scheme)")
+                    raise ValueError("notify.urls: an entry is not a URL apprise understands "
+                                     "(check its scheme)")
             self._apprise = ap
 
     def __call__(self, title: str, body: str) -> bool:
-        """Send unless it repeats a recent message or the hourly budget is spent; True if handed over."""
+        """Send unless it repeats a recent message or the hourly budget is spent; True if handed
+        over."""
         if self._apprise is None:
             return False
         now = self.clock.now()
@@ -64,7 +68,8 @@ class Notifier:
             try:
                 assert self._apprise is not None
                 result["ok"] = bool(self._apprise.notify(title=title, body=body))
-            except Exception as exc:  # noqa: BLE001 - a notification failure never stops the controller
+            # a notification failure never stops the controller
+            except Exception as exc:  # noqa: BLE001
                 logger.warning("notification failed: {}", type(exc).__name__)
                 result["ok"] = False
 

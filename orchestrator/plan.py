@@ -28,17 +28,19 @@ def job_name(run_name: str, index: int) -> str:
 PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}|\{([a-z_]+)\}")
 
 
-# What a placeholder becomes inside a shell script (`bash -c SCRIPT`): the environment variable that holds its
-# value, so no value (a run_dir holding `$(...)`, a path with spaces) is ever read by the shell as code or split.
+# What a placeholder becomes inside a shell script (`bash -c SCRIPT`): the environment variable that
+# holds its value, so no value (a run_dir holding `$(...)`, a path with spaces) is ever read by the
+# shell as code or split.
 SHELL_VARS = {"checkpoint_interval": "ORCH_CHECKPOINT_INTERVAL_S", "checkpoint": "ORCH_RESUME_FROM",
-              "checkpoint_root": "ORCH_RESUME_ROOT", "segment": "ORCH_SEGMENT", "run_dir": "ORCH_RUN_DIR",
-              "python": "ORCH_PYTHON", "config_dir": "ORCH_CONFIG_DIR"}
+              "checkpoint_root": "ORCH_RESUME_ROOT", "segment": "ORCH_SEGMENT",
+              "run_dir": "ORCH_RUN_DIR", "python": "ORCH_PYTHON", "config_dir": "ORCH_CONFIG_DIR"}
 
 
 def render(argv: list[str], values: dict[str, str]) -> tuple[str, ...]:
-    """Substitute {placeholders} in each argv element in one pass (a value is never substituted again);
-    `{{name}}` is the escape for a literal `{name}`. Never joins or splits arguments. In the script of a shell
-    launch (`bash -c SCRIPT ...`) a placeholder becomes a quoted reference to its environment variable."""
+    """Substitute {placeholders} in each argv element in one pass (a value is never substituted
+    again); `{{name}}` is the escape for a literal `{name}`. Never joins or splits arguments. In the
+    script of a shell launch (`bash -c SCRIPT ...`) a placeholder becomes a quoted reference to its
+    environment variable."""
     def sub(m: re.Match[str]) -> str:
         if m.group(1) is not None:
             return "{" + m.group(1) + "}"
@@ -51,9 +53,10 @@ def render(argv: list[str], values: dict[str, str]) -> tuple[str, ...]:
 
 
 def shell_refs(script: str, known: set[str]) -> str:
-    """Each known placeholder of a shell script as `"${VAR}"`, quoted for where it stands: unquoted, inside
-    double quotes (`${VAR}`) or inside single quotes (`'"${VAR}"'`, closing and reopening them). Comments are
-    copied as they are (an apostrophe in `# the agent's note` opens no quote)."""
+    """Each known placeholder of a shell script as `"${VAR}"`, quoted for where it stands: unquoted,
+    inside double quotes (`${VAR}`) or inside single quotes (`'"${VAR}"'`, closing and reopening
+    them). Comments are copied as they are (an apostrophe in `# the agent's note` opens no
+    quote)."""
     out: list[str] = []
     quote, i = "", 0
     while i < len(script):
@@ -86,21 +89,23 @@ def shell_refs(script: str, known: set[str]) -> str:
 
 
 def interval(settings: Settings, state: RunState) -> tuple[int, str]:
-    """The checkpoint interval to hand to the next segment (seconds), and a line saying why. Never more than
-    half the segment's time limit: a segment that ends at its limit has saved at least once."""
+    """The checkpoint interval to hand to the next segment (seconds), and a line saying why. Never
+    more than half the segment's time limit: a segment that ends at its limit has saved at least
+    once."""
     c, limit_min = settings.checkpoint, settings.resources.time_limit_min
     write_s, timed = write_time_s(state, c.write_time_s)
     current_s = c.interval_s or 3600.0
     a = advise(observed(state), settings.resources.nodes, write_s, restart_cost_s(state), current_s,
                max_interval_s=limit_min * 60 / 2)
     capped = a.interval_s < a.optimum_s
-    why = (f"half the {limit_min} min time limit; the failure rate alone would give {fmt_min(a.optimum_s)}"
-           if capped else "the best for the failure rate")
+    why = (f"half the {limit_min} min time limit; the failure rate alone would give "
+           f"{fmt_min(a.optimum_s)}" if capped else "the best for the failure rate")
     now = ("would not save before the time limit" if current_s > limit_min * 60
            else f"would give {a.ettr_now:.1%}")
-    note = (f"every {fmt_min(a.interval_s)} ({why}): expected effective training time {a.ettr_advised:.1%}; "
-            f"the {'configured' if c.interval_s else 'default'} {fmt_min(current_s)} {now}; from a job MTBF of "
-            f"{a.mtbf_h:.0f} h and a {write_s:.0f} s checkpoint write ({'timed' if timed else 'configured'})")
+    note = (f"every {fmt_min(a.interval_s)} ({why}): expected effective training time "
+            f"{a.ettr_advised:.1%}; the {'configured' if c.interval_s else 'default'} "
+            f"{fmt_min(current_s)} {now}; from a job MTBF of {a.mtbf_h:.0f} h and a {write_s:.0f} "
+            f"s checkpoint write ({'timed' if timed else 'configured'})")
     return round(a.interval_s), note
 
 
@@ -109,8 +114,9 @@ def fmt_min(seconds: float) -> str:
 
 
 def spares(settings: Settings, state: RunState) -> int:
-    """Spare nodes for the next segment: as configured, or (`auto`) enough that the chance of more node
-    failures than spares within the time limit is below 1% at the failure rate observed so far."""
+    """Spare nodes for the next segment: as configured, or (`auto`) enough that the chance of more
+    node failures than spares within the time limit is below 1% at the failure rate observed so
+    far."""
     r = settings.resources
     if r.spare_nodes != "auto":
         return r.spare_nodes
@@ -119,34 +125,37 @@ def spares(settings: Settings, state: RunState) -> int:
 
 
 def spares_reason(settings: Settings, state: RunState) -> str:
-    """How `auto` sized the spares (the rate, its basis, the chance of running out), or '' for a number."""
+    """How `auto` sized the spares (the rate, its basis, the chance of running out), or '' for a
+    number."""
     r = settings.resources
     if r.spare_nodes != "auto":
         return ""
     obs = observed(state)
-    basis = (f"{obs.failures} node failure(s) in {obs.node_hours:.0f} node-hours observed, blended with the field "
-             "prior" if obs.node_hours else "the field prior; no failure observed yet")
-    return "auto: " + sizing_text(failure_rate_per_node_hour(obs), r.nodes, r.time_limit_min / 60, basis)
+    basis = (f"{obs.failures} node failure(s) in {obs.node_hours:.0f} node-hours observed, blended "
+             "with the field prior" if obs.node_hours else "the field prior; no failure observed "
+                                                           "yet")
+    return "auto: " + sizing_text(failure_rate_per_node_hour(obs), r.nodes, r.time_limit_min / 60,
+                                  basis)
 
 
 def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: ExcludePlan,
-         python: str, spare_nodes: int | None = None) -> SegmentSpec:  # spare_nodes: default spares()
+         python: str, spare_nodes: int | None = None) -> SegmentSpec:  # spare_nodes None: spares()
     index = len(state.segments) + 1
     run_dir = Path(settings.run_dir)
     every_s, advice = interval(settings, state)
     values = {
-        "checkpoint_interval": str(every_s),
-        "checkpoint": ckpt.path if ckpt else "",
+        "checkpoint_interval": str(every_s), "checkpoint": ckpt.path if ckpt else "",
         "checkpoint_root": str(settings.checkpoint.dir) if ckpt else "",
-        "segment": str(index),
-        "run_dir": str(run_dir),
-        "python": python,
+        "segment": str(index), "run_dir": str(run_dir), "python": python,
         "config_dir": str(settings.config_dir),
     }
-    # Megatron's --load and DeepSpeed's load_dir take the checkpoint root (ORCH_RESUME_ROOT) and read its tracker
-    env = {**settings.env, "ORCH_RESUME_FROM": ckpt.path if ckpt else "", "ORCH_CHECKPOINT_INTERVAL_S": str(every_s),
-           "ORCH_RESUME_ROOT": values["checkpoint_root"], "ORCH_SEGMENT": str(index), "ORCH_RUN_DIR": str(run_dir),
-           "ORCH_PYTHON": python, "ORCH_CONFIG_DIR": values["config_dir"], **tracker_env(settings, state)}
+    # Megatron's --load and DeepSpeed's load_dir take the checkpoint root (ORCH_RESUME_ROOT) and
+    # read its tracker
+    env = {**settings.env, "ORCH_RESUME_FROM": ckpt.path if ckpt else "",
+           "ORCH_CHECKPOINT_INTERVAL_S": str(every_s),
+           "ORCH_RESUME_ROOT": values["checkpoint_root"], "ORCH_SEGMENT": str(index),
+           "ORCH_RUN_DIR": str(run_dir), "ORCH_PYTHON": python,
+           "ORCH_CONFIG_DIR": values["config_dir"], **tracker_env(settings, state)}
     r = settings.resources
     k = spares(settings, state) if spare_nodes is None else spare_nodes
     return SegmentSpec(
@@ -182,8 +191,9 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
 
 
 def tracker_env(settings: Settings, state: RunState) -> dict[str, str]:
-    """One W&B run across every segment: a run id stable for this run (its name and when its ledger began) and
-    resume allowed, so each resubmission continues the same charts. What `env` sets wins."""
+    """One W&B run across every segment: a run id stable for this run (its name and when its ledger
+    began) and resume allowed, so each resubmission continues the same charts. What `env` sets
+    wins."""
     rid = re.sub(r"[^A-Za-z0-9_-]", "-", f"{state.run}-{state.created_at:%Y%m%d%H%M%S}")[:64]
     tracked = {"WANDB_RUN_ID": rid, "WANDB_RESUME": "allow"}
     return {k: v for k, v in tracked.items() if k not in settings.env}

@@ -1,6 +1,7 @@
-"""Pure: (run state, verdict, now) -> Decision, by DECISIONS.md (docs/CAUSES.md): a node's fault excludes it at
-the first occurrence on strong evidence and counts a strike on weak evidence; the job's own fault, which repeats,
-stops with what to change; the shared environment's passing fault waits; budgets and circuit breakers on top."""
+"""Pure: (run state, verdict, now) -> Decision, by DECISIONS.md (docs/CAUSES.md): a node's fault
+excludes it at the first occurrence on strong evidence and counts a strike on weak evidence; the
+job's own fault, which repeats, stops with what to change; the shared environment's passing fault
+waits; budgets and circuit breakers on top."""
 
 from __future__ import annotations
 
@@ -17,18 +18,19 @@ def _progressed(seg: SegmentRecord) -> bool:
 
 
 LOAD_FAILURES = frozenset({Cause.USER_BUG, Cause.UNKNOWN, Cause.SEGFAULT, Cause.BUS_ERROR})
-LOAD_TEXT = re.compile(r"PytorchStreamReader|unpickl|zip archive|checkpoint|safetensors|load_state_dict|EOFError"
-                       r"|corrupt|truncated|\.pt\b|\.bin\b|shard", re.IGNORECASE)
+LOAD_TEXT = re.compile(r"PytorchStreamReader|unpickl|zip archive|checkpoint|safetensors|"
+                       r"load_state_dict|EOFError|corrupt|truncated|\.pt\b|\.bin\b|shard",
+                       re.IGNORECASE)
 ADVICE = {  # what to change, for the job's own faults
     Cause.USER_BUG: "fix the code, data or config",
-    Cause.USER_OOM: "the model does not fit: lower the batch size or sequence length, shard more, or checkpoint "
-                    "activations",
-    Cause.HOST_OOM: "host memory: ask for more (--mem) or use less (fewer DataLoader workers, load the checkpoint "
-                    "sharded or on fewer ranks at once)",
+    Cause.USER_OOM: "the model does not fit: lower the batch size or sequence length, shard more, "
+                    "or checkpoint activations",
+    Cause.HOST_OOM: "host memory: ask for more (--mem) or use less (fewer DataLoader workers, load "
+                    "the checkpoint sharded or on fewer ranks at once)",
     Cause.FILESYSTEM: "free space or raise the quota where the job writes",
     Cause.SEGFAULT: "the same crash on every node: a build, library or code problem",
-    Cause.BUS_ERROR: "the same bus error on every node: usually /dev/shm too small for the DataLoader workers "
-                     "(fewer workers, or a larger shared-memory size)",
+    Cause.BUS_ERROR: "the same bus error on every node: usually /dev/shm too small for the "
+                     "DataLoader workers (fewer workers, or a larger shared-memory size)",
 }
 CLEAN_ENDS = frozenset({JobState.TIMEOUT, JobState.COMPLETED, JobState.PREEMPTED})
 
@@ -43,7 +45,8 @@ def no_progress_streak(segments: list[SegmentRecord]) -> int:
 
 
 def _repeats_elsewhere(segments: list[SegmentRecord], verdict: Verdict) -> SegmentRecord | None:
-    """The previous segment ended with the same cause at the same iteration on a different node set."""
+    """The previous segment ended with the same cause at the same iteration on a different node
+    set."""
     if len(segments) < 2:
         return None
     cur, prev = segments[-1], segments[-2]
@@ -59,9 +62,10 @@ def _repeats_elsewhere(segments: list[SegmentRecord], verdict: Verdict) -> Segme
 def lost_progress(state: RunState, checkpoint_dir: str = "") -> str:
     """Why the run is losing its progress for want of a checkpoint (stop the second time), or ''.
 
-    The current segment started where an earlier one had started (from scratch, or from the same checkpoint)
-    although that one trained past it and ended cleanly (exit 0, time limit, preemption, where a training saves),
-    and it trained again: the progress of both is lost, and the next one would lose its own."""
+    The current segment started where an earlier one had started (from scratch, or from the same
+    checkpoint) although that one trained past it and ended cleanly (exit 0, time limit, preemption,
+    where a training saves), and it trained again: the progress of both is lost, and the next one
+    would lose its own."""
     segs = state.segments
     if len(segs) < 2 or not _progressed(segs[-1]):
         return ""
@@ -74,53 +78,61 @@ def lost_progress(state: RunState, checkpoint_dir: str = "") -> str:
         if _progressed(prev) and (prev.job_state in CLEAN_ENDS or prev.cause == Cause.SUCCESS):
             where = f"under {checkpoint_dir}" if checkpoint_dir else "where checkpoint.dir points"
             start = f"from {cur.resumed_from}" if cur.resumed_from else "from scratch"
-            return (f"segments {prev.index} and {cur.index} both started {start} although segment {prev.index} "
-                    f"reached iteration {prev.end_iteration}: no newer complete checkpoint {where} (check "
-                    "checkpoint.dir and checkpoint.preset against where and how the training saves)")
+            return (f"segments {prev.index} and {cur.index} both started {start} although segment "
+                    f"{prev.index} reached iteration {prev.end_iteration}: no newer complete "
+                    f"checkpoint {where} (check checkpoint.dir and checkpoint.preset against where "
+                    "and how the training saves)")
     return ""
 
 
-def _blame(state: RunState, verdict: Verdict, policy: Policy, now: datetime) -> tuple[tuple[str, ...], bool, bool]:
+def _blame(state: RunState, verdict: Verdict, policy: Policy,
+           now: datetime) -> tuple[tuple[str, ...], bool, bool]:
     """(nodes to blame, hard, whether the blame excludes at once) for this verdict."""
     owner = verdict.fault_owner
-    blame = tuple(verdict.culprit_nodes) if verdict.blame and owner in (Owner.NODE, Owner.NODE_SUSPECT) else ()
+    blame = (tuple(verdict.culprit_nodes) if verdict.blame
+             and owner in (Owner.NODE, Owner.NODE_SUSPECT) else ())
     hard = owner == Owner.NODE
 
     def strikes(node: str) -> int:
         e = state.blacklist.get(node)
         return e.strikes if e and e.expires > now else 0
 
-    excludes = bool(blame) and (hard or any(strikes(n) + 1 >= policy.strike_threshold for n in blame))
+    excludes = bool(blame) and (hard or any(strikes(n) + 1 >= policy.strike_threshold
+                                            for n in blame))
     return blame, hard, excludes
 
 
 def _done(state: RunState, verdict: Verdict, goal: Goal) -> Decision | None:
     best = state.best_iteration()
-    if verdict.cause != Cause.SUCCESS or (goal.target_iteration is not None and best < goal.target_iteration):
+    if verdict.cause != Cause.SUCCESS or (goal.target_iteration is not None
+                                          and best < goal.target_iteration):
         return None
     exits = [f"{e.node} {e.text}" for e in verdict.evidence if e.role == Role.EXIT]
     how = ("the training printed its end" + (f" ({'; '.join(exits[:4])})" if exits else "")
            if verdict.rule == "printed_its_end" else "the training command exited 0 on every node")
     return Decision(action=Action.DONE, reason=how
-                    + (f" and iteration {best} >= {goal.target_iteration}" if goal.target_iteration else ""),
-                    rule="goal_reached")
+                    + (f" and iteration {best} >= {goal.target_iteration}" if goal.target_iteration
+                       else ""), rule="goal_reached")
 
 
 def _checkpoint_retry(seg: SegmentRecord, state: RunState, verdict: Verdict) -> Decision | None:
     """The segment died loading its checkpoint: retry once, then fall back to the previous one."""
     ckpt = seg.resumed_from
-    if not ckpt or verdict.cause not in LOAD_FAILURES or _progressed(seg) or seg.first_progress_at is not None:
+    if (not ckpt or verdict.cause not in LOAD_FAILURES or _progressed(seg)
+        or seg.first_progress_at is not None):
         return None
     if verdict.fault_owner in (Owner.JOB, Owner.NODE, Owner.NODE_SUSPECT) and not LOAD_TEXT.search(
             verdict.summary + " ".join(e.text for e in verdict.evidence[:5])):
-        return None  # the job's own error or one node's fault, not the checkpoint's: stop or strike below
+        # the job's own error or one node's fault, not the checkpoint's: stop or strike below
+        return None
     if state.bad_checkpoints.get(ckpt, 0) + 1 >= 2:
         return Decision(action=Action.RESUBMIT, checkpoint_failed=ckpt, rule="checkpoint_fallback",
-                        reason=f"{ckpt} failed to load twice ({verdict.cause.value}): falling back to the "
-                        "previous complete checkpoint")
+                        reason=f"{ckpt} failed to load twice ({verdict.cause.value}): falling back "
+                        "to the previous complete checkpoint")
     return Decision(action=Action.RESUBMIT, checkpoint_failed=ckpt, rule="checkpoint_retry",
                     reason=f"the segment died before its first iteration after loading {ckpt} "
-                    f"({verdict.cause.value}): retrying once before falling back to an older checkpoint")
+                    f"({verdict.cause.value}): retrying once before falling back to an older "
+                    "checkpoint")
 
 
 def _job_stop(state: RunState, verdict: Verdict, policy: Policy) -> Decision | None:
@@ -129,13 +141,15 @@ def _job_stop(state: RunState, verdict: Verdict, policy: Policy) -> Decision | N
     prev = _repeats_elsewhere(state.segments, verdict)
     if prev is not None and verdict.fault_owner != Owner.NODE:
         return Decision(action=Action.STOP_AND_ALERT, rule="repeats_on_other_nodes",
-                        reason=f"{verdict.cause.value} at iteration {seg.end_iteration} in segments {prev.index} "
-                        f"and {seg.index} on different nodes: code, data or numerics, not a node")
+                        reason=f"{verdict.cause.value} at iteration {seg.end_iteration} in "
+                        f"segments {prev.index} and {seg.index} on different nodes: code, data or "
+                        "numerics, not a node")
     if verdict.fault_owner != Owner.JOB or not policy.stop_on_user_bug:
         return None
     advice = ADVICE.get(verdict.cause, "fix the job")
     return Decision(action=Action.STOP_AND_ALERT, rule=verdict.rule or "job_fault",
-                    reason=f"{verdict.cause.value}: {verdict.summary[:200]}; it will happen again: {advice}"[:400])
+                    reason=f"{verdict.cause.value}: {verdict.summary[:200]}; it will happen again: "
+                           f"{advice}"[:400])
 
 
 def _shared_wait(state: RunState, verdict: Verdict, policy: Policy) -> Decision | None:
@@ -146,31 +160,34 @@ def _shared_wait(state: RunState, verdict: Verdict, policy: Policy) -> Decision 
     if verdict.cause == Cause.FILESYSTEM and prev is not None and prev.cause == Cause.FILESYSTEM \
             and prev.action == Action.WAIT_AND_RESUBMIT and not _progressed(segs[-1]):
         return Decision(action=Action.STOP_AND_ALERT, rule="filesystem_again_after_wait",
-                        reason="the same filesystem error again after the wait: the job's (its paths, its "
-                        f"quota, its I/O), not a passing outage: {verdict.summary[:200]}")
+                        reason="the same filesystem error again after the wait: the job's (its "
+                        "paths, its quota, its I/O), not a passing outage: "
+                        f"{verdict.summary[:200]}")
     what = "the job was requeued: wait for it" if verdict.cause == Cause.PREEMPTED else \
         "shared filesystem trouble: wait, then resubmit"
-    return Decision(action=Action.WAIT_AND_RESUBMIT, reason=what, wait_s=policy.wait_before_resubmit_s,
-                    rule=verdict.rule or "shared_fault")
+    return Decision(action=Action.WAIT_AND_RESUBMIT, reason=what,
+                    wait_s=policy.wait_before_resubmit_s, rule=verdict.rule or "shared_fault")
 
 
 def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: datetime,
            checkpoint_dir: str = "") -> Decision:
     """Decide what to do after the current (last) segment ended with `verdict`.
 
-    A stop for a spent budget (max_segments, no progress, lost checkpoints) still blames the segment's culprit, so
-    a hardware fault in the last segment allowed is blacklisted like any other (issue 15, data loss 5).
+    A stop for a spent budget (max_segments, no progress, lost checkpoints) still blames the
+    segment's culprit, so a hardware fault in the last segment allowed is blacklisted like any other
+    (issue 15, data loss 5).
     """
     done = _done(state, verdict, goal)
     if done is not None:
         return done
-    clean_exit = verdict.cause == Cause.SUCCESS  # exit 0 on every node short of the goal: nothing failed to load
+    # exit 0 on every node short of the goal: nothing failed to load
+    clean_exit = verdict.cause == Cause.SUCCESS
     if clean_exit:
         verdict = verdict.model_copy(update={"cause": Cause.UNKNOWN, "owner": Owner.NOBODY})
     blame, hard, excludes = _blame(state, verdict, policy, now)
     if len(state.segments) >= policy.max_segments:
-        return Decision(action=Action.STOP_AND_ALERT, reason=f"max_segments={policy.max_segments} reached",
-                        blame_nodes=blame, hard=hard, rule="max_segments")
+        return Decision(action=Action.STOP_AND_ALERT, blame_nodes=blame, hard=hard,
+                        reason=f"max_segments={policy.max_segments} reached", rule="max_segments")
     lost = lost_progress(state, checkpoint_dir)
     if lost:
         return Decision(action=Action.STOP_AND_ALERT, reason=lost, blame_nodes=blame, hard=hard,
@@ -183,19 +200,20 @@ def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: d
         return stop
     streak = no_progress_streak(state.segments)
     if streak >= policy.max_no_progress_segments:
-        return Decision(action=Action.STOP_AND_ALERT, blame_nodes=blame, hard=hard, rule="no_progress",
-                        reason=(f"the training exited 0 on every node at iteration {state.best_iteration()}, short "
-                                f"of the goal {goal.target_iteration}, {streak} segments in a row without training: it "
-                                "takes itself for done (its own iteration count or stop condition is below the goal)"
-                                if clean_exit else f"no progress across {streak} consecutive segments (stuck at "
-                                f"iteration {state.best_iteration()}): a bug or a bad checkpoint"))
+        return Decision(action=Action.STOP_AND_ALERT, blame_nodes=blame, hard=hard,
+                        rule="no_progress", reason=(
+            f"the training exited 0 on every node at iteration {state.best_iteration()}, short "
+            f"of the goal {goal.target_iteration}, {streak} segments in a row without training: it "
+            "takes itself for done (its own iteration count or stop condition is below the goal)"
+            if clean_exit else f"no progress across {streak} consecutive segments (stuck at "
+            f"iteration {state.best_iteration()}): a bug or a bad checkpoint"))
     wait = _shared_wait(state, verdict, policy)
     if wait is not None:
         return wait
     if blame:
         what = "exclude" if hard else "strike against"
         return Decision(action=Action.RESUBMIT_EXCLUDE if excludes else Action.RESUBMIT,
-                        reason=f"{verdict.cause.value}: {what} {','.join(blame)}", blame_nodes=blame, hard=hard,
-                        rule="node_fault" if hard else "node_strike")
-    return Decision(action=Action.RESUBMIT, reason=f"{verdict.cause.value}: resubmit; {verdict.summary}"[:300],
-                    rule="resubmit")
+                        reason=f"{verdict.cause.value}: {what} {','.join(blame)}",
+                        blame_nodes=blame, hard=hard, rule="node_fault" if hard else "node_strike")
+    return Decision(action=Action.RESUBMIT, rule="resubmit",
+                    reason=f"{verdict.cause.value}: resubmit; {verdict.summary}"[:300])

@@ -1,5 +1,6 @@
-"""Operator requests to a running controller (`orchestrator blacklist ...`, `orchestrator stop`): typed,
-validated on the writer's side, queued as files in run_dir/requests/, applied by the controller."""
+"""Operator requests to a running controller (`orchestrator blacklist ...`, `orchestrator stop`):
+typed, validated on the writer's side, queued as files in run_dir/requests/, applied by the
+controller."""
 
 from __future__ import annotations
 
@@ -13,21 +14,23 @@ from typing import Annotated, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from orchestrator.blacklist import Blacklist
-from orchestrator.files import read_regular
+from orchestrator.files import atomic_write, private_dir, read_regular
 from orchestrator.settings.nodes import SAFE_NAME
-from orchestrator.state import REQUESTS_DIR, RunState, atomic_write, private_dir
+from orchestrator.state import REQUESTS_DIR, RunState
 
 STOP_REQUEST = "stop-request"
 MAX_REQUEST_BYTES = 1 << 20  # a request names nodes; anything bigger is not one
 
 
 def check_node_names(nodes: tuple[str, ...]) -> tuple[str, ...]:
-    """Node names as Slurm spells them: no empty name, leading dash, shell metacharacter or control character."""
+    """Node names as Slurm spells them: no empty name, leading dash, shell metacharacter or control
+    character."""
     if not nodes:
         raise ValueError("no node named")
     bad = [n for n in nodes if not SAFE_NAME.match(n)]
     if bad:
-        raise ValueError(f"not a node name: {bad[0]!r} (letters, digits, '_', '.', '+', '-'; not first '-')"[:200])
+        raise ValueError(f"not a node name: {bad[0]!r} (letters, digits, '_', '.', '+', '-'; not "
+                         "first '-')"[:200])
     return nodes
 
 
@@ -70,7 +73,8 @@ Request = Annotated[BlacklistAdd | BlacklistRemove | BlacklistClear, Field(discr
 _ADAPTER: TypeAdapter[BlacklistAdd | BlacklistRemove | BlacklistClear] = TypeAdapter(Request)
 
 
-def apply_request(bl: Blacklist, req: BlacklistAdd | BlacklistRemove | BlacklistClear, now: datetime) -> Blacklist:
+def apply_request(bl: Blacklist, req: BlacklistAdd | BlacklistRemove | BlacklistClear,
+                  now: datetime) -> Blacklist:
     """Pure: the blacklist after one operator edit."""
     if isinstance(req, BlacklistAdd):
         return bl.add_manual(list(req.nodes), req.reason, now, timedelta(hours=req.hours))
@@ -84,21 +88,25 @@ def write_request(run_dir: Path, request: BlacklistAdd | BlacklistRemove | Black
     d = private_dir(Path(run_dir) / REQUESTS_DIR)
     path = d / f"{datetime.now().strftime('%Y%m%dT%H%M%S%f')}-{os.getpid()}.json"
     body = request.model_dump_json()
-    if len(body) > MAX_REQUEST_BYTES:  # the controller would refuse it: never acknowledge what it cannot take
-        raise ValueError(f"the edit is {len(body)} bytes, over the {MAX_REQUEST_BYTES} a request may hold; split it")
+    # the controller would refuse it: never acknowledge what it cannot take
+    if len(body) > MAX_REQUEST_BYTES:
+        raise ValueError(f"the edit is {len(body)} bytes, over the {MAX_REQUEST_BYTES} a request "
+                         "may hold; split it")
     atomic_write(path, body)
     return path
 
 
 def _read_request(path: Path) -> BlacklistAdd | BlacklistRemove | BlacklistClear:
-    raw = read_regular(path, MAX_REQUEST_BYTES + 1)  # a FIFO or symlink in the queue is refused, never waited on
+    # a FIFO or symlink in the queue is refused, never waited on
+    raw = read_regular(path, MAX_REQUEST_BYTES + 1)
     if len(raw) > MAX_REQUEST_BYTES:
         raise ValueError(f"over {MAX_REQUEST_BYTES} bytes")
     return _ADAPTER.validate_python(json.loads(raw.decode("utf-8")))
 
 
 def _discard(path: Path) -> None:
-    """Remove a consumed request; one that cannot be removed (a directory, ...) is renamed out of the queue."""
+    """Remove a consumed request; one that cannot be removed (a directory, ...) is renamed out of
+    the queue."""
     try:
         path.unlink(missing_ok=True)
     except OSError:
@@ -108,12 +116,14 @@ def _discard(path: Path) -> None:
             pass
 
 
-def take_requests(run_dir: Path, state: RunState) -> tuple[list[BlacklistAdd | BlacklistRemove | BlacklistClear],
+def take_requests(run_dir: Path,
+                  state: RunState) -> tuple[list[BlacklistAdd | BlacklistRemove | BlacklistClear],
                                                           list[str], list[str]]:
-    """Queued requests not yet applied to `state`, in order, a problem line for each file that is not a valid
-    request, and the names of the files taken: the caller records them in the ledger's `applied_requests` with
-    the edits and saves, and the save removes the files (an edit is never acknowledged before the state that
-    holds it is on disk). Never raises for what is in the queue: a bad request must not stop the controller."""
+    """Queued requests not yet applied to `state`, in order, a problem line for each file that is
+    not a valid request, and the names of the files taken: the caller records them in the ledger's
+    `applied_requests` with the edits and saves, and the save removes the files (an edit is never
+    acknowledged before the state that holds it is on disk). Never raises for what is in the queue:
+    a bad request must not stop the controller."""
     out: list[BlacklistAdd | BlacklistRemove | BlacklistClear] = []
     problems: list[str] = []
     names: list[str] = []
@@ -144,8 +154,8 @@ def pending(run_dir: Path) -> list[Path]:
 
 
 class Applied(NamedTuple):
-    """What applying the queue did, for the caller to say: one line per edit applied or rejected, and per file
-    that was no request."""
+    """What applying the queue did, for the caller to say: one line per edit applied or rejected,
+    and per file that was no request."""
     applied: list[str]
     rejected: list[str]
     problems: list[str]
@@ -155,9 +165,10 @@ class Applied(NamedTuple):
 
 def apply_queued(run_dir: Path, state: RunState, now: datetime,
                  also: tuple[BlacklistAdd | BlacklistRemove | BlacklistClear, ...] = ()) -> Applied:
-    """The one place queued blacklist edits (and `also`, an edit of the caller's own, last) are applied:
-    the controller at each poll, `run` before it starts one, `blacklist` without a controller. A bad edit is
-    rejected with a line and never stops the caller; the caller records the result (loop.advance) and saves."""
+    """The one place queued blacklist edits (and `also`, an edit of the caller's own, last) are
+    applied: the controller at each poll, `run` before it starts one, `blacklist` without a
+    controller. A bad edit is rejected with a line and never stops the caller; the caller records
+    the result (loop.advance) and saves."""
     queued, problems, taken = take_requests(run_dir, state)
     applied, rejected, bl = [], [], state.blacklist
     for req in [*queued, *also]:

@@ -1,4 +1,5 @@
-"""What a run directory holds, and the test that a directory is not some other directory (a home, /tmp)."""
+"""What a run directory holds, and the test that a directory is not some other directory (a home,
+/tmp)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,16 @@ from pathlib import Path
 
 from orchestrator.state import BACKUP_FILE, SET_ASIDE, STATE_FILE
 
-RUN_DIR_ENTRIES = frozenset({STATE_FILE, BACKUP_FILE, "segments", "requests", "controller.lock", "blacklist-edit.lock",
-                             "controller.log", "stop-request", "local-backend", "report", "metrics.prom",
-                             "events.jsonl"})
+RUN_DIR_ENTRIES = frozenset({STATE_FILE, BACKUP_FILE, "segments", "requests", "controller.lock",
+                             "blacklist-edit.lock",
+                             "controller.log", "stop-request", "local-backend", "report",
+                             "metrics.prom", "events.jsonl"})
 
 
 def foreign_entries(run_dir: Path) -> list[str]:
-    """Entries of an existing directory that a run does not create: a shared directory (a home, /tmp) is not
-    a run directory, and no command of the orchestrator chmods it or leaves a lock in it. Empty when
-    `run_dir` is new, empty, holds a state.json, or holds only what a run writes."""
+    """Entries of an existing directory that a run does not create: a shared directory (a home,
+    /tmp) is not a run directory, and no command of the orchestrator chmods it or leaves a lock in
+    it. Empty when `run_dir` is new, empty, holds a state.json, or holds only what a run writes."""
     try:
         names = [p.name for p in run_dir.iterdir()]
     except FileNotFoundError:

@@ -1,5 +1,6 @@
-"""A blacklist file several runs on one cluster share. Writers take an exclusive flock, re-read, merge and
-replace the file atomically, so concurrent writers never lose an entry; readers merge it into their own."""
+"""A blacklist file several runs on one cluster share. Writers take an exclusive flock, re-read,
+merge and replace the file atomically, so concurrent writers never lose an entry; readers merge it
+into their own."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.blacklist import Blacklist
-from orchestrator.files import read_regular
+from orchestrator.files import atomic_write, read_regular
 from orchestrator.model import BlacklistEntry
-from orchestrator.state import atomic_write
 
 
 class SharedBlacklist:
@@ -28,13 +28,16 @@ class SharedBlacklist:
         except (FileNotFoundError, json.JSONDecodeError):
             return []
         except (OSError, UnicodeDecodeError, RecursionError) as exc:
-            raise ValueError(f"{self.path}: unreadable shared blacklist: {str(exc)[:120]}") from None
+            raise ValueError(
+                f"{self.path}: unreadable shared blacklist: {str(exc)[:120]}") from None
         if not isinstance(raw, dict) or not isinstance(raw.get("entries", []), list):
-            raise ValueError(f"{self.path}: not a shared blacklist (expected {{\"entries\": [...]}})")
+            raise ValueError(f"{self.path}: not a shared blacklist (expected {{\"entries\": "
+                             f"[...]}})")
         try:
             return [BlacklistEntry.model_validate(e) for e in raw.get("entries", [])]
         except ValidationError as exc:
-            raise ValueError(f"{self.path}: invalid entry: {str(exc).splitlines()[0][:120]}") from None
+            raise ValueError(
+                f"{self.path}: invalid entry: {str(exc).splitlines()[0][:120]}") from None
 
     def publish(self, entries: list[BlacklistEntry]) -> None:
         """Add or refresh entries (per node, the newest wins)."""
@@ -47,7 +50,8 @@ class SharedBlacklist:
                 old = merged.get(e.node)
                 if old is None or e.since >= old.since:
                     merged[e.node] = e
-            data = {"entries": [e.model_dump(mode="json") for e in sorted(merged.values(), key=lambda x: x.node)]}
+            data = {"entries": [e.model_dump(mode="json")
+                                for e in sorted(merged.values(), key=lambda x: x.node)]}
             atomic_write(self.path, json.dumps(data, indent=1))
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)

@@ -1,9 +1,10 @@
 """Pure: spare nodes for restarts inside the allocation.
 
-A segment that allocates `nodes + spares` (with `--no-kill`) can replace a failed node by a spare and
-relaunch the training step in the same job, without a new queue wait. `spares_needed` sizes the pool so
-that the chance of running out before the segment's time limit is below a target; `restart_in_allocation`
-says whether a verdict can be handled inside the allocation or needs a new segment.
+A segment that allocates `nodes + spares` (with `--no-kill`) can replace a failed node by a spare
+and relaunch the training step in the same job, without a new queue wait. `spares_needed` sizes the
+pool so that the chance of running out before the segment's time limit is below a target;
+`restart_in_allocation` says whether a verdict can be handled inside the allocation or needs a new
+segment.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 
 from orchestrator.model import HARDWARE_CAUSES, Cause, Decision, Verdict
 
-IN_ALLOCATION = HARDWARE_CAUSES | {Cause.HANG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.NETWORK}
+IN_ALLOCATION = HARDWARE_CAUSES | {Cause.HANG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM,
+                                   Cause.NETWORK}
 MAX_SPARES = 64
 
 
@@ -28,7 +30,8 @@ def poisson_tail(mean: float, k: int) -> float:
 
 
 def spares_needed(rate_per_node_hour: float, nodes: int, hours: float, target: float = 0.01) -> int:
-    """The smallest number of spares with P(more node failures than spares within `hours`) < target."""
+    """The smallest number of spares with P(more node failures than spares within `hours`) <
+    target."""
     mean = rate_per_node_hour * nodes * hours
     for k in range(MAX_SPARES + 1):
         if poisson_tail(mean, k) < target:
@@ -36,15 +39,17 @@ def spares_needed(rate_per_node_hour: float, nodes: int, hours: float, target: f
     return MAX_SPARES
 
 
-def sizing_text(rate_per_node_hour: float, nodes: int, hours: float, basis: str, target: float = 0.01) -> str:
-    """Why `spares_needed` gives what it gives: the expected failures and the chance of running out."""
+def sizing_text(rate_per_node_hour: float, nodes: int, hours: float, basis: str,
+                target: float = 0.01) -> str:
+    """Why `spares_needed` gives what it gives: the expected failures and the chance of running
+    out."""
     k = spares_needed(rate_per_node_hour, nodes, hours, target)
     mean = rate_per_node_hour * nodes * hours
     span = f"{hours * 60:.0f} min" if hours < 1 else f"{hours:.3g} h"
-    text = (f"{nodes} nodes x {span} (the time limit) at {rate_per_node_hour * 24000:.2f} failures per 1000 "
-            f"node-days ({basis}): "
-            f"{mean:.3g} node failures expected; with {k} spare{'' if k == 1 else 's'} the chance of running out is "
-            f"{poisson_tail(mean, k):.2%} (target < {target:.0%})")
+    text = (f"{nodes} nodes x {span} (the time limit) at {rate_per_node_hour * 24000:.2f} failures "
+            f"per 1000 node-days ({basis}): "
+            f"{mean:.3g} node failures expected; with {k} spare{'' if k == 1 else 's'} the chance "
+            f"of running out is {poisson_tail(mean, k):.2%} (target < {target:.0%})")
     return text + ("; set a number to hold spares anyway" if k == 0 else "")
 
 
@@ -58,14 +63,16 @@ class Restart:
     why_not: str = ""
 
 
-def restart_in_allocation(verdict: Verdict, decision: Decision, running: list[str], spares: list[str],
-                          batch_host: str) -> Restart:
-    """A node's fault with spares left is handled inside the job; anything else needs a new segment."""
+def restart_in_allocation(verdict: Verdict, decision: Decision, running: list[str],
+                          spares: list[str], batch_host: str) -> Restart:
+    """A node's fault with spares left is handled inside the job; anything else needs a new
+    segment."""
     blamed = [n for n in decision.blame_nodes if n in running]
     if verdict.cause not in IN_ALLOCATION or not blamed:
         return Restart(False, why_not=f"{verdict.cause.value} is not one node's fault")
     if batch_host in blamed:
         return Restart(False, why_not=f"the batch host {batch_host} failed")
     if len(blamed) > len(spares):
-        return Restart(False, why_not=f"{len(blamed)} node(s) to replace, {len(spares)} spare(s) left")
+        return Restart(False, why_not=f"{len(blamed)} node(s) to replace, {len(spares)} spare(s) "
+                                      "left")
     return Restart(True, drop=tuple(blamed), promote=tuple(spares[: len(blamed)]))

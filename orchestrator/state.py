@@ -1,10 +1,9 @@
-"""The run ledger (RunState, SegmentRecord) and its store on disk: atomic replace, fsync, private permissions."""
+"""The run ledger (RunState, SegmentRecord) and its store on disk: atomic replace, fsync, private
+permissions."""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -15,18 +14,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from orchestrator import failpoints
 from orchestrator.blacklist import Blacklist
 from orchestrator.contract import SegmentPaths
-from orchestrator.files import read_regular
+from orchestrator.files import atomic_write, private_dir, read_regular
 from orchestrator.migrations import read_v1
 from orchestrator.model import Action, CancelReason, Cause, Evidence, JobState, RunStatus
 from orchestrator.placement import InAllocation, OwnJob, Placement, legacy_placement
 
-SCHEMA_VERSION = 2  # 2: cancel_reason beside the sentence, placement for the four spares fields (read_v1)
+# 2: cancel_reason beside the sentence, placement for the four spares fields (read_v1)
+SCHEMA_VERSION = 2
 STATE_FILE = "state.json"
 BACKUP_FILE = "state.json.bak"
 
 
-SET_ASIDE = "before-start-over-"  # what --start-over moves out of the way (segments, the backup) is kept, renamed
-REQUESTS_DIR = "requests"  # queued blacklist edits (requests.py); acknowledged here, after the state is saved
+# what --start-over moves out of the way (segments, the backup) is kept, renamed
+SET_ASIDE = "before-start-over-"
+# queued blacklist edits (requests.py); acknowledged here, after the state is saved
+REQUESTS_DIR = "requests"
 MAX_ACKED = 256
 
 
@@ -36,8 +38,9 @@ class StateError(Exception):
 
 
 class Ledger(BaseModel):
-    """Base of the run ledger's records: immutable. A change is a new value made by `evolve`, which only
-    `loop.advance` calls (tests/unit/test_architecture.py walks the AST); `model_copy` is refused."""
+    """Base of the run ledger's records: immutable. A change is a new value made by `evolve`, which
+    only `loop.advance` calls (tests/unit/test_architecture.py walks the AST); `model_copy` is
+    refused."""
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     def evolve(self, **changes: Any) -> Self:
@@ -45,11 +48,13 @@ class Ledger(BaseModel):
         return self.model_validate({**dict(self), **changes})
 
     def model_copy(self, *, update: Any = None, deep: bool = False) -> Self:
-        raise TypeError(f"{type(self).__name__} is part of the run ledger: it changes only in loop.advance")
+        raise TypeError(f"{type(self).__name__} is part of the run ledger: it changes only in "
+                        "loop.advance")
 
 
 class SegmentRecord(Ledger):
-    """One segment in the run ledger: its job, nodes, progress, how it ended and what was decided."""
+    """One segment in the run ledger: its job, nodes, progress, how it ended and what was
+    decided."""
 
     index: int
     job_name: str
@@ -73,13 +78,16 @@ class SegmentRecord(Ledger):
     decision_rule: str = ""  # the policy rule that chose the action
     confidence: float | None = None
     evidence: list[Evidence] = Field(default_factory=list)
-    cancel_reason: CancelReason | None = None  # why the controller cancelled it (the sentence is the next field)
+    # why the controller cancelled it (the sentence is the next field)
+    cancel_reason: CancelReason | None = None
     cancelled_by_controller: str = ""
     cancelled_at: datetime | None = None
     queue_note: str = ""  # while pending: time waited, reason, position in the queue
     interval_advice: str = ""  # the checkpoint interval handed to this segment, and why
-    placement: Placement = Field(default_factory=OwnJob)  # a job of its own, or a step of a job with spares
-    checkpoint_write_s: float | None = None  # median checkpoint write time timed from the training's lines
+    # a job of its own, or a step of a job with spares
+    placement: Placement = Field(default_factory=OwnJob)
+    # median checkpoint write time timed from the training's lines
+    checkpoint_write_s: float | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -104,7 +112,8 @@ class SegmentRecord(Ledger):
 
     @property
     def job_root(self) -> int:
-        """The index of the segment that submitted this segment's job (itself, unless a restart in a job)."""
+        """The index of the segment that submitted this segment's job (itself, unless a restart in a
+        job)."""
         return self.in_job_of if self.in_job_of is not None else self.index
 
 
@@ -118,7 +127,8 @@ class HardwareEvent(Ledger):
 
 
 class RunState(Ledger):
-    """The run ledger: every segment, the blacklist, hardware history, failed checkpoints, status."""
+    """The run ledger: every segment, the blacklist, hardware history, failed checkpoints,
+    status."""
 
     schema_version: int = SCHEMA_VERSION
     run: str
@@ -132,9 +142,12 @@ class RunState(Ledger):
     hardware_events: list[HardwareEvent] = Field(default_factory=list)
     target_iteration: int | None = None
     wait_until: datetime | None = None
-    applied_requests: list[str] = Field(default_factory=list)  # queued blacklist edits applied (their file names)
-    checkpoint_seen: str | None = None  # the newest complete checkpoint the controller found (gone later: lost)
-    scratch_after: int = 0  # `run --from-scratch`: segments up to this index no longer count as progress to keep
+    # queued blacklist edits applied (their file names)
+    applied_requests: list[str] = Field(default_factory=list)
+    # the newest complete checkpoint the controller found (gone later: lost)
+    checkpoint_seen: str | None = None
+    # `run --from-scratch`: segments up to this index no longer count as progress to keep
+    scratch_after: int = 0
 
     @classmethod
     def begin(cls, run: str, now: datetime) -> RunState:
@@ -150,39 +163,10 @@ class RunState(Ledger):
         return max(its, default=0)
 
     def blamed_in_job(self, seg: SegmentRecord) -> set[str]:
-        """Nodes blamed by any segment of `seg`'s job: out of its step, and never a spare of that job again, even
-        below the strike threshold (a later job may use them, as the blacklist allows)."""
+        """Nodes blamed by any segment of `seg`'s job: out of its step, and never a spare of that
+        job again, even below the strike threshold (a later job may use them, as the blacklist
+        allows)."""
         return {n for s in self.segments if s.job_root == seg.job_root for n in s.culprit_nodes}
-
-
-def private_dir(path: Path) -> Path:
-    """Create `path` private (0700). An existing directory is left as it is: it may be shared."""
-    if not path.is_dir():
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(path, 0o700)
-    return path
-
-
-def atomic_write(path: Path, data: str, failpoint: Callable[[str], None] | None = None) -> None:
-    """Write `data` so that a crash at any instant leaves the old or the new file, never a mix."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if failpoint:
-            failpoint("state_write")  # written and synced, not yet renamed into place
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def run_traces(run_dir: Path) -> list[str]:
@@ -203,19 +187,23 @@ MAX_STATE_BYTES = 64 << 20
 
 class StateStore:
     """Owns the state file: atomic replace with fsync, a .bak of the previous version, 0600."""
-    def __init__(self, run_dir: Path, failpoint: Callable[[str], None] | None = None, start_over: bool = False):
-        """`start_over`: a missing state.json in a directory with traces of a run starts a new ledger (an
-        explicit operator choice, `orchestrator run --start-over`); otherwise it is an error."""
+    def __init__(self, run_dir: Path, failpoint: Callable[[str], None] | None = None,
+                 start_over: bool = False):
+        """`start_over`: a missing state.json in a directory with traces of a run starts a new
+        ledger (an explicit operator choice, `orchestrator run --start-over`); otherwise it is an
+        error."""
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / STATE_FILE
         self.failpoint = failpoint or failpoints.hit
         self.start_over = start_over
 
     def load(self) -> RunState | None:
-        """The run's state; None only for a run directory with no trace of a run (or with start_over)."""
+        """The run's state; None only for a run directory with no trace of a run (or with
+        start_over)."""
         try:
             data = read_regular(self.path, MAX_STATE_BYTES + 1)
-            if len(data) > MAX_STATE_BYTES:  # years of segments are a few MB; gigabytes are not a state file
+            # years of segments are a few MB; gigabytes are not a state file
+            if len(data) > MAX_STATE_BYTES:
                 raise OSError(f"over {MAX_STATE_BYTES >> 20} MiB")
             raw = data.decode("utf-8")
         except FileNotFoundError:
@@ -224,38 +212,42 @@ class StateStore:
                 self._set_aside(traces)
                 traces = []
             if traces:
-                restore = (f"restore it (cp -p {self.run_dir / BACKUP_FILE} {self.path})" if BACKUP_FILE in traces
-                           else "restore it from a backup")
+                restore = (f"restore it (cp -p {self.run_dir / BACKUP_FILE} {self.path})"
+                           if BACKUP_FILE in traces else "restore it from a backup")
                 raise StateError(
-                    f"{self.path} is missing but the run directory holds {' and '.join(traces)}: starting over would "
-                    f"lose the run's history and blacklist; {restore} or, to start the ledger over on purpose, "
-                    "run with --start-over") from None
+                    f"{self.path} is missing but the run directory holds {' and '.join(traces)}: "
+                    f"starting over would lose the run's history and blacklist; {restore} or, to "
+                    "start the ledger over on purpose, run with --start-over") from None
             return None
-        except (OSError, UnicodeDecodeError) as exc:  # a directory in its place, unreadable, not UTF-8
-            raise StateError(f"{self.path}: cannot read the run state ({exc}); restore it from {self.path}.bak") \
+        # a directory in its place, unreadable, not UTF-8
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StateError(f"{self.path}: cannot read the run state ({exc}); restore it from "
+                             f"{self.path}.bak") \
                 from None
         try:
             parsed = json.loads(raw)
         except (json.JSONDecodeError, RecursionError) as exc:
-            raise StateError(f"{self.path}: not valid JSON ({str(exc)[:120]}); restore it from {self.path}.bak") \
+            raise StateError(f"{self.path}: not valid JSON ({str(exc)[:120]}); restore it from "
+                             f"{self.path}.bak") \
                 from None
         version = parsed.get("schema_version") if isinstance(parsed, dict) else None
         if version == 1:
             parsed = read_v1(parsed)
         elif version != SCHEMA_VERSION:
-            raise StateError(f"{self.path}: schema_version {version!r}, this orchestrator reads {SCHEMA_VERSION}")
+            raise StateError(f"{self.path}: schema_version {version!r}, this orchestrator reads "
+                             f"{SCHEMA_VERSION}")
         try:
             return RunState.model_validate(parsed)
         except ValidationError as exc:  # each problem as field: message, not pydantic's dump
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}"
                                  for e in exc.errors()[:3])
             more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
-            raise StateError(f"{self.path}: not a valid run state: {problems[:300]}{more}; restore it from "
-                             f"{self.path}.bak") from None
+            raise StateError(f"{self.path}: not a valid run state: {problems[:300]}{more}; restore "
+                             f"it from {self.path}.bak") from None
 
     def save(self, state: RunState) -> None:
-        """Atomic: on any failure (full disk, read-only or immutable file, a directory in its place) the
-        previous state stays intact and the caller gets a StateError naming the file."""
+        """Atomic: on any failure (full disk, read-only or immutable file, a directory in its place)
+        the previous state stays intact and the caller gets a StateError naming the file."""
         text = state.model_dump_json(indent=2)
         try:
             private_dir(self.run_dir)
@@ -264,23 +256,26 @@ class StateStore:
                 self.failpoint("after_backup")
             atomic_write(self.path, text, self.failpoint)
         except (OSError, UnicodeDecodeError) as exc:
-            raise StateError(f"{self.path}: cannot write the run state ({exc}); the previous state is intact") \
+            raise StateError(f"{self.path}: cannot write the run state ({exc}); the previous state "
+                             "is intact") \
                 from None
         self._acknowledge(state.applied_requests)
 
     def _set_aside(self, traces: list[str]) -> None:
-        """--start-over: the old run's segments and backup are renamed aside (kept, never judged again, never
-        appended to): the new segment 1 starts in an empty segments/0001."""
+        """--start-over: the old run's segments and backup are renamed aside (kept, never judged
+        again, never appended to): the new segment 1 starts in an empty segments/0001."""
         stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
         for name in (t.rstrip("/") for t in traces):
             try:
                 (self.run_dir / name).rename(self.run_dir / f"{SET_ASIDE}{stamp}-{name}")
             except OSError as exc:
-                raise StateError(f"{self.run_dir / name}: cannot set it aside for --start-over ({exc})") from None
+                raise StateError(f"{self.run_dir / name}: cannot set it aside for --start-over "
+                                 f"({exc})") from None
 
     def _acknowledge(self, names: list[str]) -> None:
-        """A queued edit's file goes only once the state that holds it is on disk: the CLI reads the file's
-        disappearance as 'applied', and a crash before the save re-reads it (its name makes that idempotent)."""
+        """A queued edit's file goes only once the state that holds it is on disk: the CLI reads the
+        file's disappearance as 'applied', and a crash before the save re-reads it (its name makes
+        that idempotent)."""
         for name in names[-MAX_ACKED:]:
             try:
                 (self.run_dir / REQUESTS_DIR / name).unlink(missing_ok=True)

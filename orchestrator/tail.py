@@ -32,13 +32,15 @@ class LogTail:
             out.extend((first + i, _clean(raw)) for i, raw in enumerate(lines))
         return out
 
-    def read_chunks(self, final: bool = False, max_bytes: int = 4 * CHUNK) -> list[tuple[int, bytes, int]]:
-        """New data as (number of its first line, bytes of complete lines, number of newlines in them);
-        cheaper than read_new for big files: nothing is split or decoded here (the scanner decodes only
-        the lines it needs)."""
+    def read_chunks(self, final: bool = False,
+                    max_bytes: int = 4 * CHUNK) -> list[tuple[int, bytes, int]]:
+        """New data as (number of its first line, bytes of complete lines, number of newlines in
+        them); cheaper than read_new for big files: nothing is split or decoded here (the scanner
+        decodes only the lines it needs)."""
         out: list[tuple[int, bytes, int]] = []
         try:
-            fd = os.open(self.path, os.O_RDONLY)  # may block (hung filesystem, FIFO): callers use a timeout
+            # may block (hung filesystem, FIFO): callers use a timeout
+            fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return out
         try:
@@ -47,9 +49,11 @@ class LogTail:
                 self.offset, self._held, self.line_no = 0, 0, 0
             budget = max_bytes
             while budget > 0:
-                if not self._held:  # a hole of a sparse file (NULs no one wrote) is skipped, not read
+                # a hole of a sparse file (NULs no one wrote) is skipped, not read
+                if not self._held:
                     self.offset = _next_data(fd, self.offset, size)
-                # the held-back part of a line is read again with what follows it, not joined in memory (a copy)
+                # the held-back part of a line is read again with what follows it, not joined in
+                # memory (a copy)
                 buf = os.pread(fd, min(CHUNK, budget) + self._held, self.offset - self._held)
                 if len(buf) <= self._held:
                     break
@@ -62,11 +66,14 @@ class LogTail:
                     block = buf if cut == len(buf) else buf[:cut]
                     newlines = block.count(b"\n")
                     out.append((self.line_no + 1, block, newlines))
-                    self.line_no += newlines  # a monster line handed over in pieces is still one line
-                # NULs after the last line (a crash's padding, a sparse file's hole) start no line: not held
+                    # a monster line handed over in pieces is still one line
+                    self.line_no += newlines
+                # NULs after the last line (a crash's padding, a sparse file's hole) start no line:
+                # not held
                 self._held = len(buf) - cut if buf[cut:].strip(b"\x00") else 0
             if final and self._held:
-                out.append((self.line_no + 1, os.pread(fd, self._held, self.offset - self._held), 0))
+                out.append((self.line_no + 1, os.pread(fd, self._held, self.offset - self._held),
+                            0))
                 self.line_no += 1
                 self._held = 0
         finally:
@@ -75,19 +82,21 @@ class LogTail:
 
 
 def _next_data(fd: int, offset: int, size: int) -> int:
-    """Where data starts at or after `offset` (SEEK_DATA): a hole reads as NULs, which hold no line and are
-    dropped anyway, so a 2 GB sparse log costs what its data costs. `offset` itself where it cannot be told."""
+    """Where data starts at or after `offset` (SEEK_DATA): a hole reads as NULs, which hold no line
+    and are dropped anyway, so a 2 GB sparse log costs what its data costs. `offset` itself where it
+    cannot be told."""
     if not hasattr(os, "SEEK_DATA") or offset >= size:
         return offset
     try:
         return max(offset, os.lseek(fd, offset, os.SEEK_DATA))
-    except OSError as exc:  # ENXIO: only a hole to the end; EINVAL and others: a filesystem that cannot say
+    # ENXIO: only a hole to the end; EINVAL and others: a filesystem that cannot say
+    except OSError as exc:
         return size if exc.errno == errno.ENXIO else offset
 
 
 def _clean(raw: bytes) -> str:
-    """NULs dropped, invalid UTF-8 replaced, a line cut at MAX_LINE; of a carriage-return progress bar,
-    the last non-empty state."""
+    """NULs dropped, invalid UTF-8 replaced, a line cut at MAX_LINE; of a carriage-return progress
+    bar, the last non-empty state."""
     text = raw.replace(b"\x00", b"")[:MAX_LINE].decode("utf-8", errors="replace")
     if "\r" in text:
         parts = [p for p in text.split("\r") if p.strip()]

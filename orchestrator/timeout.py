@@ -1,5 +1,6 @@
 """The one call-with-timeout helper: a call that may hang (a frozen filesystem, a stuck /proc read)
-runs in a daemon thread; the caller gets (finished, result-or-exception) and a hung call is abandoned."""
+runs in a daemon thread; the caller gets (finished, result-or-exception) and a hung call is
+abandoned."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 
 def call_with_timeout(fn: Callable[[], Any], timeout: float) -> tuple[bool, Any]:
-    """Run fn in a daemon thread; (finished, result-or-exception). A hung call is abandoned, not joined."""
+    """Run fn in a daemon thread; (finished, result-or-exception). A hung call is abandoned, not
+    joined."""
     box: dict[str, Any] = {}
 
     def target() -> None:

@@ -2,8 +2,8 @@
 
 Megatron-LM (and the stacks built on it: NeMo, ms-swift, Megatron-DeepSpeed) print
 `saving checkpoint at iteration N to DIR ...` before a save and `successfully saved checkpoint from
-iteration N to DIR` after it (older versions: `... at iteration N`). The agent sees every line as it is
-printed, so the time between the two is the write time; the controller hands it to the checkpoint
+iteration N to DIR` after it (older versions: `... at iteration N`). The agent sees every line as it
+is printed, so the time between the two is the write time; the controller hands it to the checkpoint
 interval advice (Young/Daly) instead of a configured guess.
 """
 

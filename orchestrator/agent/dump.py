@@ -60,7 +60,8 @@ def pyspy(pid: int) -> str:
     return text[-4000:]
 
 
-FS_WCHAN = ("nfs", "rpc_wait", "fuse", "lustre", "ll_", "osc_", "gpfs", "mmfs", "cifs", "smb", "ceph", "beegfs",
+FS_WCHAN = ("nfs", "rpc_wait", "fuse", "lustre", "ll_", "osc_", "gpfs", "mmfs", "cifs", "smb",
+            "ceph", "beegfs",
             "wait_on_page", "folio_wait", "io_schedule", "jbd2", "xfs_", "ext4_", "vfs_")
 
 
@@ -87,8 +88,11 @@ def dump_processes(pids: list[int]) -> list[ProcessDump]:
         wchan_path = Path(f"/proc/{pid}/wchan")
         done, wchan = call_with_timeout(wchan_path.read_text, READ_TIMEOUT_S)
         stack = pyspy(pid) if st[0] != "Z" else ""
-        summary = next((ln.strip() for ln in stack.splitlines() if ln.strip().startswith(("Thread", "Error"))), "")
+        summary = next((ln.strip() for ln in stack.splitlines()
+                        if ln.strip().startswith(("Thread", "Error"))), "")
         wchan_s = wchan if done and isinstance(wchan, str) else "unreadable"
-        records.append(ProcessDump(pid=pid, state=st[0], ppid=st[1], wchan=wchan_s, fs_suspect=fs_suspect(wchan_s),
-                                   stack=stack, stack_summary=summary[:200], top_frame=top_frame(stack)))
+        records.append(ProcessDump(pid=pid, state=st[0], ppid=st[1], wchan=wchan_s,
+                                   fs_suspect=fs_suspect(wchan_s),
+                                   stack=stack, stack_summary=summary[:200],
+                                   top_frame=top_frame(stack)))
     return records

@@ -1,5 +1,6 @@
-"""The kernel's side of the node's own evidence (nodefacts.py): `dmesg` lines printed since the agent
-started, of the families that tell a node failed, bounded. kernel_lines is pure (tested on real kernel text)."""
+"""The kernel's side of the node's own evidence (nodefacts.py): `dmesg` lines printed since the
+agent started, of the families that tell a node failed, bounded. kernel_lines is pure (tested on
+real kernel text)."""
 
 from __future__ import annotations
 
@@ -13,26 +14,28 @@ DMESG_TIMEOUT_S = 1.5
 MAX_KERNEL_LINES = 200
 MAX_LINE_CHARS = 500
 
-# The kernel messages that tell what happened to a node; everything else in the ring buffer is dropped.
+# The kernel messages that tell what happened to a node; everything else in the ring buffer is
+# dropped.
 KERNEL_FAMILIES = re.compile("|".join((
     r"NVRM: (?:Xid\b|.*fallen off the bus)",  # GPU: Xid events, a GPU that fell off the bus
-    r"\bEDAC\b.*(?:\b[UC]E\b|(?i:error))|mce: .*(?:Hardware Error|temperature)|Machine [Cc]heck|\[Hardware Error\]"
-    r"|Memory failure:",  # host memory and CPU
+    r"\bEDAC\b.*(?:\b[UC]E\b|(?i:error))|mce: .*(?:Hardware Error|temperature)|Machine "
+    r"[Cc]heck|\[Hardware Error\]|Memory failure:",  # host memory and CPU
     r"Out of memory|oom-kill|invoked oom-killer|Killed process \d+|oom_reaper:",  # the OOM killer
     r"blk_update_request|I/O error|critical medium error|Medium Error"
     r"|\bnvme\d*(?:n\d+)?\b.*(?i:error|timeout|abort|reset|down|fail)",  # local disks
     r"LustreError|Lustre: .*(?i:evict|lost|timed out|not responding|network error)"
     r"|nfs: server \S+ (?:not responding|OK)|\bevicted\b",  # shared filesystems
     r"\bmlx5_\w+\b.*(?i:err|fail|down|timeout|fatal|health|syndrome)|Port: \d+ Link \w+|port state"
-    r"|\bib\w*\d\b.*(?i:link|port).*(?i:down|error)|[Ll]ink (?:is )?[Dd]own",  # InfiniBand / RoCE links
+    # InfiniBand / RoCE links
+    r"|\bib\w*\d\b.*(?i:link|port).*(?i:down|error)|[Ll]ink (?:is )?[Dd]own",
 )))
 ISO_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[,.](\d+))?([+-]\d\d:?\d\d|Z)?\s(.*)$")
 RAW_TS = re.compile(r"^\[\s*(\d+\.\d+)\]\s?(.*)$")
 
 
 def _stamp(line: str) -> tuple[datetime | float | None, str]:
-    """(time, message) of one dmesg line: an aware datetime (--time-format iso), seconds since boot (raw),
-    or None for a continuation line."""
+    """(time, message) of one dmesg line: an aware datetime (--time-format iso), seconds since boot
+    (raw), or None for a continuation line."""
     m = ISO_TS.match(line)
     if m:
         frac = (m.group(2) or "0")[:6].ljust(6, "0")
@@ -63,8 +66,9 @@ def _records(lines: list[str]) -> list[str]:
 
 
 def kernel_lines(text: str, since: datetime | float | None) -> list[str]:
-    """The relevant messages of `dmesg` output printed at or after `since` (None: all), without their
-    timestamps, a multi-line record as one line, each at most MAX_LINE_CHARS, the last MAX_KERNEL_LINES. Pure."""
+    """The relevant messages of `dmesg` output printed at or after `since` (None: all), without
+    their timestamps, a multi-line record as one line, each at most MAX_LINE_CHARS, the last
+    MAX_KERNEL_LINES. Pure."""
     lines = text.splitlines()
     start = 0
     if since is not None:  # the ring buffer is in time order: after the last line before the start
@@ -83,7 +87,8 @@ Runner = Callable[..., Any]  # subprocess.run
 
 
 def read_dmesg(run: Runner, timeout: float = DMESG_TIMEOUT_S) -> tuple[str | None, str]:
-    """(dmesg output, "") with ISO timestamps, else raw (busybox, old util-linux); (None, why) if unreadable."""
+    """(dmesg output, "") with ISO timestamps, else raw (busybox, old util-linux); (None, why) if
+    unreadable."""
     why = ""
     for argv in (["dmesg", "--time-format", "iso"], ["dmesg"]):
         try:

@@ -1,13 +1,13 @@
 """The node agent: what submitit runs on every node of a segment.
 
 preflight -> launch the training ranks -> tee their output to <segment>/logs/<host>.log with a
-timestamp and rank prefix -> heartbeat with the last progress -> the node's own evidence (nodefacts.py) -> exit
-record. On a dump request it records the state of every training process (dump.py) and the node's evidence."""
+timestamp and rank prefix -> heartbeat with the last progress -> the node's own evidence
+(nodefacts.py) -> exit record. On a dump request it records the state of every training process
+(dump.py) and the node's evidence."""
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from orchestrator.agent import dump, nodefacts, preflight
 from orchestrator.agent.ckpt_timer import CheckpointTimer
+from orchestrator.agent.taskenv import srun_task_env, training_argv
 from orchestrator.contract import (
     CANNOT_START_EXIT,
     DUMP_MARKER,
@@ -46,7 +47,8 @@ def _now() -> str:
 
 
 def node_identity(node_name: str | None, node_rank: int | None) -> tuple[str, int, int]:
-    """(node name, node rank, number of nodes) from arguments (local backend) or Slurm's environment."""
+    """(node name, node rank, number of nodes) from arguments (local backend) or Slurm's
+    environment."""
     name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     rank = node_rank if node_rank is not None else int(os.environ.get("SLURM_NODEID", "0"))
     # a step inside an allocation with spares runs on fewer nodes than the job holds
@@ -59,7 +61,8 @@ class NodeAgent:
     """Owns one node's part of a segment: pre-flight, the training ranks and their output (teed to
     the node's log), heartbeats, dumps on request, and the exit record."""
     def __init__(self, spec: SegmentSpec, node: str, node_rank: int, nnodes: int, job_id: str):
-        self.spec, self.node, self.node_rank, self.nnodes, self.job_id = spec, node, node_rank, nnodes, job_id
+        self.spec, self.node, self.node_rank = spec, node, node_rank
+        self.nnodes, self.job_id = nnodes, job_id
         self.paths = SegmentPaths(Path(spec.segment_dir))
         self.facts = nodefacts.NodeFacts(spec, node, lambda text: self.emit("agent", text))
         self.progress = progress_pattern(spec.progress_regex, PROGRESS_REGEX)
@@ -95,8 +98,8 @@ class NodeAgent:
             return
         self._last_hb = time.monotonic()
         write_record(self.paths.heartbeat(self.node), Heartbeat(
-            node=self.node, job_id=self.job_id, iteration=self.iteration, progress_time=self.progress_time,
-            alive_time=_now(), pids=[p.pid for p in self.procs]))
+            node=self.node, job_id=self.job_id, iteration=self.iteration,
+            progress_time=self.progress_time, alive_time=_now(), pids=[p.pid for p in self.procs]))
 
     def _pump(self, rank: int, stream: IO[bytes]) -> None:
         try:
@@ -117,20 +120,23 @@ class NodeAgent:
         env = dict(os.environ)
         env.update(dict(s.env))
         env.update({
-            "ORCH_NODE_NAME": self.node, "SLURMD_NODENAME": self.node, "ORCH_NODE_RANK": str(self.node_rank),
+            "ORCH_NODE_NAME": self.node, "SLURMD_NODENAME": self.node,
+            "ORCH_NODE_RANK": str(self.node_rank),
             "ORCH_NNODES": str(self.nnodes), "ORCH_RANK": str(rank), "RANK": str(rank),
             "ORCH_LOCAL_RANK": str(local_rank), "LOCAL_RANK": str(local_rank),
-            "ORCH_WORLD_SIZE": str(world), "WORLD_SIZE": str(world), "ORCH_SEGMENT_DIR": s.segment_dir,
-            "ORCH_JOB_ID": self.job_id, "PYTHONUNBUFFERED": "1",
+            "ORCH_WORLD_SIZE": str(world), "WORLD_SIZE": str(world),
+            "ORCH_SEGMENT_DIR": s.segment_dir, "ORCH_JOB_ID": self.job_id, "PYTHONUNBUFFERED": "1",
         })
-        env.update(srun_task_env(self.node_rank, local_rank, s.tasks_per_node, self.nnodes, os.environ))
+        env.update(srun_task_env(self.node_rank, local_rank, s.tasks_per_node, self.nnodes,
+                                 os.environ))
         nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
         if nodelist:
             import hostlist
 
             first = hostlist.expand_hostlist(nodelist)[0]
             env.setdefault("MASTER_ADDR", first)
-            env["ORCH_BATCH_HOST"] = first  # where sbatch would have run the script's body (the step's first node)
+            # where sbatch would have run the script's body (the step's first node)
+            env["ORCH_BATCH_HOST"] = first
         return env
 
     def _launch(self) -> list[threading.Thread]:
@@ -140,7 +146,8 @@ class NodeAgent:
             env = self._env(local_rank)
             proc = subprocess.Popen(  # noqa: S603 - argv list from config, never a shell
                 training_argv(self.spec.command, env), cwd=self.spec.workdir, env=env,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
             self.procs.append(proc)
             self._open_streams += 1
@@ -151,14 +158,17 @@ class NodeAgent:
         return threads
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.emit("agent", f"ORCH-AGENT got signal {signal.Signals(signum).name}; stopping training")
+        self.emit("agent",
+                  f"ORCH-AGENT got signal {signal.Signals(signum).name}; stopping training")
         self._stopping.set()
         threading.Thread(target=self._terminate, daemon=True).start()
 
     def _on_warning(self, signum: int, _frame: Any) -> None:
-        """submitit's --signal=USR2@N: the job nears its time limit or is being preempted. The training
-        keeps running (its own checkpointing decides what to save); the controller reads Slurm's end state."""
-        self.emit("agent", f"ORCH-AGENT got signal {signal.Signals(signum).name}: time limit or preemption near")
+        """submitit's --signal=USR2@N: the job nears its time limit or is being preempted. The
+        training keeps running (its own checkpointing decides what to save); the controller reads
+        Slurm's end state."""
+        self.emit("agent", f"ORCH-AGENT got signal {signal.Signals(signum).name}: time limit or "
+                           "preemption near")
 
     def _terminate(self) -> None:
         for p in self.procs:
@@ -186,16 +196,19 @@ class NodeAgent:
     def _dump(self, request: str) -> None:
         self.facts.report("dump")
         records = dump.dump_processes([p.pid for p in self.procs if p.poll() is None])
-        write_record(self.paths.dump(self.node), DumpRecord(node=self.node, time=_now(), request=request,
-                                                             processes=records))
+        write_record(self.paths.dump(self.node),
+                     DumpRecord(node=self.node, time=_now(), request=request, processes=records))
         for r in records:
-            self.emit("agent", f"{DUMP_MARKER} pid={r.pid} state={r.state} wchan={r.wchan} stack={r.stack_summary}")
+            self.emit("agent", f"{DUMP_MARKER} pid={r.pid} state={r.state} wchan={r.wchan} "
+                               f"stack={r.stack_summary}")
 
     def run(self) -> int:
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         self.paths.nodes.mkdir(parents=True, exist_ok=True)
         self._log = self.paths.log(self.node).open("a", encoding="utf-8")
-        self.emit("agent", start_line(self.spec.index, self.job_id, self.node, self.node_rank, self.spec.resume_from))
+        self.emit("agent",
+                  start_line(self.spec.index, self.job_id, self.node, self.node_rank,
+                             self.spec.resume_from))
         self.heartbeat()
         results = preflight.run_all(self.spec, self.node)
         for r in results:
@@ -206,10 +219,13 @@ class NodeAgent:
             self._exit_record(PREFLIGHT_EXIT, [], results)
             return PREFLIGHT_EXIT
         self.facts.baseline()
-        for sig in (s for s in (signal.SIGTERM, signal.SIGINT) if signal.getsignal(s) != signal.SIG_IGN):
-            signal.signal(sig, self._on_signal)  # an ignored SIGINT stays so: the local backend's Ctrl-C guard
-        # Slurm's --signal=USR2@N reaches every process of the step; its default action would kill the
-        # training. The ranks inherit "ignore" (a training script that handles USR2 installs its own handler).
+        for sig in (s for s in (signal.SIGTERM, signal.SIGINT)
+                    if signal.getsignal(s) != signal.SIG_IGN):
+            # an ignored SIGINT stays so: the local backend's Ctrl-C guard
+            signal.signal(sig, self._on_signal)
+        # Slurm's --signal=USR2@N reaches every process of the step; its default action would kill
+        # the training. The ranks inherit "ignore" (a training script that handles USR2 installs its
+        # own handler).
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         try:
             threads = self._launch()
@@ -229,46 +245,16 @@ class NodeAgent:
         return code
 
     def _exit_record(self, code: int, codes: list[int], results: list[CheckRecord]) -> None:
-        signals = [signal.Signals(-c).name for c in codes if c < 0 and -c in signal.Signals._value2member_map_]
+        signals = [signal.Signals(-c).name for c in codes if c < 0
+                   and -c in signal.Signals._value2member_map_]
         write_record(self.paths.exit(self.node), ExitRecord(
-            node=self.node, job_id=self.job_id, exit_code=code, rank_exit_codes=codes, signals=signals,
+            node=self.node, job_id=self.job_id, exit_code=code, rank_exit_codes=codes,
+            signals=signals,
             iteration=self.iteration, time=_now(), last_lines=self.tail[-10:], preflight=results,
             stopped_by_signal=self._stopping.is_set(), checkpoint_write_s=self.saves.durations))
         if self._log:
             self._log.close()
             self._log = None
-
-
-def srun_task_env(node_rank: int, local_rank: int, per_node: int, nnodes: int, outer: Any) -> dict[str, str]:
-    """What srun tells each task it starts: the agent is in srun's place, so a launch line written for srun
-    (`--node_rank $SLURM_PROCID`, `RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID`) sees the same values."""
-    world = per_node * nnodes
-    rank = node_rank * per_node + local_rank
-    env = {"SLURM_PROCID": str(rank), "SLURM_LOCALID": str(local_rank), "SLURM_NODEID": str(node_rank),
-           "SLURM_NTASKS": str(world), "SLURM_NPROCS": str(world), "SLURM_NTASKS_PER_NODE": str(per_node),
-           "SLURM_STEP_NUM_TASKS": str(world)}
-    if not outer.get("SLURM_JOB_NUM_NODES"):  # the local backend: no Slurm around the agent
-        env.update({"SLURM_JOB_NUM_NODES": str(nnodes), "SLURM_NNODES": str(nnodes)})
-    if per_node > 1 and str(cpus := outer.get("SLURM_CPUS_PER_TASK", "")).isdigit():  # each task's share, as srun
-        env["SLURM_CPUS_PER_TASK"] = str(max(1, int(cpus) // per_node))  # gives it (the agent asked for them all)
-    return env
-
-
-def training_argv(argv: tuple[str, ...], env: dict[str, str]) -> list[str]:
-    """The argv the agent starts. A shell launch (`bash -c SCRIPT ...`, what import-sbatch writes) goes to bash
-    as written: bash expands its own variables; otherwise $VARS of the rank's environment are expanded here."""
-    if len(argv) >= 3 and Path(argv[0]).name in ("bash", "sh") and argv[1] == "-c":
-        return [argv[0], argv[1], argv[2], *expand_vars(argv[3:], env)]
-    return expand_vars(argv, env)
-
-
-ENV_REF = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
-
-
-def expand_vars(argv: tuple[str, ...], env: dict[str, str]) -> list[str]:
-    """$VAR and ${VAR} from the rank's environment (SLURM_*, MASTER_ADDR, RANK, ...), no shell involved;
-    a variable that is not set stays as written."""
-    return [ENV_REF.sub(lambda m: env.get(m.group(1) or m.group(2), m.group(0)), a) for a in argv]
 
 
 def _read_small(path: Path) -> str:
@@ -292,7 +278,8 @@ def run_node(spec: SegmentSpec, node_name: str | None = None, node_rank: int | N
     node, rank, nnodes = node_identity(node_name, node_rank)
     if node_name is not None:
         nnodes = spec.nodes
-    jid = job_id or os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID", "local")
+    jid = (job_id or os.environ.get("SLURM_JOB_ID")
+           or os.environ.get("SUBMITIT_LOCAL_JOB_ID", "local"))
     code = NodeAgent(spec, node, rank, nnodes, jid).run()
     if code != 0:
         sys.stdout.flush()

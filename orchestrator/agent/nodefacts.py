@@ -1,16 +1,20 @@
-"""The node's own evidence: at a segment's end and at every stall dump the agent collects what the node
-itself knows, each source through a timeout and all of them at once (about 3 s in all, never a hang on a
-dead mount or a stuck GPU), and says where it could not look:
+"""The node's own evidence: at a segment's end and at every stall dump the agent collects what the
+node itself knows, each source through a timeout and all of them at once (about 3 s in all, never a
+hang on a dead mount or a stuck GPU), and says where it could not look:
 
-* kernel: `dmesg` lines since the agent started, of the families that tell a node failed (Xid, EDAC/MCE,
+* kernel: `dmesg` lines since the agent started, of the families that tell a node failed (Xid,
+  EDAC/MCE,
   the OOM killer, disk I/O, Lustre/NFS, mlx5/InfiniBand links), the last 200;
-* nvml: ECC counters, row remapping, page retirement against the reading at the start, lost GPUs, GPUs
+* nvml: ECC counters, row remapping, page retirement against the reading at the start, lost GPUs,
+  GPUs
   missing, GPU memory held by processes that are not the job's (nvmlfacts.py);
-* ib: port states and error counters against the start; cgroup: the job cgroup's OOM events (sysfacts.py);
+* ib: port states and error counters against the start; cgroup: the job cgroup's OOM events
+  (sysfacts.py);
 * mount: whether the run and checkpoint directories answer a stat.
 
-Abnormal facts go into the node's log as `ORCH-NODE <source>: <text>` lines (read by the same signature table
-as the training's output), all of them into <node>.facts.json, with one `ORCH-NODE summary:` line."""
+Abnormal facts go into the node's log as `ORCH-NODE <source>: <text>` lines (read by the same
+signature table as the training's output), all of them into <node>.facts.json, with one `ORCH-NODE
+summary:` line."""
 
 from __future__ import annotations
 
@@ -61,7 +65,8 @@ def run_jobs(jobs: list[Job]) -> list[NodeFact]:
         if not done:
             facts.append(job.on_timeout)
         elif isinstance(value, BaseException):
-            facts.append(_unavailable(job.source, f"not readable ({type(value).__name__}: {value})"))
+            facts.append(_unavailable(job.source,
+                                      f"not readable ({type(value).__name__}: {value})"))
         else:
             facts.extend(value)
     return facts
@@ -77,17 +82,19 @@ def stat_fact(path: str, stat: Callable[[str], Any]) -> list[NodeFact]:
         stat(path)
     except OSError as exc:
         return [NodeFact(source="mount", text=f"{path}: stat failed: {exc}", severity="abnormal")]
-    return [NodeFact(source="mount", text=f"{path} answered a stat in {1000 * (time.monotonic() - t0):.0f} ms")]
+    return [NodeFact(source="mount", text=f"{path} answered a stat in "
+                                          f"{1000 * (time.monotonic() - t0):.0f} ms")]
 
 
 def summary(reason: str, facts: list[NodeFact]) -> str:
     """`ORCH-NODE summary:` the sources read and those the agent could not look at, and why."""
     sources = list(dict.fromkeys(f.source for f in facts))
     read = [s for s in sources if any(f.source == s and f.severity != "unavailable" for f in facts)]
-    missing = [f"{f.source} ({f.text})" for f in facts if f.severity == "unavailable" and f.source not in read]
+    missing = [f"{f.source} ({f.text})" for f in facts if f.severity == "unavailable"
+               and f.source not in read]
     abnormal = sum(1 for f in facts if f.severity == "abnormal")
-    return (f"{NODE_MARKER} summary: {reason}: {abnormal} abnormal; read {', '.join(read) or 'nothing'}; "
-            f"could not look: {'; '.join(missing) or 'none'}")
+    return (f"{NODE_MARKER} summary: {reason}: {abnormal} abnormal; read "
+            f"{', '.join(read) or 'nothing'}; could not look: {'; '.join(missing) or 'none'}")
 
 
 def _now() -> str:
@@ -103,21 +110,24 @@ def _uptime(proc: Path) -> float | None:
 
 @dataclass
 class Probes:
-    """Where the agent looks; the tests point these at fake trees, a fake dmesg and a blocking stat."""
+    """Where the agent looks; the tests point these at fake trees, a fake dmesg and a blocking
+    stat."""
     run: kernelfacts.Runner = subprocess.run
     ib_root: Path = Path("/sys/class/infiniband")
     cgroup_root: Path = Path("/sys/fs/cgroup")
     proc: Path = Path("/proc")
     stat: Callable[[str], Any] = os.stat
-    owner: nvmlfacts.Owner | None = None  # whose a GPU process is; default: the agent's tree and job cgroup
+    # whose a GPU process is; default: the agent's tree and job cgroup
+    owner: nvmlfacts.Owner | None = None
     mount_timeout_s: float = MOUNT_TIMEOUT_S
 
 
 class NodeFacts:
-    """One node's evidence for one segment: readings at the start (baseline), then a report at a stall dump
-    and at the end. report() never raises: a failed collection is one line in the log."""
+    """One node's evidence for one segment: readings at the start (baseline), then a report at a
+    stall dump and at the end. report() never raises: a failed collection is one line in the log."""
 
-    def __init__(self, spec: SegmentSpec, node: str, emit: Callable[[str], None], probes: Probes | None = None):
+    def __init__(self, spec: SegmentSpec, node: str, emit: Callable[[str], None],
+                 probes: Probes | None = None):
         self.spec, self.node, self.emit, self.probes = spec, node, emit, probes or Probes()
         self.paths = SegmentPaths(Path(spec.segment_dir))
         self.env = {**os.environ, **dict(spec.env)}
@@ -133,9 +143,11 @@ class NodeFacts:
         return self.env.get("ORCH_NVML_MODULE") or "pynvml"
 
     def baseline(self) -> None:
-        """The readings the end is compared with (NVML, InfiniBand counters, cgroup events), all at once."""
+        """The readings the end is compared with (NVML, InfiniBand counters, cgroup events), all at
+        once."""
         try:
-            if self.nvml_module != "pynvml":  # a stand-in reads its device state from the process environment
+            # a stand-in reads its device state from the process environment
+            if self.nvml_module != "pynvml":
                 if "ORCH_NVML_STANDIN" in self.env:
                     os.environ.setdefault("ORCH_NVML_STANDIN", self.env["ORCH_NVML_STANDIN"])
                 os.environ.setdefault("ORCH_NVML_STANDIN_NODE", self.node)
@@ -152,11 +164,13 @@ class NodeFacts:
         return []
 
     def _base_ib(self) -> list[NodeFact]:
-        self.base_ib = sysfacts.read_ib(self.probes.ib_root) if self.probes.ib_root.is_dir() else None
+        self.base_ib = (sysfacts.read_ib(self.probes.ib_root) if self.probes.ib_root.is_dir()
+                        else None)
         return []
 
     def _base_cgroup(self) -> list[NodeFact]:
-        files = sysfacts.memory_cgroups((self.probes.proc / "self" / "cgroup").read_text(), self.probes.cgroup_root)
+        files = sysfacts.memory_cgroups((self.probes.proc / "self" / "cgroup").read_text(),
+                                        self.probes.cgroup_root)
         self.base_cgroup = sysfacts.read_events(files) if files else None
         return []
 
@@ -166,20 +180,24 @@ class NodeFacts:
                 for s in ("kernel", "ib", "cgroup")}
         jobs = [Job("kernel", self._kernel, SOURCE_TIMEOUT_S, late["kernel"]),
                 Job("nvml", self._nvml, SOURCE_TIMEOUT_S, NodeFact(
-                    source="nvml", severity="abnormal", text=f"NVML did not answer within {SOURCE_TIMEOUT_S:g}s")),
+                    source="nvml", severity="abnormal", text="NVML did not answer within "
+                                                             f"{SOURCE_TIMEOUT_S:g}s")),
                 Job("ib", self._ib, SOURCE_TIMEOUT_S, late["ib"]),
                 Job("cgroup", self._cgroup, SOURCE_TIMEOUT_S, late["cgroup"])]
         t = self.probes.mount_timeout_s
         for path in self.mount_paths():
-            jobs.append(Job("mount", functools.partial(stat_fact, path, self.probes.stat), t, NodeFact(
-                source="mount", severity="abnormal", text=f"{path} did not answer a stat within {t:g}s")))
+            jobs.append(Job("mount", functools.partial(stat_fact, path, self.probes.stat), t,
+                            NodeFact(
+                source="mount", severity="abnormal", text=f"{path} did not answer a stat within "
+                                                          f"{t:g}s")))
         return run_jobs(jobs)
 
     def mount_paths(self) -> list[str]:
         """The run directory and the checkpoint directory (else the segment's)."""
         spec_env = dict(self.spec.env)
         ckpt = spec_env.get("ORCH_CHECKPOINT_DIR") or spec_env.get("ORCH_RESUME_ROOT") or (
-            str(Path(self.spec.resume_from).parent) if self.spec.resume_from else self.spec.segment_dir)
+            str(Path(self.spec.resume_from).parent) if self.spec.resume_from
+            else self.spec.segment_dir)
         return list(dict.fromkeys(p for p in (self.spec.run_dir, ckpt) if p))
 
     def _kernel(self) -> list[NodeFact]:
@@ -204,24 +222,28 @@ class NodeFacts:
         return sysfacts.compare_ib(sysfacts.read_ib(self.probes.ib_root), self.base_ib)
 
     def _cgroup(self) -> list[NodeFact]:
-        files = sysfacts.memory_cgroups((self.probes.proc / "self" / "cgroup").read_text(), self.probes.cgroup_root)
+        files = sysfacts.memory_cgroups((self.probes.proc / "self" / "cgroup").read_text(),
+                                        self.probes.cgroup_root)
         if not files:
             return [_unavailable("cgroup", "skipped (no memory controller in /proc/self/cgroup)")]
         return sysfacts.compare_cgroup(sysfacts.read_events(files), self.base_cgroup)
 
     def report(self, reason: str) -> None:
-        """Collect; print the abnormal facts not printed before and the summary; write the record."""
+        """Collect; print the abnormal facts not printed before and the summary; write the
+        record."""
         try:
             facts = self.collect()
             with self._lock:
-                new = [f for f in facts if f.severity == "abnormal" and (f.source, f.text) not in self._emitted]
+                new = [f for f in facts if f.severity == "abnormal"
+                       and (f.source, f.text) not in self._emitted]
                 self._emitted.update((f.source, f.text) for f in new)
             for f in new:
                 self.emit(f"{NODE_MARKER} {f.source}: {f.text}")
             self.emit(summary(reason, facts))
             write_record(self.paths.facts(self.node, reason),
                          NodeFactsRecord(node=self.node, time=_now(), reason=reason, facts=facts))
-        except Exception as exc:  # noqa: BLE001 - the node's evidence never changes how the agent ends
+        # the node's evidence never changes how the agent ends
+        except Exception as exc:  # noqa: BLE001
             self._say(f"{NODE_MARKER} collection failed: {type(exc).__name__}: {exc}")
 
     def _say(self, text: str) -> None:

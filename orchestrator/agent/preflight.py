@@ -26,7 +26,8 @@ def _bad(name: str, detail: str) -> CheckRecord:
 
 
 class FakeNvml:
-    """Reads GPU health from a JSON file (ORCH_FAKE_NVML): {"nodeX": [{"ecc_uncorrected": 2}, ...]}."""
+    """Reads GPU health from a JSON file (ORCH_FAKE_NVML): {"nodeX": [{"ecc_uncorrected": 2},
+    ...]}."""
 
     def __init__(self, path: str, node: str):
         data = json.loads(Path(path).read_text())
@@ -34,7 +35,8 @@ class FakeNvml:
 
 
 def check_gpus(node: str, env: dict[str, str] | None = None, nvml: str = "pynvml") -> CheckRecord:
-    """`nvml`: the module imported for NVML (a test names one that is not there, as on a node without it)."""
+    """`nvml`: the module imported for NVML (a test names one that is not there, as on a node
+    without it)."""
     fake = (env or {}).get("ORCH_FAKE_NVML") or os.environ.get("ORCH_FAKE_NVML")
     if fake:
         gpus = FakeNvml(fake, node).gpus
@@ -49,9 +51,11 @@ def check_gpus(node: str, env: dict[str, str] | None = None, nvml: str = "pynvml
         if g.get("lost"):
             return _bad("gpu", f"GPU {i}: Unable to determine the device handle for GPU (lost)")
         if g.get("ecc_uncorrected", 0) > 0:
-            return _bad("gpu", f"GPU {i}: {g['ecc_uncorrected']} volatile uncorrectable ECC error(s)")
+            return _bad("gpu", f"GPU {i}: {g['ecc_uncorrected']} volatile uncorrectable ECC "
+                               "error(s)")
         if g.get("pending_retired", 0) or g.get("pending_remap", 0):
-            return _bad("gpu", f"GPU {i}: uncorrectable memory error pending page retirement/row remap")
+            return _bad("gpu", f"GPU {i}: uncorrectable memory error pending page retirement/row "
+                               "remap")
     return CheckRecord(name="gpu", ok=True, detail=f"{len(gpus)} GPU(s) healthy")
 
 
@@ -98,7 +102,8 @@ def probe_dir(path: Path, timeout: float) -> CheckRecord:
 def run_command(argv: tuple[str, ...], timeout: float) -> CheckRecord:
     name = f"check {' '.join(argv)[:80]}"
     try:
-        res = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False)  # noqa: S603
+        res = subprocess.run(list(argv), capture_output=True, timeout=timeout,
+                             check=False)  # noqa: S603
     except subprocess.TimeoutExpired:
         return _bad(name, f"{name} timed out after {timeout:.0f}s")
     except OSError as exc:
@@ -113,9 +118,10 @@ NHC_FAILED = re.compile(r"Health check failed:\s*(.*)")
 
 
 def check_nhc(log: Path, timeout: float, nhc: str | None = None) -> CheckRecord | None:
-    """LBNL Node Health Check, the site's own checks, where installed (None where not). MARK_OFFLINE=0: the
-    orchestrator reports and excludes, NHC does not drain the node itself. Only NHC's own verdict ("Health check
-    failed: ...") fails the node; NHC that cannot run (no permission, no config, our timeout) is unknown."""
+    """LBNL Node Health Check, the site's own checks, where installed (None where not).
+    MARK_OFFLINE=0: the orchestrator reports and excludes, NHC does not drain the node itself. Only
+    NHC's own verdict ("Health check failed: ...") fails the node; NHC that cannot run (no
+    permission, no config, our timeout) is unknown."""
     nhc = nhc or shutil.which("nhc", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
     if nhc is None:
         return None
@@ -123,7 +129,8 @@ def check_nhc(log: Path, timeout: float, nhc: str | None = None) -> CheckRecord 
     try:
         res = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)  # noqa: S603
     except subprocess.TimeoutExpired:
-        return CheckRecord(name="nhc", ok=True, unknown=True, detail=f"nhc did not finish within {timeout:.0f}s")
+        return CheckRecord(name="nhc", ok=True, unknown=True,
+                           detail=f"nhc did not finish within {timeout:.0f}s")
     except OSError as exc:
         return CheckRecord(name="nhc", ok=True, unknown=True, detail=f"nhc could not start: {exc}")
     out = (res.stdout + res.stderr).decode(errors="replace")
@@ -132,13 +139,15 @@ def check_nhc(log: Path, timeout: float, nhc: str | None = None) -> CheckRecord 
     if m := NHC_FAILED.search(out):
         return _bad("nhc", f"ORCH-NHC FAILED: {m.group(1).strip()[:300]}")
     last = (out.strip().splitlines() or [""])[-1]
-    return CheckRecord(name="nhc", ok=True, unknown=True, detail=f"nhc exited {res.returncode}: {last[:200]}")
+    return CheckRecord(name="nhc", ok=True, unknown=True,
+                       detail=f"nhc exited {res.returncode}: {last[:200]}")
 
 
 def run_all(spec: SegmentSpec, node: str) -> list[CheckRecord]:
     records = SegmentPaths(Path(spec.segment_dir)).nodes
     results = [check_gpus(node, dict(spec.env)), probe_dir(records, spec.preflight_timeout_s)]
-    if spec.preflight_nhc == "auto" and (nhc := check_nhc(records / f"nhc-{node}.log", spec.preflight_timeout_s)):
+    if (spec.preflight_nhc == "auto"
+        and (nhc := check_nhc(records / f"nhc-{node}.log", spec.preflight_timeout_s))):
         results.append(nhc)
     results += [run_command(c, spec.preflight_timeout_s) for c in spec.preflight_commands]
     return results

@@ -1,6 +1,6 @@
-"""What sysfs and /proc say about this node, for the node's own evidence (nodefacts.py): InfiniBand port
-states and error counters, the job cgroup's memory events, and which processes are the job's. Each reader
-takes its root directory, so the tests build a fake tree."""
+"""What sysfs and /proc say about this node, for the node's own evidence (nodefacts.py): InfiniBand
+port states and error counters, the job cgroup's memory events, and which processes are the job's.
+Each reader takes its root directory, so the tests build a fake tree."""
 
 from __future__ import annotations
 
@@ -48,36 +48,42 @@ def _ib(text: str, severity: str = "abnormal") -> NodeFact:
 
 def port_facts(name: str, end: PortReading, base: PortReading | None) -> list[NodeFact]:
     state, was = str(end["state"]), str(base["state"]) if base is not None else ""
-    phys = f", phys_state {end['phys_state']}" if "phys_state" in end and end["phys_state"] != "LinkUp" else ""
+    phys = (f", phys_state {end['phys_state']}" if "phys_state" in end
+            and end["phys_state"] != "LinkUp" else "")
     out = []
     if state != "ACTIVE":
         if was == "ACTIVE":
             out.append(_ib(f"{name}: state {state} (was ACTIVE){phys}"))
         else:
-            out.append(_ib(f"{name}: state {state}{phys} " + (f"(was {was})" if was else "(no reading at the start)"),
-                           "normal"))
+            out.append(_ib(f"{name}: state {state}{phys} "
+                           + (f"(was {was})" if was else "(no reading at the start)"), "normal"))
     for counter in IB_COUNTERS:
-        if base is not None and counter in end and counter in base and int(end[counter]) > int(base[counter]):
-            out.append(_ib(f"{name}: {counter} +{int(end[counter]) - int(base[counter])} during the segment"))
+        if (base is not None and counter in end and counter in base
+            and int(end[counter]) > int(base[counter])):
+            out.append(_ib(f"{name}: {counter} +{int(end[counter]) - int(base[counter])} during "
+                           "the segment"))
     return out
 
 
-def compare_ib(end: dict[Port, PortReading], base: dict[Port, PortReading] | None) -> list[NodeFact]:
+def compare_ib(end: dict[Port, PortReading],
+               base: dict[Port, PortReading] | None) -> list[NodeFact]:
     out: list[NodeFact] = []
     for (dev, port), reading in sorted(end.items()):
-        out += port_facts(f"{dev} port {port}", reading, base.get((dev, port)) if base is not None else None)
+        out += port_facts(f"{dev} port {port}", reading, base.get((dev, port)) if base is not None
+                          else None)
     for dev, port in sorted(set(base or {}) - set(end)):
         out.append(_ib(f"{dev} port {port}: gone (was {(base or {})[(dev, port)]['state']})"))
     if not any(f.severity == "abnormal" for f in out):
         note = "" if base is not None else " (no reading at the segment start)"
-        out.insert(0, _ib(f"{len(end)} port(s): none went down and no error counter rose during the segment{note}",
-                          "normal"))
+        out.insert(0, _ib(f"{len(end)} port(s): none went down and no error counter rose during "
+                          f"the segment{note}", "normal"))
     return out
 
 
 def memory_cgroups(proc_self_cgroup: str, root: Path) -> list[Path]:
-    """The memory-event files of the agent's cgroup and its parents up to the job's (Slurm's job_N), v1's
-    memory controller first (a hybrid host runs memory on v1), else the v2 unified hierarchy."""
+    """The memory-event files of the agent's cgroup and its parents up to the job's (Slurm's job_N),
+    v1's memory controller first (a hybrid host runs memory on v1), else the v2 unified
+    hierarchy."""
     v1 = v2 = None
     for line in proc_self_cgroup.splitlines():
         hier, _, rest = line.partition(":")
@@ -99,7 +105,8 @@ def memory_cgroups(proc_self_cgroup: str, root: Path) -> list[Path]:
 
 
 def read_events(files: list[Path]) -> dict[str, dict[str, int]]:
-    """{label: {key: count}}, label as the fact names it: the file, or parent-dir/file for a parent's."""
+    """{label: {key: count}}, label as the fact names it: the file, or parent-dir/file for a
+    parent's."""
     out: dict[str, dict[str, int]] = {}
     for i, f in enumerate(files):
         try:
@@ -113,26 +120,31 @@ def read_events(files: list[Path]) -> dict[str, dict[str, int]]:
     return out
 
 
-def compare_cgroup(end: dict[str, dict[str, int]], base: dict[str, dict[str, int]] | None) -> list[NodeFact]:
+def compare_cgroup(end: dict[str, dict[str, int]],
+                   base: dict[str, dict[str, int]] | None) -> list[NodeFact]:
     out = []
     for label, counts in end.items():
         before = (base or {}).get(label, {})
         for key in OOM_KEYS:
             if key in counts and key in before and counts[key] > before[key]:
                 out.append(NodeFact(source="cgroup", severity="abnormal",
-                                    text=f"{key} {before[key]} -> {counts[key]} during the segment ({label})"))
+                                    text=f"{key} {before[key]} -> {counts[key]} during the segment "
+                                         f"({label})"))
         if counts.get("under_oom"):
-            out.append(NodeFact(source="cgroup", text=f"under_oom 1 ({label})", severity="abnormal"))
+            out.append(NodeFact(source="cgroup", text=f"under_oom 1 ({label})",
+                                severity="abnormal"))
     if not out:
         first = next(iter(end.items()), ("", {}))
         shown = ", ".join(f"{k} {v}" for k, v in first[1].items() if k in (*OOM_KEYS, "max"))
         note = "" if base is not None else "; no reading at the segment start"
-        out.append(NodeFact(source="cgroup", text=f"no OOM event during the segment ({first[0]}: {shown}{note})"))
+        out.append(NodeFact(source="cgroup", text=f"no OOM event during the segment ({first[0]}: "
+                                                  f"{shown}{note})"))
     return out
 
 
 def process_parents(proc: Path) -> dict[int, int]:
-    """pid -> ppid for every process in proc (/proc/PID/stat only: never cmdline, which can hang)."""
+    """pid -> ppid for every process in proc (/proc/PID/stat only: never cmdline, which can
+    hang)."""
     parents = {}
     for d in proc.iterdir():
         if d.name.isdigit():
@@ -160,7 +172,8 @@ def descendants(root_pid: int, parents: dict[int, int]) -> set[int]:
 
 
 def job_cgroup(proc_cgroup: str) -> str | None:
-    """The Slurm job cgroup (.../job_N) a /proc/PID/cgroup text names, or None outside a Slurm job."""
+    """The Slurm job cgroup (.../job_N) a /proc/PID/cgroup text names, or None outside a Slurm
+    job."""
     for line in proc_cgroup.splitlines():
         parts = line.split(":", 2)[-1].split("/")
         jobs = [i for i, p in enumerate(parts) if p.startswith("job_")]
@@ -170,11 +183,13 @@ def job_cgroup(proc_cgroup: str) -> str | None:
 
 
 class ProcessOwner:
-    """Whose a GPU process is: the agent's process tree or the same Slurm job cgroup is the job's."""
+    """Whose a GPU process is: the agent's process tree or the same Slurm job cgroup is the
+    job's."""
 
     def __init__(self, root_pid: int, proc: Path = Path("/proc")):
         self.root_pid, self.proc = root_pid, proc
-        self.tree: set[int] | None = None  # read at the first question: most GPUs hold no foreign process
+        # read at the first question: most GPUs hold no foreign process
+        self.tree: set[int] | None = None
         self.job: str | None = None
 
     def _cgroup(self, pid: int) -> str | None:

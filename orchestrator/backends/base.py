@@ -25,8 +25,8 @@ class Backend(Protocol):
         ...
 
     def poll(self, refs: list[JobRef]) -> dict[str, JobStatus]:
-        """State of all given jobs, with one scheduler query; a job the scheduler does not answer for is
-        UNKNOWN. Raises SchedulerUnavailable when the scheduler cannot be reached at all."""
+        """State of all given jobs, with one scheduler query; a job the scheduler does not answer
+        for is UNKNOWN. Raises SchedulerUnavailable when the scheduler cannot be reached at all."""
         ...
 
     def cancel(self, ref: JobRef) -> None: ...
@@ -36,7 +36,8 @@ class Backend(Protocol):
         ...
 
     def find_jobs(self, job_name: str) -> list[JobRef]:
-        """Live (pending or running) jobs with this name, for re-attaching after a controller crash."""
+        """Live (pending or running) jobs with this name, for re-attaching after a controller
+        crash."""
         ...
 
     def render(self, spec: SegmentSpec) -> str:
@@ -49,7 +50,8 @@ class Backend(Protocol):
         ...
 
     def drain(self, node: str, reason: str) -> None:
-        """Take a node out of the scheduler's service with a reason (an admin's courtesy); may do nothing."""
+        """Take a node out of the scheduler's service with a reason (an admin's courtesy); may do
+        nothing."""
         ...
 
     def queue_position(self, ref: JobRef) -> str:
@@ -58,8 +60,8 @@ class Backend(Protocol):
 
 
 class BackendDefaults:
-    """The optional features of a backend, declared once: a backend that has no such thing inherits these
-    (the loop never asks with getattr whether a backend can)."""
+    """The optional features of a backend, declared once: a backend that has no such thing inherits
+    these (the loop never asks with getattr whether a backend can)."""
 
     def nodes(self) -> list[str] | None:
         raise NotImplementedError

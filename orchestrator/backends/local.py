@@ -1,4 +1,5 @@
-"""Embedded backend: a segment runs on N virtual nodes of this machine through submitit's local executor.
+"""Embedded backend: a segment runs on N virtual nodes of this machine through submitit's local
+executor.
 
 Allocation follows Slurm: the lowest-numbered free nodes first, never an excluded one; a job that
 cannot be placed stays PENDING. Each virtual node runs one agent; the agent tells the training
@@ -12,11 +13,10 @@ import contextlib
 import json
 import os
 import pickle
-import re
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,49 +26,22 @@ from submitit import LocalExecutor
 
 from orchestrator.agent.main import run_node
 from orchestrator.backends.base import BackendDefaults, BackendError, SchedulerUnavailable
+from orchestrator.backends.local_jobs import LAST_ID, LocalJobRecord, masked, natural_key
 from orchestrator.backends.procs import agents_under, alive, deaf_to_ctrl_c, ours, proc_stat
 from orchestrator.clock import Clock
-from orchestrator.files import read_regular
+from orchestrator.files import atomic_write, private_dir, read_regular
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
-from orchestrator.state import atomic_write, private_dir
-
-SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
-
-
-def masked(env: dict[str, str]) -> dict[str, str]:
-    """Values of variables that look like secrets are not printed."""
-    return {k: ("***" if SECRET.search(k) else v) for k, v in env.items()}
-
-
-def natural_key(name: str) -> list[Any]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
-@dataclass
-class LocalJobRecord:
-    """One local job: its spec, the virtual nodes it runs on and the agent processes."""
-    job_id: str
-    job_name: str
-    submitted_at: str
-    spec: dict[str, Any]
-    nodes: list[str] = field(default_factory=list)
-    pids: list[int] = field(default_factory=list)
-    pid_starts: list[int] = field(default_factory=list)  # /proc start times: a reused PID is not ours
-    started_at: str | None = None
-    end_state: str | None = None
-    ended_at: str | None = None
-
-
-LAST_ID = "last-id"
 
 
 class LocalBackend(BackendDefaults):
-    """Owns virtual nodes on this machine: one submitit LocalExecutor per node (`executor`), lowest free nodes
-    first, --exclude honoured; its job table is a file (written by `write`) so a restarted controller re-attaches."""
+    """Owns virtual nodes on this machine: one submitit LocalExecutor per node (`executor`), lowest
+    free nodes first, --exclude honoured; its job table is a file (written by `write`) so a
+    restarted controller re-attaches."""
     name = "local"
 
     def __init__(self, node_names: list[str], state_dir: Path, clock: Clock,
-                 write: Callable[[Path, str], None] = atomic_write, executor: type[LocalExecutor] = LocalExecutor):
+                 write: Callable[[Path, str], None] = atomic_write,
+                 executor: type[LocalExecutor] = LocalExecutor):
         self.node_names = sorted(node_names, key=natural_key)
         self.state_dir = Path(state_dir)
         self.registry = self.state_dir / "jobs.json"
@@ -78,13 +51,15 @@ class LocalBackend(BackendDefaults):
 
     # ---- registry ---------------------------------------------------------------------------
     def _load(self) -> dict[str, LocalJobRecord]:
-        """The job table; a garbled one is kept aside (jobs.json.garbled), never silently dropped."""
+        """The job table; a garbled one is kept aside (jobs.json.garbled), never silently
+        dropped."""
         try:
             raw = json.loads(read_regular(self.registry).decode("utf-8"))
             return {str(k): LocalJobRecord(**v) for k, v in raw.get("jobs", {}).items()}
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError, TypeError, AttributeError) as exc:  # garbled, a FIFO or a directory
+        # garbled, a FIFO or a directory
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
             aside = self.registry.with_name(self.registry.name + ".garbled")
             with contextlib.suppress(OSError):
                 self.registry.replace(aside)
@@ -93,21 +68,27 @@ class LocalBackend(BackendDefaults):
             return {}
 
     def _save(self, strict: bool = False) -> None:
-        """Write the job table. A full or read-only disk: a submission waits (SchedulerUnavailable, retried like
-        an unreachable scheduler); a start or an end already happened and stays in memory, written next time."""
+        """Write the job table. A full or read-only disk: a submission waits (SchedulerUnavailable,
+        retried like an unreachable scheduler); a start or an end already happened and stays in
+        memory, written next time."""
         try:
             private_dir(self.state_dir)
-            self.write(self.registry, json.dumps({"jobs": {k: asdict(v) for k, v in self._records.items()}}))
+            self.write(self.registry,
+                       json.dumps({"jobs": {k: asdict(v) for k, v in self._records.items()}}))
         except OSError as exc:
             if strict:
-                raise SchedulerUnavailable(f"local job table {self.registry} cannot be written: {exc}") from None
-            logger.warning("local job table {} cannot be written now ({}); kept in memory", self.registry, exc)
+                raise SchedulerUnavailable(f"local job table {self.registry} cannot be written: "
+                                           f"{exc}") from None
+            logger.warning("local job table {} cannot be written now ({}); kept in memory",
+                           self.registry, exc)
 
     def _next_id(self, segment_dir: Path) -> str:
-        """Never an id given before, even after the job table was lost: `last-id` keeps the highest one, and each
-        segment's directory keeps its own (the table's directory may be lost with it)."""
+        """Never an id given before, even after the job table was lost: `last-id` keeps the highest
+        one, and each segment's directory keeps its own (the table's directory may be lost with
+        it)."""
         ids = [int(k) for k in self._records if k.isdigit()]
-        for f in [self.state_dir / LAST_ID, *(self.state_dir.parent / "segments").glob(f"*/{LAST_ID}")]:
+        for f in [self.state_dir / LAST_ID,
+                  *(self.state_dir.parent / "segments").glob(f"*/{LAST_ID}")]:
             try:
                 ids.append(int(read_regular(f, 32).decode().strip()))
             except (OSError, ValueError):
@@ -126,10 +107,11 @@ class LocalBackend(BackendDefaults):
         lines = [
             f"# local backend: {len(self.node_names)} virtual nodes {','.join(self.node_names)}",
             f"job-name={spec.job_name}",
-            f"nodes={spec.nodes} tasks-per-node={spec.tasks_per_node} gpus-per-node={spec.gpus_per_node}",
-            f"time={spec.time_limit_min} (minutes)",
+            f"nodes={spec.nodes} tasks-per-node={spec.tasks_per_node} "
+            f"gpus-per-node={spec.gpus_per_node}", f"time={spec.time_limit_min} (minutes)",
             f"exclude={spec.exclude_hostlist or '(none)'}",
-            f"would run on: {','.join(self._place(spec, busy=set())) or '(cannot be placed: too many excluded)'}",
+            "would run on: "
+            f"{','.join(self._place(spec, busy=set())) or '(cannot be placed: too many excluded)'}",
             f"resume-from={spec.resume_from or '(none: start from scratch)'}",
             f"workdir={spec.workdir}",
             "command (argv): " + json.dumps(list(spec.command)),
@@ -139,20 +121,22 @@ class LocalBackend(BackendDefaults):
 
     def submit(self, spec: SegmentSpec) -> JobRef:
         if spec.spares:
-            raise BackendError("resources.spare_nodes needs backend.kind: slurm (job steps inside an allocation); "
-                               "set it to 0 for the local backend")
+            raise BackendError("resources.spare_nodes needs backend.kind: slurm (job steps inside "
+                               "an allocation); set it to 0 for the local backend")
         unknown = [n for n in spec.exclude if n not in self.node_names]
         if unknown:
             raise BackendError(f"invalid node name(s) in exclude: {','.join(unknown)}")
         if spec.nodes > len(self.node_names) - len(spec.exclude):
             raise BackendError(
-                f"job needs {spec.nodes} nodes but only {len(self.node_names) - len(spec.exclude)} are not excluded"
+                f"job needs {spec.nodes} nodes but only {len(self.node_names) - len(spec.exclude)} "
+                "are not excluded"
             )
         now = self.clock.now()
         try:
             job_id = self._next_id(Path(spec.segment_dir))
         except OSError as exc:
-            raise SchedulerUnavailable(f"local job table {self.state_dir} cannot be written: {exc}") from None
+            raise SchedulerUnavailable(
+                f"local job table {self.state_dir} cannot be written: {exc}") from None
         rec = LocalJobRecord(job_id, spec.job_name, now.isoformat(), spec.model_dump(mode="json"))
         self._records[rec.job_id] = rec
         try:
@@ -170,7 +154,8 @@ class LocalBackend(BackendDefaults):
         return JobRef(job_id=rec.job_id, submitted_at=now, backend=self.name)
 
     def _busy(self) -> set[str]:
-        return {n for r in self._records.values() if r.started_at and not r.end_state for n in r.nodes}
+        return {n for r in self._records.values() if r.started_at and not r.end_state
+                for n in r.nodes}
 
     def _place(self, spec: SegmentSpec, busy: set[str]) -> list[str]:
         free = [n for n in self.node_names if n not in spec.exclude and n not in busy]
@@ -183,12 +168,14 @@ class LocalBackend(BackendDefaults):
             return
         jobs: dict[str, Any] = {}
         try:
-            with deaf_to_ctrl_c():  # the job outlives a Ctrl-C in the controller's terminal, as a Slurm job does
+            # the job outlives a Ctrl-C in the controller's terminal, as a Slurm job does
+            with deaf_to_ctrl_c():
                 for rank, node in enumerate(nodes):
                     ex = self.executor(folder=Path(spec.segment_dir) / "submitit" / node)
                     ex.update_parameters(timeout_min=spec.time_limit_min + 10, tasks_per_node=1)
                     jobs[node] = ex.submit(run_node, spec, node, rank, rec.job_id)
-        except OSError as exc:  # a full disk half way: no agent is left running unwatched, the job stays to start
+        # a full disk half way: no agent is left running unwatched, the job stays to start
+        except OSError as exc:
             for job in jobs.values():
                 with contextlib.suppress(OSError, ValueError):
                     os.kill(int(job.job_id), signal.SIGKILL)  # the agent had not started training
@@ -204,7 +191,8 @@ class LocalBackend(BackendDefaults):
     def _node_result(self, rec: LocalJobRecord, node: str, pid: int) -> int | None:
         """None while running; 0 when the agent returned; 1 when it failed or vanished."""
         job = self._jobs.get(rec.job_id, {}).get(node)
-        running = job.state == "RUNNING" if job is not None else alive(pid, self._start_of(rec, pid))
+        running = (job.state == "RUNNING" if job is not None
+                   else alive(pid, self._start_of(rec, pid)))
         if running:
             return None
         folder = Path(rec.spec["segment_dir"]) / "submitit" / node
@@ -219,7 +207,8 @@ class LocalBackend(BackendDefaults):
             return JobStatus(state=JobState(rec.end_state), nodes=tuple(rec.nodes),
                              exit_code=0 if rec.end_state == "COMPLETED" else 1)
         if not rec.started_at:
-            with contextlib.suppress(SchedulerUnavailable):  # said by submit; a pending job waits for the disk
+            # said by submit; a pending job waits for the disk
+            with contextlib.suppress(SchedulerUnavailable):
                 self._try_start(rec)
             if not rec.started_at:
                 return JobStatus(state=JobState.PENDING, reason="Resources")
@@ -260,20 +249,25 @@ class LocalBackend(BackendDefaults):
             rec = self._records.get(ref.job_id)
             if rec is None:
                 stopped = self._stop_orphans()
-                out[ref.job_id] = JobStatus(state=JobState.FAILED, reason="not in the local job table (lost or "
-                                            f"garbled jobs.json); {stopped} orphaned agent process(es) stopped")
+                out[ref.job_id] = JobStatus(state=JobState.FAILED,
+                                            reason="not in the local job table (lost or "
+                                            f"garbled jobs.json); {stopped} orphaned agent "
+                                            "process(es) stopped")
             else:
                 out[ref.job_id] = self._status(rec)
         return out
 
     def _stop_orphans(self, grace_s: float = 15.0) -> int:
-        """Agent processes of this run that no record knows (their job table was lost): stopped (SIGTERM, then
-        SIGKILL after `grace_s`) before a job it 'lost' is called ended, so they never run beside the next one
-        nor write into its checkpoint directory. Returns how many there were."""
+        """Agent processes of this run that no record knows (their job table was lost): stopped
+        (SIGTERM, then SIGKILL after `grace_s`) before a job it 'lost' is called ended, so they
+        never run beside the next one nor write into its checkpoint directory. Returns how many
+        there were."""
         known = {pid for r in self._records.values() for pid in r.pids}
-        orphans = [pid for pid in agents_under(self.state_dir.parent / "segments") if pid not in known]
+        orphans = [pid for pid in agents_under(self.state_dir.parent / "segments")
+                   if pid not in known]
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            left = set(agents_under(self.state_dir.parent / "segments"))  # never a PID reused meanwhile
+            # never a PID reused meanwhile
+            left = set(agents_under(self.state_dir.parent / "segments"))
             for pid in (p for p in orphans if p in left):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, sig)
@@ -281,8 +275,8 @@ class LocalBackend(BackendDefaults):
             while time.monotonic() < deadline and any(alive(p) for p in orphans):
                 time.sleep(0.1)  # the agent stops its ranks on SIGTERM
         if orphans:
-            logger.warning("stopped {} agent process(es) of jobs the local job table lost: {}", len(orphans),
-                           ",".join(map(str, orphans)))
+            logger.warning("stopped {} agent process(es) of jobs the local job table lost: {}",
+                           len(orphans), ",".join(map(str, orphans)))
         return len(orphans)
 
     def cancel(self, ref: JobRef) -> None:
@@ -292,7 +286,7 @@ class LocalBackend(BackendDefaults):
 
     def find_jobs(self, job_name: str) -> list[JobRef]:
         return [
-            JobRef(job_id=r.job_id, submitted_at=datetime.fromisoformat(r.submitted_at), backend=self.name)
-            for r in self._records.values()
+            JobRef(job_id=r.job_id, submitted_at=datetime.fromisoformat(r.submitted_at),
+                   backend=self.name) for r in self._records.values()
             if r.job_name == job_name and not r.end_state
         ]

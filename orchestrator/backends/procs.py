@@ -1,5 +1,5 @@
-"""The local backend's view of its processes through /proc: alive, ours (by start time), and the agents of a
-run found without the job table."""
+"""The local backend's view of its processes through /proc: alive, ours (by start time), and the
+agents of a run found without the job table."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ def proc_stat(pid: int) -> tuple[str, int] | None:
 
 
 def ours(pid: int, start: int | None) -> bool:
-    """The process is alive and is the one we started (not another that reuses the PID after a reboot or a
-    controller crash); without a recorded start time only liveness can be checked."""
+    """The process is alive and is the one we started (not another that reuses the PID after a
+    reboot or a controller crash); without a recorded start time only liveness can be checked."""
     st = proc_stat(pid)
     return st is not None and st[0] != "Z" and (start is None or st[1] == start)
 
@@ -33,8 +33,9 @@ def alive(pid: int, start: int | None = None) -> bool:
 
 
 def agents_under(segments: Path) -> list[int]:
-    """PIDs of live submitit job processes (`python -u -m submitit.core._submit FOLDER`) whose folder lies under
-    `segments`: the local backend's agents of this run, found without the job table."""
+    """PIDs of live submitit job processes (`python -u -m submitit.core._submit FOLDER`) whose
+    folder lies under `segments`: the local backend's agents of this run, found without the job
+    table."""
     root, out = str(segments) + os.sep, []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -43,17 +44,19 @@ def agents_under(segments: Path) -> list[int]:
             args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if "submitit.core._submit" in args and any(a.startswith(root) for a in args) and alive(int(entry.name)):
+        if ("submitit.core._submit" in args and any(a.startswith(root) for a in args)
+            and alive(int(entry.name))):
             out.append(int(entry.name))
     return out
 
 
 @contextmanager
 def deaf_to_ctrl_c() -> Iterator[None]:
-    """Processes started inside ignore SIGINT: a job of the local backend outlives a Ctrl-C in the controller's
-    terminal, as a Slurm job does (submitit's local executor starts them in the terminal's process group, and an
-    ignored signal stays ignored across exec; Python then installs no KeyboardInterrupt handler either). The
-    controller itself hears Ctrl-C again as soon as they are started."""
+    """Processes started inside ignore SIGINT: a job of the local backend outlives a Ctrl-C in the
+    controller's terminal, as a Slurm job does (submitit's local executor starts them in the
+    terminal's process group, and an ignored signal stays ignored across exec; Python then installs
+    no KeyboardInterrupt handler either). The controller itself hears Ctrl-C again as soon as they
+    are started."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
 import shlex
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import submitit
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+)
 from tenacity import wait_random_exponential as wait_rexp
 
 from orchestrator.agent.allocation import run_allocation
@@ -34,55 +37,27 @@ from orchestrator.backends.slurm_commands import (
     parse_sacct,
     parse_squeue,
     parse_time,
+    path_first,
+    plain_tmp,
     run_command,
+    transient,
     without_excluded,
 )
 from orchestrator.clock import Clock
 from orchestrator.contract import SegmentPaths
+from orchestrator.files import atomic_write
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
 from orchestrator.settings import SlurmBackendCfg
-from orchestrator.state import atomic_write
-
-# The scheduler (or its configuration) could not be reached: wait and retry, never "the job was rejected".
-# Matched case-insensitively. A rejection of the job itself (invalid option, account, partition) is not here.
-TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "slurm_persist_conn_open",
-             "Connection refused", "Zero Bytes were transmitted", "Transport endpoint", "timed out",
-             "resolve_ctls_from_dns_srv", "DNS SRV lookup failed", "Could not establish a configuration source",
-             "failed to fetch config", "fetch_config", "Temporary failure in name resolution",
-             "Network is unreachable", "No route to host", "Communication connection failure",
-             "Slurm temporarily unable to accept job", "Resource temporarily unavailable",
-             "Unable to resolve", "slurm_load_ctl_conf")
-
-
-def transient(text: str) -> bool:
-    low = text.lower()
-    return any(t.lower() in low for t in TRANSIENT)
-
-
-def _plain_tmp() -> str:
-    """A temporary directory whose path needs no shell quoting (render() relies on that)."""
-    tmp = tempfile.gettempdir()
-    return tmp if shlex.quote(tmp) == tmp else "/tmp"
-
-
-@contextmanager
-def _path_first(bindir: Path) -> Iterator[None]:
-    """Put `bindir` first on PATH for the duration (submitit looks up srun and sbatch on PATH)."""
-    old = os.environ.get("PATH", "")
-    os.environ["PATH"] = f"{bindir}{os.pathsep}{old}"
-    try:
-        yield
-    finally:
-        os.environ["PATH"] = old
 
 
 class SlurmBackend(BackendDefaults):
     """Owns talking to Slurm: submission through submitit (--no-requeue), one sacct per poll with
-    a squeue fallback, bounded retries, drain; a command that fails is 'unknown', never a job failure."""
+    a squeue fallback, bounded retries, drain; a command that fails is 'unknown', never a job
+    failure."""
     name = "slurm"
 
-    def __init__(self, cfg: SlurmBackendCfg, clock: Clock, run_dir: Path, runner: Runner = run_command,
-                 attempts: int = 4):
+    def __init__(self, cfg: SlurmBackendCfg, clock: Clock, run_dir: Path,
+                 runner: Runner = run_command, attempts: int = 4):
         self.cfg, self.clock, self.run_dir, self.runner = cfg, clock, Path(run_dir), runner
         self.attempts = attempts
         self._nodes: tuple[datetime, list[str]] | None = None
@@ -92,12 +67,14 @@ class SlurmBackend(BackendDefaults):
         self.clock.sleep(seconds)
 
     def _run(self, argv: list[str], quick: bool = False) -> str:
-        """Run a Slurm command with bounded exponential backoff and jitter; SchedulerUnavailable at the end.
-        `quick` (a poll, which the loop repeats anyway): two attempts within a few seconds, so an outage is said
-        at once and the node logs are read meanwhile, never minutes of retries inside one poll."""
+        """Run a Slurm command with bounded exponential backoff and jitter; SchedulerUnavailable at
+        the end. `quick` (a poll, which the loop repeats anyway): two attempts within a few seconds,
+        so an outage is said at once and the node logs are read meanwhile, never minutes of retries
+        inside one poll."""
         retry = Retrying(
             retry=retry_if_exception_type(CommandFailed),
-            stop=(stop_after_attempt(2) | stop_after_delay(min(self.cfg.retry_max_s, 10.0))) if quick else
+            stop=(stop_after_attempt(2) | stop_after_delay(min(self.cfg.retry_max_s, 10.0)))
+            if quick else
             (stop_after_attempt(self.attempts) | stop_after_delay(self.cfg.retry_max_s)),
             wait=wait_rexp(multiplier=1, max=2 if quick else 30),
             sleep=self._sleep,
@@ -126,8 +103,9 @@ class SlurmBackend(BackendDefaults):
         return names
 
     def usable_nodes(self) -> list[str] | None:
-        """Nodes that can run a job now (not down, drained, failing or not responding): spares are drawn from
-        these, so a job never waits in the queue for a spare that is down. None when sinfo does not answer."""
+        """Nodes that can run a job now (not down, drained, failing or not responding): spares are
+        drawn from these, so a job never waits in the queue for a spare that is down. None when
+        sinfo does not answer."""
         try:
             text = self._run(["sinfo", "-h", "-N", "-o", "%N %t"])
         except SchedulerUnavailable:
@@ -135,20 +113,24 @@ class SlurmBackend(BackendDefaults):
         rows = [ln.split() for ln in text.splitlines() if ln.strip()]
         if not rows or any(len(r) != 2 for r in rows):
             return None  # not the answer asked for: unknown, never "no node is usable"
-        bad = ("down", "drain", "fail", "maint", "unk", "resv", "inval", "futr", "boot", "plnd", "npc")
-        return sorted({n for n, st in rows if not st.startswith(bad) and not st.endswith(("*", "~", "#", "!", "%"))})
+        bad = ("down", "drain", "fail", "maint", "unk", "resv", "inval", "futr", "boot", "plnd",
+               "npc")
+        return sorted({n for n, st in rows if not st.startswith(bad)
+                       and not st.endswith(("*", "~", "#", "!", "%"))})
 
     def _params(self, spec: SegmentSpec) -> dict[str, Any]:
-        extra: dict[str, Any] = {"no-requeue": True, **without_excluded(dict(spec.sbatch_extra), spec.exclude)}
+        extra: dict[str, Any] = {"no-requeue": True,
+                                 **without_excluded(dict(spec.sbatch_extra), spec.exclude)}
         if spec.spares:
-            extra["no-kill"] = True  # a failed node leaves the job; the supervisor restarts on a spare
+            # a failed node leaves the job; the supervisor restarts on a spare
+            extra["no-kill"] = True
         if spec.account:
             extra["account"] = spec.account
         p: dict[str, Any] = {
             "job_name": spec.job_name, "nodes": spec.nodes + spec.spares, "ntasks_per_node": 1,
             "time": spec.time_limit_min,
-            "comment": f"orchestrator:{spec.run_name}:seg{spec.index}", "additional_parameters": extra,
-            "stderr_to_stdout": True, "signal_delay_s": 60,
+            "comment": f"orchestrator:{spec.run_name}:seg{spec.index}",
+            "additional_parameters": extra, "stderr_to_stdout": True, "signal_delay_s": 60,
         }
         if spec.gpus_per_node:
             p["gpus_per_node"] = spec.gpus_per_node
@@ -160,10 +142,13 @@ class SlurmBackend(BackendDefaults):
             p["qos"] = spec.qos
         if spec.exclude:
             p["exclude"] = spec.exclude_hostlist
-        if self.cfg.setup:  # the run's environment, for setup lines that read it (import-sbatch's run-once lines)
-            p["setup"] = [f"ORCH_SETUP_ENV={shlex.quote(str(self.setup_env(spec)))}", *self.cfg.setup]
+        # the run's environment, for setup lines that read it (import-sbatch's run-once lines)
+        if self.cfg.setup:
+            p["setup"] = [f"ORCH_SETUP_ENV={shlex.quote(str(self.setup_env(spec)))}",
+                          *self.cfg.setup]
         if spec.spares:
-            p["use_srun"] = False  # the allocation supervisor runs on the batch host and starts the steps
+            # the allocation supervisor runs on the batch host and starts the steps
+            p["use_srun"] = False
         elif self.cfg.srun_args:
             p["srun_args"] = list(self.cfg.srun_args)
         return p
@@ -173,9 +158,11 @@ class SlurmBackend(BackendDefaults):
         return Path(spec.segment_dir) / "setup.env"
 
     def _write_setup_env(self, spec: SegmentSpec) -> None:
-        """The segment's environment (the config's env, ORCH_*) as `export NAME='value'` lines, private (it may
-        hold tokens), for the batch script's setup lines: under sbatch they saw the same environment."""
-        lines = [f"export {k}={shlex.quote(v)}\n" for k, v in spec.env if re.fullmatch(r"[A-Za-z_]\w*", k)]
+        """The segment's environment (the config's env, ORCH_*) as `export NAME='value'` lines,
+        private (it may hold tokens), for the batch script's setup lines: under sbatch they saw the
+        same environment."""
+        lines = [f"export {k}={shlex.quote(v)}\n" for k, v in spec.env
+                 if re.fullmatch(r"[A-Za-z_]\w*", k)]
         self.setup_env(spec).parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.setup_env(spec), "".join(lines))
 
@@ -196,17 +183,18 @@ class SlurmBackend(BackendDefaults):
     def render(self, spec: SegmentSpec) -> str:
         """The batch script submit() hands to sbatch for `spec`, byte for byte (for the dry run).
 
-        submitit has no public call that only renders, so this rehearses submit() with submitit's public
-        API: the same executor submits to a stand-in sbatch in a scratch folder, and the scratch folder is
-        then put back to the segment's folder in each (shell-quoted) word that names it."""
-        with tempfile.TemporaryDirectory(prefix="orch-render-", dir=_plain_tmp()) as tmp:
+        submitit has no public call that only renders, so this rehearses submit() with submitit's
+        public API: the same executor submits to a stand-in sbatch in a scratch folder, and the
+        scratch folder is then put back to the segment's folder in each (shell-quoted) word that
+        names it."""
+        with tempfile.TemporaryDirectory(prefix="orch-render-", dir=plain_tmp()) as tmp:
             scratch = Path(tmp) / "submitit"
             bindir = Path(tmp) / "bin"
             bindir.mkdir()
             for tool, text in (("sbatch", 'echo "Submitted batch job 1"'), ("srun", "exit 1")):
                 (bindir / tool).write_text(f"#!/bin/sh\n{text}\n")
                 (bindir / tool).chmod(0o755)
-            with _path_first(bindir):
+            with path_first(bindir):
                 job = self._submit(self._executor(scratch, spec), spec)
             script = Path(job.paths.submission_file).read_text()
         real = str(self.folder(spec).expanduser().absolute())
@@ -223,10 +211,13 @@ class SlurmBackend(BackendDefaults):
             try:
                 self._write_setup_env(spec)
             except OSError as exc:
-                raise SchedulerUnavailable(f"the setup's environment cannot be written: {exc}") from None
+                raise SchedulerUnavailable(
+                    f"the setup's environment cannot be written: {exc}") from None
         ex = self._executor(self.folder(spec), spec)
         submitted_at = self.clock.now()
-        try:  # submitit prints a failed sbatch's stderr itself: it is in the exception, said once by the controller
+        # submitit prints a failed sbatch's stderr itself: it is in the exception, said once by the
+        # controller
+        try:
             with contextlib.redirect_stderr(io.StringIO()):
                 job = self._submit(ex, spec)
         except Exception as exc:  # noqa: BLE001 - submitit wraps sbatch failures in its own types
@@ -236,7 +227,8 @@ class SlurmBackend(BackendDefaults):
                 if live:
                     return live[-1]  # sbatch went through although the answer was lost
                 raise SchedulerUnavailable(text[:300]) from None
-            raise BackendError(f"sbatch rejected segment {spec.index}: {text.strip()[-500:]}") from None
+            raise BackendError(
+                f"sbatch rejected segment {spec.index}: {text.strip()[-500:]}") from None
         return JobRef(job_id=str(job.job_id), submitted_at=submitted_at, backend=self.name)
 
     def poll(self, refs: list[JobRef]) -> dict[str, JobStatus]:
@@ -245,15 +237,17 @@ class SlurmBackend(BackendDefaults):
         ids = ",".join(r.job_id for r in refs)
         start = min(r.submitted_at for r in refs) - timedelta(days=1)
         try:
-            text = self._run(["sacct", "-X", "-n", "-P", "-j", ids, "-S", start.strftime("%Y-%m-%dT%H:%M:%S"),
-                              "-o", SACCT_FIELDS], quick=True)
+            text = self._run(["sacct", "-X", "-n", "-P", "-j", ids, "-S",
+                              start.strftime("%Y-%m-%dT%H:%M:%S"), "-o", SACCT_FIELDS], quick=True)
             found = parse_sacct(text, refs)
         except SchedulerUnavailable:
             found = {}
-        missing = [r for r in refs if r.job_id not in found or found[r.job_id].state == JobState.UNKNOWN]
+        missing = [r for r in refs if r.job_id not in found
+                   or found[r.job_id].state == JobState.UNKNOWN]
         if missing:  # accounting lags or is down: ask the controller directly
             try:
-                sq = parse_squeue(self._run(["squeue", "-h", "-j", ",".join(r.job_id for r in missing),
+                sq = parse_squeue(self._run(["squeue", "-h", "-j",
+                                             ",".join(r.job_id for r in missing),
                                              "-o", "%i|%T|%N|%r"], quick=True))
             except SchedulerUnavailable:
                 if not found:
@@ -266,7 +260,8 @@ class SlurmBackend(BackendDefaults):
         self._run(["scancel", ref.job_id])
 
     def drain(self, node: str, reason: str) -> None:
-        """Take a node out of service (needs operator rights; only with policy.drain_blacklisted)."""
+        """Take a node out of service (needs operator rights; only with
+        policy.drain_blacklisted)."""
         clean = " ".join(reason.replace('"', "'").split())[:200]
         self._run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={clean}"])
 

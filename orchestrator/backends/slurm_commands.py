@@ -1,11 +1,17 @@
-"""Slurm's command line as text: running one command (argv list, timeout) and parsing what sacct and squeue
-print into JobStatus values. Pure apart from run_command."""
+"""Slurm's command line as text: running one command (argv list, timeout), telling a transient
+failure from a rejection, and parsing what sacct and squeue print into JobStatus values; the PATH
+and temporary directory a rehearsed sbatch sees. Pure apart from run_command and path_first."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from loguru import logger
 from tenacity import RetryCallState
@@ -24,7 +30,8 @@ class CommandFailed(Exception):
 
 def run_command(argv: list[str], timeout: float) -> str:
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)  # noqa: S603
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                             check=False)  # noqa: S603
     except subprocess.TimeoutExpired:
         raise CommandFailed(argv, f"timed out after {timeout:.0f}s") from None
     except OSError as exc:
@@ -39,10 +46,13 @@ def parse_state(raw: str) -> JobState:
     if word in JobState.__members__:
         return JobState(word)
     return {
-        "CONFIGURING": JobState.PENDING, "REQUEUED": JobState.PENDING, "REQUEUE_HOLD": JobState.PENDING,
+        "CONFIGURING": JobState.PENDING, "REQUEUED": JobState.PENDING,
+        "REQUEUE_HOLD": JobState.PENDING,
         "RESIZING": JobState.RUNNING, "SUSPENDED": JobState.RUNNING, "STOPPED": JobState.RUNNING,
-        "SIGNALING": JobState.RUNNING, "STAGE_OUT": JobState.COMPLETING, "BOOT_FAIL": JobState.NODE_FAIL,
-        "DEADLINE": JobState.TIMEOUT, "REVOKED": JobState.CANCELLED, "SPECIAL_EXIT": JobState.FAILED,
+        "SIGNALING": JobState.RUNNING, "STAGE_OUT": JobState.COMPLETING,
+        "BOOT_FAIL": JobState.NODE_FAIL,
+        "DEADLINE": JobState.TIMEOUT, "REVOKED": JobState.CANCELLED,
+        "SPECIAL_EXIT": JobState.FAILED,
     }.get(word, JobState.UNKNOWN)
 
 
@@ -66,7 +76,8 @@ def parse_sacct(text: str, refs: list[JobRef]) -> dict[str, JobStatus]:
     for ref in refs:
         cands = rows.get(ref.job_id, [])
         # a reused job id: keep the row submitted at (or after) our submission, never an older job's
-        ok = [r for r in cands if (parse_time(r[5]) or ref.submitted_at) >= ref.submitted_at - timedelta(minutes=10)]
+        ok = [r for r in cands
+              if (parse_time(r[5]) or ref.submitted_at) >= ref.submitted_at - timedelta(minutes=10)]
         if not ok:
             continue
         r = ok[-1]
@@ -88,14 +99,16 @@ def parse_squeue(text: str) -> dict[str, JobStatus]:
         parts = line.split("|")
         if len(parts) >= 4:
             state = parse_state(parts[1])
-            out[parts[0]] = JobStatus(state=state, nodes=tuple(expand(parts[2])) if parts[2] else (),
+            out[parts[0]] = JobStatus(state=state, nodes=tuple(expand(parts[2])) if parts[2]
+                                      else (),
                                       reason=parts[3], nodes_final=state == JobState.RUNNING)
     return out
 
 
 def without_excluded(extra: dict[str, str], exclude: tuple[str, ...]) -> dict[str, str]:
-    """sbatch_extra with the excluded nodes taken out of a pinned `nodelist` (sbatch refuses a node both listed
-    and excluded; Slurm adds other nodes when fewer are listed than asked for, as it does under sbatch -w)."""
+    """sbatch_extra with the excluded nodes taken out of a pinned `nodelist` (sbatch refuses a node
+    both listed and excluded; Slurm adds other nodes when fewer are listed than asked for, as it
+    does under sbatch -w)."""
     if "nodelist" not in extra or not exclude:
         return extra
 
@@ -105,11 +118,46 @@ def without_excluded(extra: dict[str, str], exclude: tuple[str, ...]) -> dict[st
 
 
 def first_failure(program: str, limit_s: float) -> Callable[[RetryCallState], None]:
-    """tenacity's before_sleep: the first failure of a command is said at once (an unreachable scheduler was
-    silent for the minutes its retries took), the later ones only if they all fail."""
+    """tenacity's before_sleep: the first failure of a command is said at once (an unreachable
+    scheduler was silent for the minutes its retries took), the later ones only if they all fail."""
     def say(rs: RetryCallState) -> None:
         if rs.attempt_number == 1:
             err = rs.outcome.exception() if rs.outcome is not None else None
-            logger.warning("{} failed ({}); retrying for up to {:.0f} s", program, " ".join(str(err).split())[:300],
-                           limit_s)
+            logger.warning("{} failed ({}); retrying for up to {:.0f} s", program,
+                           " ".join(str(err).split())[:300], limit_s)
     return say
+
+
+# The scheduler (or its configuration) could not be reached: wait and retry, never "the job was
+# rejected". Matched case-insensitively. A rejection of the job itself (invalid option, account,
+# partition) is not here.
+TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "slurm_persist_conn_open",
+             "Connection refused", "Zero Bytes were transmitted", "Transport endpoint", "timed out",
+             "resolve_ctls_from_dns_srv", "DNS SRV lookup failed",
+             "Could not establish a configuration source",
+             "failed to fetch config", "fetch_config", "Temporary failure in name resolution",
+             "Network is unreachable", "No route to host", "Communication connection failure",
+             "Slurm temporarily unable to accept job", "Resource temporarily unavailable",
+             "Unable to resolve", "slurm_load_ctl_conf")
+
+
+def transient(text: str) -> bool:
+    low = text.lower()
+    return any(t.lower() in low for t in TRANSIENT)
+
+
+def plain_tmp() -> str:
+    """A temporary directory whose path needs no shell quoting (render() relies on that)."""
+    tmp = tempfile.gettempdir()
+    return tmp if shlex.quote(tmp) == tmp else "/tmp"
+
+
+@contextmanager
+def path_first(bindir: Path) -> Iterator[None]:
+    """Put `bindir` first on PATH for the duration (submitit looks up srun and sbatch on PATH)."""
+    old = os.environ.get("PATH", "")
+    os.environ["PATH"] = f"{bindir}{os.pathsep}{old}"
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = old

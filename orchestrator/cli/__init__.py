@@ -1,17 +1,21 @@
-"""The command line: argv -> settings -> objects -> the loop. The only place that sets up logging."""
+"""The command line: argv -> settings -> objects -> the loop. The only place that sets up
+logging."""
 
 import sys
 
-from orchestrator.cli import blacklist, browse, inspect, run  # noqa: F401 - registers the commands
+# registers the commands
+from orchestrator.cli import blacklist, browse, inspect, run, stopping  # noqa: F401
 from orchestrator.cli.common import app
 
 
 def main() -> None:
     try:
         app()
-    except OSError as exc:  # what no command expected (a path the system refuses, a full disk): one line
+    # what no command expected (a path the system refuses, a full disk): one line
+    except OSError as exc:
         name = str(exc.filename or "")
-        where = f" ({name[:100]}{'...' if len(name) > 100 else ''}, {len(name)} characters)" if name else ""
+        where = (f" ({name[:100]}{'...' if len(name) > 100 else ''}, {len(name)} characters)"
+                 if name else "")
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
         raise SystemExit(1) from None
 

@@ -30,7 +30,8 @@ from orchestrator.runlock import EDIT_LOCK_FILE, LockHeld, LockUnavailable, RunL
 from orchestrator.state import RunState, StateError, StateStore
 from orchestrator.views.status import blacklist_table, status_json
 
-bl_app = typer.Typer(help="List or edit a run's node blacklist (manual overrides).", no_args_is_help=True)
+bl_app = typer.Typer(help="List or edit a run's node blacklist (manual overrides).",
+                     no_args_is_help=True)
 app.add_typer(bl_app, name="blacklist")
 
 
@@ -43,25 +44,29 @@ def _loaded(store: StateStore, where: str) -> RunState:
 
 
 def _apply_locked(store: StateStore, where: str, request: EditRequest | None) -> Blacklist:
-    """Under the run lock: apply every queued edit (a controller that exited left them), then `request`."""
+    """Under the run lock: apply every queued edit (a controller that exited left them), then
+    `request`."""
     from orchestrator.loop.advance import advance
     from orchestrator.loop.observations import BlacklistEdited
 
     state = _loaded(store, where)
     before = state.blacklist
     now = RealClock().now()
-    done = apply_queued(store.run_dir, state, now)  # edits queued for a controller that is gone, first
+    # edits queued for a controller that is gone, first
+    done = apply_queued(store.run_dir, state, now)
     for p in [*done.problems, *(f"queued edit rejected: {r}" for r in done.rejected)]:
         err.print(f"warning: {p}", markup=False, highlight=False)
     bl = done.blacklist
-    if request is not None:  # the user's own edit: a problem with it is the command's error, not a warning
+    # the user's own edit: a problem with it is the command's error, not a warning
+    if request is not None:
         bl = apply_request(bl, request, now)
     store.save(advance(state, BlacklistEdited(bl, done.taken), None, now).ledger)
     return before
 
 
 def _wait_applied(lock: RunLock, queued: Path, wait_s: float) -> str:
-    """'applied' once the controller consumed the queued file, 'free' if the lock came free first, else ''."""
+    """'applied' once the controller consumed the queued file, 'free' if the lock came free first,
+    else ''."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if not queued.exists():
@@ -73,9 +78,10 @@ def _wait_applied(lock: RunLock, queued: Path, wait_s: float) -> str:
 
 
 def _edit(target: Path, request: EditRequest, wait_s: float) -> tuple[str, Blacklist | None]:
-    """Apply `request` to the run's blacklist, or hand it to the running controller and wait until it has
-    applied it. ('applied', blacklist before) | ('controller', None) | ('queued', None); exit 1 if refused.
-    Edits are serialised among themselves, so concurrent `blacklist` commands never lose one another's."""
+    """Apply `request` to the run's blacklist, or hand it to the running controller and wait until
+    it has applied it. ('applied', blacklist before) | ('controller', None) | ('queued', None); exit
+    1 if refused. Edits are serialised among themselves, so concurrent `blacklist` commands never
+    lose one another's."""
     store, where = _state_for(target)
     if isinstance(request, BlacklistAdd) and not target.is_dir():
         _begin_ledger(target, store)
@@ -86,19 +92,21 @@ def _edit(target: Path, request: EditRequest, wait_s: float) -> tuple[str, Black
     except LockUnavailable as exc:
         raise fail([f"{where}: {exc}; nothing changed"], 1) from None
     except LockHeld:
-        raise fail([f"{where}: another 'orchestrator blacklist' edit is still running; nothing changed, "
-                    "try again"], 1) from None
+        raise fail([f"{where}: another 'orchestrator blacklist' edit is still running; nothing "
+                    "changed, try again"], 1) from None
     try:
         return _edit_serialised(store, where, request, wait_s)
-    except (StateError, OSError, ValueError) as exc:  # a full or read-only disk, an edit too big: nothing was queued
+    # a full or read-only disk, an edit too big: nothing was queued
+    except (StateError, OSError, ValueError) as exc:
         raise fail([f"{where}: {exc}; nothing changed"[:600]], 1) from None
     finally:
         editors.release()
 
 
 def _begin_ledger(config: Path, store: StateStore) -> None:
-    """`blacklist add CONFIG NODES` before the first run (known-bad nodes kept out of segment 1): the run's
-    ledger begins with the edit. Only in a new or empty run directory; one with traces of a run is left alone."""
+    """`blacklist add CONFIG NODES` before the first run (known-bad nodes kept out of segment 1):
+    the run's ledger begins with the edit. Only in a new or empty run directory; one with traces of
+    a run is left alone."""
     from orchestrator.cli.run import command_dirs
 
     try:
@@ -107,7 +115,8 @@ def _begin_ledger(config: Path, store: StateStore) -> None:
     except StateError:
         return  # said by the caller
     s = load(config, [])
-    require_run_dir(s.run_dir, f"{config}: run_dir {s.run_dir}", (Path(s.checkpoint.dir), *command_dirs(s)))
+    require_run_dir(s.run_dir, f"{config}: run_dir {s.run_dir}",
+                    (Path(s.checkpoint.dir), *command_dirs(s)))
     now = RealClock().now()
     try:
         store.save(RunState.begin(s.name, now))
@@ -128,8 +137,8 @@ def _edit_serialised(store: StateStore, where: str, request: EditRequest,
         except LockHeld:
             if not lock.holder_is_controller():
                 if time.monotonic() >= deadline:
-                    raise fail([f"{where}: the run is locked by {lock.holder()}; nothing changed, try again"],
-                               1) from None
+                    raise fail([f"{where}: the run is locked by {lock.holder()}; nothing changed, "
+                                "try again"], 1) from None
                 time.sleep(0.05)
                 continue
             if queued is None:
@@ -152,12 +161,15 @@ def _edit_serialised(store: StateStore, where: str, request: EditRequest,
 def _report(how: str, done: str) -> None:
     if how == "queued":
         out.print("queued for the running controller; not applied yet: it is applied at the "
-                  "controller's next poll (or by the next 'orchestrator run' or 'blacklist' command)", markup=False)
+                  "controller's next poll (or by the next 'orchestrator run' or 'blacklist' "
+                  "command)", markup=False)
     else:
-        out.print(done + (" (by the running controller)" if how == "controller" else ""), markup=False)
+        out.print(done + (" (by the running controller)" if how == "controller" else ""),
+                  markup=False)
 
 
-MAX_EDIT_NODES = 4096  # per command: a whole cluster is not a blacklist, and the request must fit the queue
+# per command: a whole cluster is not a blacklist, and the request must fit the queue
+MAX_EDIT_NODES = 4096
 
 
 def _names(nodes: str) -> list[str]:
@@ -166,7 +178,8 @@ def _names(nodes: str) -> list[str]:
     try:
         names = expand(nodes)
         if len(names) > MAX_EDIT_NODES:
-            raise ValueError(f"{len(names)} nodes: at most {MAX_EDIT_NODES} per edit; split the range")
+            raise ValueError(f"{len(names)} nodes: at most {MAX_EDIT_NODES} per edit; split the "
+                             "range")
         check_node_names(tuple(names))
     except ValueError as exc:
         raise fail([f"{nodes!r}: {exc}"[:300]]) from None
@@ -191,10 +204,12 @@ def bl_list(target: Annotated[Path, typer.Argument(help="Config file or run dire
         out.print(blacklist_table(state, now))
     waiting = pending(store.run_dir)
     if waiting:
-        err.print(f"{len(waiting)} edit(s) queued for the controller, not applied yet", markup=False)
+        err.print(f"{len(waiting)} edit(s) queued for the controller, not applied yet",
+                  markup=False)
 
 
-WaitOpt = Annotated[float, typer.Option("--wait", help="Seconds to wait for a running controller to apply it.")]
+WaitOpt = Annotated[float, typer.Option("--wait", help="Seconds to wait for a running controller "
+                                                       "to apply it.")]
 
 
 @bl_app.command("add")
@@ -212,9 +227,11 @@ def bl_add(target: Annotated[Path, typer.Argument(help="Config file or run direc
     names = _names(nodes)
     try:
         req = BlacklistAdd(nodes=tuple(names), reason=reason, hours=hours)
-    except ValidationError as exc:  # name the option and say what is wrong, not where pydantic's docs are
-        problems = [f"--{'.'.join(str(p) for p in e['loc']) or 'hours'} {hours if 'hours' in e['loc'] else reason!r}: "
-                    f"{e['msg']}" for e in exc.errors()]
+    # name the option and say what is wrong, not where pydantic's docs are
+    except ValidationError as exc:
+        problems = [f"--{'.'.join(str(p) for p in e['loc']) or 'hours'} "
+                    f"{hours if 'hours' in e['loc'] else reason!r}: {e['msg']}"
+                    for e in exc.errors()]
         raise fail([p[:300] for p in problems]) from None
     how, _ = _edit(target, req, wait)
     _report(how, f"blacklisted {compress(names)} for {hours:g} h")
@@ -231,7 +248,8 @@ def bl_remove(target: Annotated[Path, typer.Argument(help="Config file or run di
       orchestrator blacklist remove configs/demo.yaml node3
     """
     names = _names(nodes)
-    prior = _snapshot(target)  # what a running controller will remove from (it applies the edit, not this command)
+    # what a running controller will remove from (it applies the edit, not this command)
+    prior = _snapshot(target)
     how, before = _edit(target, BlacklistRemove(nodes=tuple(names)), wait)
     before = before or prior
     if before is None:

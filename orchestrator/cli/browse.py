@@ -1,5 +1,6 @@
-"""Reading runs without a controller: `logs` (a segment's node output, as `srun -l` would label it) and `runs`
-(every run under a directory, its state, iteration and ETA). Read-only: nothing is created or locked."""
+"""Reading runs without a controller: `logs` (a segment's node output, as `srun -l` would label it)
+and `runs` (every run under a directory, its state, iteration and ETA). Read-only: nothing is
+created or locked."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ MAX_RUNS = 10_000
 def _segment(state: RunState, run_dir: Path, index: int | None, where: str) -> SegmentPaths:
     if not state.segments:
         raise fail([f"{where}: no segment has been submitted yet"], 1)
-    seg = state.segments[-1] if index is None else next((s for s in state.segments if s.index == index), None)
+    seg = (state.segments[-1] if index is None
+           else next((s for s in state.segments if s.index == index), None))
     if seg is None:
         raise fail([f"{where}: no segment {index} (segments 1-{state.segments[-1].index})"], 1)
     return SegmentPaths.of(run_dir, seg.index)
@@ -39,19 +41,24 @@ def _tail_lines(path: Path, lines: int) -> list[str]:
             data = fh.read()
     except OSError as exc:
         raise fail([f"{path}: cannot read: {exc.strerror or exc}"], 1) from None
-    return [clean(x.decode("utf-8", "replace").replace("\x00", "")) for x in data.split(b"\n")[-lines - 1:]
-            if x.strip()][-lines:]
+    return [clean(x.decode("utf-8", "replace").replace("\x00", ""))
+            for x in data.split(b"\n")[-lines - 1:] if x.strip()][-lines:]
 
 
 @app.command()
 def logs(
     target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
-    node: Annotated[str | None, typer.Option("--node", help="One node's log (default: every node's).")] = None,
-    segment: Annotated[int | None, typer.Option("--segment", help="Segment number (default: the latest).")] = None,
-    lines: Annotated[int, typer.Option("-n", "--lines", min=1, max=100_000, help="Lines from the end.")] = 20,
-    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing what the node writes.")] = False,
+    node: Annotated[str | None, typer.Option("--node", help="One node's log (default: every "
+                                                            "node's).")] = None,
+    segment: Annotated[int | None, typer.Option("--segment", help="Segment number (default: the "
+                                                                  "latest).")] = None,
+    lines: Annotated[int, typer.Option("-n", "--lines", min=1, max=100_000,
+                                       help="Lines from the end.")] = 20,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing what the node "
+                                                                "writes.")] = False,
 ) -> None:
-    """Print a segment's node output: the last lines of every node (each line after its node's name), or of one.
+    """Print a segment's node output: the last lines of every node (each line after its node's
+    name), or of one.
 
     \b
     Examples:
@@ -60,7 +67,8 @@ def logs(
     """
     store, where = _state_for(target)
     paths = _segment(loaded(store, where), store.run_dir, segment, where)
-    found = sorted(p for p in paths.logs.glob(f"*{LOG_SUFFIX}") if p.is_file()) if paths.logs.is_dir() else []
+    found = sorted(p for p in paths.logs.glob(f"*{LOG_SUFFIX}")
+                   if p.is_file()) if paths.logs.is_dir() else []
     if node is not None:
         found = [p for p in found if p.name == f"{node}{LOG_SUFFIX}"]
         if not found:
@@ -70,8 +78,8 @@ def logs(
     for path in found:
         name = path.name[: -len(LOG_SUFFIX)]
         for line in _tail_lines(path, lines):
-            out.print(f"{clean(name)}: {line}" if node is None else line, markup=False, highlight=False,
-                      soft_wrap=True)
+            out.print(f"{clean(name)}: {line}" if node is None else line, markup=False,
+                      highlight=False, soft_wrap=True)
     if follow:
         _follow(found)
 
@@ -84,15 +92,17 @@ def _follow(paths: list[Path]) -> None:
             for path, tail in tails.items():
                 for _, text in tail.read_new():
                     shown = clean(text)
-                    out.print(f"{clean(path.name[: -len(LOG_SUFFIX)])}: {shown}" if many else shown, markup=False,
-                              highlight=False, soft_wrap=True)
+                    out.print(f"{clean(path.name[: -len(LOG_SUFFIX)])}: {shown}" if many else shown,
+                              markup=False, highlight=False, soft_wrap=True)
             time.sleep(0.5)
     except KeyboardInterrupt:
         return
 
 
 @app.command()
-def runs(directory: Annotated[Path, typer.Argument(help="Where to look (its subdirectories too).")] = Path("."),
+def runs(directory: Annotated[Path,
+                              typer.Argument(
+                                  help="Where to look (its subdirectories too).")] = Path("."),
          as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """List the runs under a directory: state, segments, iteration, goal, ETA.
 
@@ -111,33 +121,41 @@ def runs(directory: Annotated[Path, typer.Argument(help="Where to look (its subd
     if not rows:
         out.print(f"no runs under {clean(directory)}", markup=False)
         return
-    out.print(f"{'run':<24} {'state':<10} {'segs':>4} {'iteration':>10} {'goal':>10} {'eta':>8}  dir", markup=False)
+    out.print(f"{'run':<24} {'state':<10} {'segs':>4} {'iteration':>10} {'goal':>10} {'eta':>8} "
+              " dir", markup=False)
     for r in rows:
-        out.print(f"{clean(r['run'])[:24]:<24} {r['status']:<10} {r['segments']:>4} {r['iteration']:>10} "
-                  f"{r['goal']:>10} {r['eta']:>8}  {clean(r['dir'])}", markup=False, highlight=False)
+        out.print(f"{clean(r['run'])[:24]:<24} {r['status']:<10} {r['segments']:>4} "
+                  f"{r['iteration']:>10} {r['goal']:>10} {r['eta']:>8}  {clean(r['dir'])}",
+                  markup=False, highlight=False)
 
 
 def _row(state_file: Path) -> dict[str, object]:
     run_dir = state_file.parent
-    try:  # a FIFO or a link in place of a state is refused, not waited on (StateStore reads it that way)
+    # a FIFO or a link in place of a state is refused, not waited on (StateStore reads it that way)
+    try:
         state = StateStore(run_dir).load()
     except (OSError, StateError) as exc:
-        return {"run": "?", "status": "unreadable", "segments": 0, "iteration": "-", "goal": "-", "eta": "-",
-                "dir": str(run_dir), "problem": str(exc)[:200]}
+        return {"run": "?", "status": "unreadable", "segments": 0, "iteration": "-", "goal": "-",
+                "eta": "-", "dir": str(run_dir), "problem": str(exc)[:200]}
     if state is None:
-        return {"run": "?", "status": "no state", "segments": 0, "iteration": "-", "goal": "-", "eta": "-",
-                "dir": str(run_dir)}
-    eta = run_metrics(state, RealClock().now()).get("eta_s") if state.status.value == "running" else None
+        return {"run": "?", "status": "no state", "segments": 0, "iteration": "-", "goal": "-",
+                "eta": "-", "dir": str(run_dir)}
+    eta = run_metrics(state,
+                      RealClock().now()).get("eta_s") if state.status.value == "running" else None
     return {"run": state.run, "status": state.status.value, "segments": len(state.segments),
             "iteration": state.best_iteration(), "goal": state.target_iteration or "-",
-            "eta": f"{eta / 3600:.1f} h" if isinstance(eta, int | float) else "-", "dir": str(run_dir)}
+            "eta": f"{eta / 3600:.1f} h" if isinstance(eta, int | float) else "-",
+            "dir": str(run_dir)}
 
 
 @app.command()
 def notify(config: Annotated[Path, typer.Argument(help="The run config whose notify.urls to try.")],
-           test: Annotated[bool, typer.Option("--test", help="Send a test notification now.")] = False) -> None:
-    """Check where the run's alerts go; with --test, send one test notification through every notify.urls entry
-    (exit 1 if it is not delivered). The URLs carry tokens: only their schemes are printed.
+           test: Annotated[bool,
+                           typer.Option("--test",
+                                        help="Send a test notification now.")] = False) -> None:
+    """Check where the run's alerts go; with --test, send one test notification through every
+    notify.urls entry (exit 1 if it is not delivered). The URLs carry tokens: only their schemes are
+    printed.
 
     \b
     Example:
@@ -155,7 +173,9 @@ def notify(config: Annotated[Path, typer.Argument(help="The run config whose not
     if not test:
         return
     sent = Notifier(s.notify.urls, RealClock())(f"{s.name}: test notification",
-                                               f"A test from `orchestrator notify --test` for run {s.name}.")
+                                               "A test from `orchestrator notify --test` for run "
+                                               f"{s.name}.")
     if not sent:
-        raise fail([f"{clean(config)}: the test notification was not delivered (see the warning above)"], 1)
+        raise fail([f"{clean(config)}: the test notification was not delivered (see the warning "
+                    "above)"], 1)
     out.print("test notification delivered", markup=False)

@@ -18,13 +18,16 @@ from rich.console import Console
 
 from orchestrator.backends.base import Backend
 from orchestrator.clock import Clock, RealClock
+from orchestrator.files import private_dir
 from orchestrator.rundir import foreign_entries
 from orchestrator.settings import ConfigError, Settings, check_paths, load_settings, parse_overrides
-from orchestrator.state import RunState, StateError, StateStore, private_dir
+from orchestrator.state import RunState, StateError, StateStore
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Keep long multi-node training on Slurm moving: diagnose, blacklist, resume.")
-# no emoji codes: text such as `H:M:S` or `:cross_mark:` in a note, a log line or a path is printed as it is
+                  help="Keep long multi-node training on Slurm moving: diagnose, blacklist, "
+                  "resume.")
+# no emoji codes: text such as `H:M:S` or `:cross_mark:` in a note, a log line or a path is printed
+# as it is
 out = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
 err = Console(stderr=True, soft_wrap=True, emoji=False)
 
@@ -33,9 +36,9 @@ EXIT_CONFIG = 2
 
 @dataclass(frozen=True)
 class Wiring:
-    """What the commands are built from besides their arguments, set from Python only (no option reaches it): the
-    clock `run`, `cancel` and `status --watch` wait by. A test passes its own as the context object,
-    `CliRunner().invoke(app, argv, obj=Wiring(clock=...))`."""
+    """What the commands are built from besides their arguments, set from Python only (no option
+    reaches it): the clock `run`, `cancel` and `status --watch` wait by. A test passes its own as
+    the context object, `CliRunner().invoke(app, argv, obj=Wiring(clock=...))`."""
     clock: Callable[[], Clock] = RealClock
 
 
@@ -53,7 +56,8 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                                help="Print the version and exit.")] = False) -> None:
+                                                help="Print the version and exit.")]
+          = False) -> None:
     """Keep long multi-node training on Slurm moving: diagnose, blacklist, resume."""
 
 
@@ -66,8 +70,9 @@ def fail(lines: list[str], code: int = EXIT_CONFIG) -> typer.Exit:
 
 
 class _LogFile(RotatingFileHandler):
-    """controller.log, rotated at 20 MB with 5 kept. A write that fails (a full disk) is said once on stderr and
-    the controller goes on; loguru's own file sink printed a traceback per record and one more at exit."""
+    """controller.log, rotated at 20 MB with 5 kept. A write that fails (a full disk) is said once
+    on stderr and the controller goes on; loguru's own file sink printed a traceback per record and
+    one more at exit."""
 
     def __init__(self, path: Path):
         super().__init__(path, maxBytes=20 << 20, backupCount=5, encoding="utf-8", delay=False)
@@ -76,14 +81,15 @@ class _LogFile(RotatingFileHandler):
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
         if not self.failed:
             self.failed = True
-            print(f"warning: {self.baseFilename}: cannot be written ({sys.exc_info()[1]}); the controller goes on "
-                  "logging to the terminal only", file=sys.stderr)
+            print(f"warning: {self.baseFilename}: cannot be written ({sys.exc_info()[1]}); the "
+                  "controller goes on logging to the terminal only", file=sys.stderr)
 
     def flush(self) -> None:
         with contextlib.suppress(OSError):
             super().flush()
 
-    def close(self) -> None:  # at exit, a buffer the full disk cannot take is dropped, not a traceback
+    # at exit, a buffer the full disk cannot take is dropped, not a traceback
+    def close(self) -> None:
         with contextlib.suppress(OSError):
             super().close()
 
@@ -98,7 +104,8 @@ def setup_logging(run_dir: Path | None, verbose: bool) -> None:
             logger.add(_LogFile(run_dir / "controller.log"), level="DEBUG",
                        format="{time:YYYY-MM-DDTHH:mm:ss.SSSZ} {level} {message} {extra}")
         except OSError as exc:  # a read-only or full run directory: one line, not a traceback
-            raise fail([f"{run_dir}: cannot write the controller's log there ({exc.strerror or exc})"], 1) from None
+            raise fail([f"{run_dir}: cannot write the controller's log there "
+                        f"({exc.strerror or exc})"], 1) from None
 
 
 def load(config: Path, overrides: list[str]) -> Settings:
@@ -122,7 +129,8 @@ def build_backend(s: Settings, clock: Clock) -> Backend:
     return SlurmBackend(s.backend.slurm, clock, s.run_dir)
 
 
-SetOpt = Annotated[list[str], typer.Option("--set", help="Override a setting: --set watch.poll_interval_s=5")]
+SetOpt = Annotated[list[str], typer.Option("--set", help="Override a setting: --set "
+                                                         "watch.poll_interval_s=5")]
 
 
 def _state_for(target: Path) -> tuple[StateStore, str]:
@@ -133,9 +141,11 @@ def _state_for(target: Path) -> tuple[StateStore, str]:
 
 
 def require_run_dir(run_dir: Path, where: str, own: tuple[Path, ...] = ()) -> None:
-    """Refuse (exit 2) a directory that holds other things than a run: nothing is chmodded or locked in it.
-    `own`: paths of the run's config that may live inside it (the checkpoint directory of the demo layout)."""
-    mine = {q.relative_to(run_dir).parts[0] for q in own if q != run_dir and q.is_relative_to(run_dir)}
+    """Refuse (exit 2) a directory that holds other things than a run: nothing is chmodded or locked
+    in it. `own`: paths of the run's config that may live inside it (the checkpoint directory of the
+    demo layout)."""
+    mine = {q.relative_to(run_dir).parts[0] for q in own if q != run_dir
+            and q.is_relative_to(run_dir)}
     foreign = [n for n in foreign_entries(run_dir) if n not in mine]
     if foreign:
         shown = ", ".join(repr(n) for n in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
@@ -144,7 +154,8 @@ def require_run_dir(run_dir: Path, where: str, own: tuple[Path, ...] = ()) -> No
 
 
 def loaded(store: StateStore, where: str, hint: str = "") -> RunState:
-    """The run's state, or a one-line error: unreadable (exit 1) or none yet (exit 1, with `hint`)."""
+    """The run's state, or a one-line error: unreadable (exit 1) or none yet (exit 1, with
+    `hint`)."""
     try:
         state = store.load()
     except StateError as exc:

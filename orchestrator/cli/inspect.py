@@ -12,7 +12,13 @@ from orchestrator.cli.common import SetOpt, _state_for, app, err, fail, load, lo
 from orchestrator.clock import RealClock
 from orchestrator.diagnose.offline import diagnose_dir
 from orchestrator.state import RunState
-from orchestrator.views.status import blacklist_table, drain_commands, status_json, summary_table, timeline_table
+from orchestrator.views.status import (
+    blacklist_table,
+    drain_commands,
+    status_json,
+    summary_table,
+    timeline_table,
+)
 from orchestrator.views.text import clean, cut
 
 
@@ -21,10 +27,13 @@ def status(
     ctx: typer.Context,
     target: Annotated[Path, typer.Argument(help="A run's config file or its run directory.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    watch: Annotated[bool, typer.Option("--watch", help="Refresh in place every few seconds (Ctrl-C ends).")] = False,
-    every: Annotated[float, typer.Option(min=0.5, help="Seconds between refreshes with --watch.")] = 5.0,
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh in place every few seconds "
+                                                        "(Ctrl-C ends).")] = False,
+    every: Annotated[float,
+                     typer.Option(min=0.5, help="Seconds between refreshes with --watch.")] = 5.0,
 ) -> None:
-    """Where the run is, what happened to it and why: segments, causes, culprits, blacklist, time lost.
+    """Where the run is, what happened to it and why: segments, causes, culprits, blacklist, time
+    lost.
 
     \b
     Examples:
@@ -41,7 +50,8 @@ def status(
         print(json.dumps(status_json(load_state(), RealClock().now()), indent=2))
         return
     if not watch:
-        out.print(status_view(load_state(), RealClock().now(), store.run_dir), crop=False)  # drain lines whole
+        # drain lines whole
+        out.print(status_view(load_state(), RealClock().now(), store.run_dir), crop=False)
         return
     from rich.live import Live
 
@@ -58,9 +68,10 @@ def status(
             pass
 
 
-def status_view(state: Any, now: Any, run_dir: Path | None = None, height: int | None = None) -> Any:
-    """Summary first, then the segments (the last ones when `height` rows would overflow), the blacklist
-    and the drain lines; `run_dir`: say whether a controller is attached."""
+def status_view(state: Any, now: Any, run_dir: Path | None = None,
+                height: int | None = None) -> Any:
+    """Summary first, then the segments (the last ones when `height` rows would overflow), the
+    blacklist and the drain lines; `run_dir`: say whether a controller is attached."""
     from rich.console import Group
     from rich.text import Text
 
@@ -73,7 +84,8 @@ def status_view(state: Any, now: Any, run_dir: Path | None = None, height: int |
         tail.extend(Text(d, no_wrap=True, overflow="ignore") for d in drains)
     if height is None:
         return Group(*head, timeline_table(state), *tail)
-    # --watch: fit the terminal (summary first, then as many of the last segments as there are rows left)
+    # --watch: fit the terminal (summary first, then as many of the last segments as there are rows
+    # left)
     def rows(part: Any) -> int:
         return len(out.render_lines(part, out.options, pad=False))
 
@@ -91,17 +103,19 @@ def controller_note(state: Any, run_dir: Path) -> str:
     if lock.holder_is_controller():
         return f"attached ({lock.holder()})"
     if state.status.value == "running":
-        return "none attached: nothing watches the job or submits the next segment; 'orchestrator run' resumes"
+        return ("none attached: nothing watches the job or submits the next segment; 'orchestrator "
+                "run' resumes")
     return "none attached"
 
 
 @app.command()
 def report(
     target: Annotated[Path, typer.Argument(help="A run's config file or its run directory.")],
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Where to write (default: the run directory).")]
-    = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Where to write (default: the run "
+                                                               "directory).")] = None,
 ) -> None:
-    """Write a self-contained HTML page and a PNG: segment timeline by cause, iterations over time, time lost.
+    """Write a self-contained HTML page and a PNG: segment timeline by cause, iterations over time,
+    time lost.
 
     \b
     Examples:
@@ -121,42 +135,55 @@ def report(
     out.print(clean(f"wrote {html_path} and {png_path}"), markup=False, highlight=False)
 
 
-@app.command("import-sbatch")
-def import_sbatch_cmd(
-    script: Annotated[Path, typer.Argument(help="An existing batch script with #SBATCH lines.")],
-    args: Annotated[list[str] | None, typer.Argument(help="The script's own arguments, as to `sbatch SCRIPT ARGS` "
-                                                     "(after `--` when one starts with a dash).")] = None,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the config here (default stdout).")]
-    = None,
-) -> None:
-    """Turn an #SBATCH script into a config that runs the script's own shell on every node.
-
-    The body (module loads, exports, variables, arrays) and the training launch, with srun taken out, become
-    the per-node launch the agent runs under bash in srun's place. What is not carried over, the variables
-    the script does not set and the checkpoint path found are listed on stderr and at the top of the file.
-
-    \b
-    Examples:
-      orchestrator import-sbatch tests/data/sbatch/real/csc-ddp-torchrun-gpu8.sbatch -o /tmp/ddp.yaml
-      orchestrator import-sbatch tests/data/sbatch/chain.sh
-      orchestrator import-sbatch tests/data/sbatch/real2/mlperf-gpt3-run.sbatch /data /ckpt /code img -o /tmp/m.yaml
-    """
+def _check_output(output: Path | None) -> None:
+    """`-o PATH` names a regular file or nothing yet, or a one-line error."""
     from orchestrator.files import require_regular_or_absent
-    from orchestrator.importer import dump_config, import_sbatch
 
-    text = _script_text(script)
-    if "#SBATCH" not in text and "srun" not in text:
-        raise fail([f"{script}: no #SBATCH line and no srun line: is this a Slurm batch script?"])
     if output is not None and output.is_dir():
         raise fail([f"-o {output}: is a directory; give the config file's path"])
     try:
         require_regular_or_absent(output) if output is not None else None
     except OSError as exc:
         raise fail([f"-o {output}: {exc.strerror}; give a regular file's path"]) from None
+
+
+@app.command("import-sbatch")
+def import_sbatch_cmd(
+    script: Annotated[Path, typer.Argument(help="An existing batch script with #SBATCH lines.")],
+    args: Annotated[list[str] | None, typer.Argument(help="The script's own arguments, as to "
+                                                     "`sbatch SCRIPT ARGS` (after `--` when one "
+                                                     "starts with a dash).")] = None,
+    output: Annotated[Path | None,
+                      typer.Option("-o", "--output",
+                                   help="Write the config here (default stdout).")] = None,
+) -> None:
+    """Turn an #SBATCH script into a config that runs the script's own shell on every node.
+
+    The body (module loads, exports, variables, arrays) and the training launch, with srun taken
+    out, become the per-node launch the agent runs under bash in srun's place. What is not carried
+    over, the variables the script does not set and the checkpoint path found are listed on stderr
+    and at the top of the file.
+
+    \b
+    Examples:
+      orchestrator import-sbatch tests/data/sbatch/real/csc-ddp-torchrun-gpu8.sbatch -o \
+/tmp/ddp.yaml
+      orchestrator import-sbatch tests/data/sbatch/chain.sh
+      orchestrator import-sbatch tests/data/sbatch/real2/mlperf-gpt3-run.sbatch /data /ckpt /code \
+img -o /tmp/m.yaml
+    """
+    from orchestrator.importer import dump_config, import_sbatch
+
+    text = _script_text(script)
+    if "#SBATCH" not in text and "srun" not in text:
+        raise fail([f"{script}: no #SBATCH line and no srun line: is this a Slurm batch script?"])
+    _check_output(output)
     try:
         cfg, notes = import_sbatch(text, script.stem, str(Path.cwd()), tuple(args or ()))
-    except Exception as exc:  # noqa: BLE001 - a script we cannot read is the user's input, not our crash
-        raise fail([f"{script}: cannot translate this script: {type(exc).__name__}: {str(exc)[:200]}"]) from None
+    # a script we cannot read is the user's input, not our crash
+    except Exception as exc:  # noqa: BLE001
+        raise fail([f"{script}: cannot translate this script: {type(exc).__name__}: "
+                    f"{str(exc)[:200]}"]) from None
     body = dump_config(cfg, notes, str(script))
     if output:
         try:
@@ -206,9 +233,10 @@ def validate(config: Annotated[Path, typer.Argument(help="The YAML config file t
     for w in path_warnings(s):
         err.print(f"warning: {clean(w)}", markup=False, highlight=False)
     k = s.resources.spare_nodes
-    spares = "" if k == 0 else f" + spares {k}" if k == "auto" else f" + {k} spare{'s' if k != 1 else ''}"
-    out.print(clean(f"{config}: ok (run {s.name}, {s.resources.nodes} nodes{spares}, backend {s.backend.kind})"),
-              markup=False, highlight=False)
+    spares = ("" if k == 0 else f" + spares {k}" if k == "auto"
+              else f" + {k} spare{'s' if k != 1 else ''}")
+    out.print(clean(f"{config}: ok (run {s.name}, {s.resources.nodes} nodes{spares}, backend "
+                    f"{s.backend.kind})"), markup=False, highlight=False)
 
 
 def _diagnosed(directory: Path, config: Path | None) -> dict[str, Any]:
@@ -222,10 +250,12 @@ def _diagnosed(directory: Path, config: Path | None) -> dict[str, Any]:
 
 @app.command()
 def diagnose(
-    directory: Annotated[Path, typer.Argument(help="A directory with one log file per node (host.out).")],
+    directory: Annotated[Path, typer.Argument(help="A directory with one log file per node "
+                                                   "(host.out).")],
     as_json: Annotated[bool, typer.Option("--json")] = False,
     config: Annotated[Path | None, typer.Option(
-        "--config", help="Also use this run config's signatures and progress_regex (test them on old logs).")] = None,
+        "--config", help="Also use this run config's signatures and progress_regex (test them on "
+                         "old logs).")] = None,
 ) -> None:
     """Name the cause and the culprit node from per-node logs of any Slurm job.
 
@@ -233,17 +263,19 @@ def diagnose(
     Examples:
       orchestrator diagnose runs/demo/segments/0001/logs
       orchestrator diagnose tests/data/blind/segfault-one-node-r7n3/logs --json
-      orchestrator diagnose tests/data/blind/segfault-one-node-r7n3/logs --config configs/example.yaml
+      orchestrator diagnose tests/data/blind/segfault-one-node-r7n3/logs --config \
+configs/example.yaml
     """
     if not directory.is_dir():
         raise fail([f"{directory}: not a directory"])
     if not any(p.is_file() for p in directory.iterdir()):
-        raise fail([f"{directory}: no log files in it (expected one file per node, named after the host)"])
+        raise fail([f"{directory}: no log files in it (expected one file per node, named after the "
+                    "host)"])
     try:
         result = _diagnosed(directory, config)
     except OSError as exc:
-        raise fail([f"{clean(getattr(exc, 'filename', None) or directory)}: cannot read: {exc.strerror or exc}"],
-                   1) from None
+        raise fail([f"{clean(getattr(exc, 'filename', None) or directory)}: cannot read: "
+                    f"{exc.strerror or exc}"], 1) from None
     if as_json:
         print(json.dumps(result, indent=2))
         return
@@ -254,7 +286,7 @@ def diagnose(
     out.print(f"summary: {clean(result['summary'])}", markup=False, highlight=False, emoji=False)
     for e in result["evidence"][:15]:
         src = " (node)" if e.get("source") == "node" else ""
-        out.print(clean(f"  [{e['role']}{src}] {e['node']} {Path(e['file']).name}:{e['line']}: ") + cut(e["text"], 160),
-                  markup=False, highlight=False, emoji=False)
+        out.print(clean(f"  [{e['role']}{src}] {e['node']} {Path(e['file']).name}:{e['line']}: ")
+                  + cut(e["text"], 160), markup=False, highlight=False, emoji=False)
 
 

@@ -1,8 +1,8 @@
-"""`orchestrator run` and `orchestrator stop`; `run --dry-run` prints through `dryrun.py`."""
+"""`orchestrator run`; `run --dry-run` prints through `dryrun.py`, `stop` and `cancel` are in
+`stopping.py`."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 from pathlib import Path
@@ -13,13 +13,11 @@ from loguru import logger
 
 from orchestrator.cli.common import (
     SetOpt,
-    _state_for,
     app,
     build_backend,
     err,
     fail,
     load,
-    loaded,
     out,
     require_run_dir,
     setup_logging,
@@ -27,10 +25,10 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.dryrun import dry, spares_problem
 from orchestrator.clock import Clock
-from orchestrator.requests import STOP_REQUEST, pending
-from orchestrator.runlock import CONTROLLER, LockHeld, LockUnavailable, RunLock
+from orchestrator.requests import pending
+from orchestrator.runlock import CONTROLLER, LockHeld, RunLock
 from orchestrator.settings import Settings, load_settings, parse_overrides
-from orchestrator.state import STATE_FILE, RunState, StateError, StateStore, atomic_write
+from orchestrator.state import STATE_FILE, RunState, StateError, StateStore
 from orchestrator.views.status import timeline_table
 from orchestrator.views.text import clean
 
@@ -45,15 +43,17 @@ if TYPE_CHECKING:
 def run(
     ctx: typer.Context,
     config: Annotated[Path, typer.Argument(help="The run's YAML config file.")],
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the next submission; submit nothing.")] = False,
-    cancel_on_exit: Annotated[bool, typer.Option(help="Cancel the running job when the controller stops.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the next submission; submit "
+                                                            "nothing.")] = False,
+    cancel_on_exit: Annotated[bool, typer.Option(help="Cancel the running job when the controller "
+                                                      "stops.")] = False,
     verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
     start_over: Annotated[bool, typer.Option(
-        "--start-over", help="state.json is gone but the run directory has traces of a run: start a new ledger "
-        "anyway (history and blacklist are lost).")] = False,
+        "--start-over", help="state.json is gone but the run directory has traces of a run: start "
+        "a new ledger anyway (history and blacklist are lost).")] = False,
     from_scratch: Annotated[bool, typer.Option(
-        "--from-scratch", help="The checkpoints are gone on purpose: start the next segment from iteration 0 "
-        "(history and blacklist are kept).")] = False,
+        "--from-scratch", help="The checkpoints are gone on purpose: start the next segment from "
+        "iteration 0 (history and blacklist are kept).")] = False,
     set_: SetOpt = [],  # noqa: B006 - typer needs a literal default
 ) -> None:
     """Run (or resume) the training until its goal, resubmitting segments as they end.
@@ -69,21 +69,24 @@ def run(
     if problem := spares_problem(s):
         raise fail([problem])
     clock = wiring(ctx).clock()
-    if start_over and (s.run_dir / STATE_FILE).exists():  # it sets aside traces only where no ledger is left
-        err.print(f"note: --start-over does nothing here: {s.run_dir / STATE_FILE} exists, so the run resumes from "
-                  "its ledger; to start over on purpose move the run directory aside (or use a new run_dir)",
-                  markup=False, highlight=False)
+    # it sets aside traces only where no ledger is left
+    if start_over and (s.run_dir / STATE_FILE).exists():
+        err.print(f"note: --start-over does nothing here: {s.run_dir / STATE_FILE} exists, so the "
+                  "run resumes from its ledger; to start over on purpose move the run directory "
+                  "aside (or use a new run_dir)", markup=False, highlight=False)
     if dry_run:
         dry(s, clock, start_over, from_scratch)
         return
-    require_run_dir(s.run_dir, f"{config}: run_dir {s.run_dir}", (Path(s.checkpoint.dir), *command_dirs(s)))
+    require_run_dir(s.run_dir, f"{config}: run_dir {s.run_dir}",
+                    (Path(s.checkpoint.dir), *command_dirs(s)))
     setup_logging(s.run_dir, verbose)
     _supervised(s, config, set_, clock, start_over, from_scratch, cancel_on_exit)
 
 
-def _supervised(s: Settings, config: Path, set_: list[str], clock: Clock, start_over: bool, from_scratch: bool,
-                cancel_on_exit: bool) -> None:
-    """The controller under the run lock, until the run ends or a signal stops it; exits with its status."""
+def _supervised(s: Settings, config: Path, set_: list[str], clock: Clock, start_over: bool,
+                from_scratch: bool, cancel_on_exit: bool) -> None:
+    """The controller under the run lock, until the run ends or a signal stops it; exits with its
+    status."""
     lock = RunLock(s.run_dir)
     try:
         lock.acquire(CONTROLLER)
@@ -110,15 +113,17 @@ def _supervised(s: Settings, config: Path, set_: list[str], clock: Clock, start_
 
 
 def _say_where(s: Settings) -> None:
-    """Where to look while it runs: the run directory, the controller's log and each segment's node logs."""
+    """Where to look while it runs: the run directory, the controller's log and each segment's node
+    logs."""
     rd = clean(s.run_dir)
     logger.info("logs: run directory {rd}, controller log {rd}/controller.log, node logs "
                 "{rd}/segments/NNNN/logs/<host>.log, state {rd}/state.json", rd=rd)
 
 
 def _say_inherited(s: Settings, store: StateStore) -> None:
-    """A new run directory over a checkpoint directory that already holds checkpoints (`--set run_dir=NEW` with
-    the old checkpoint.dir): segment 1 resumes from them. Legal (a moved run), but never silent."""
+    """A new run directory over a checkpoint directory that already holds checkpoints (`--set
+    run_dir=NEW` with the old checkpoint.dir): segment 1 resumes from them. Legal (a moved run), but
+    never silent."""
     from orchestrator.checkpoint import find_latest
     from orchestrator.timeout import call_with_timeout
 
@@ -131,15 +136,18 @@ def _say_inherited(s: Settings, store: StateStore) -> None:
     if not done or found is None or isinstance(found, BaseException):
         return
     goal = s.goal.target_iteration
-    logger.warning("run_dir {} is new, but checkpoint.dir {} already holds {} (iteration {}): segment 1 resumes "
-                   "from it{}; give this run its own checkpoint.dir to start from scratch", clean(s.run_dir),
+    logger.warning("run_dir {} is new, but checkpoint.dir {} already holds {} (iteration {}): "
+                   "segment 1 resumes from it{}; give this run its own checkpoint.dir to start "
+                   "from scratch", clean(s.run_dir),
                    clean(s.checkpoint.dir), clean(found.path), found.iteration,
-                   " and the goal is already reached" if goal is not None and (found.iteration or 0) >= goal else "")
+                   " and the goal is already reached" if goal is not None
+                   and (found.iteration or 0) >= goal else "")
 
 
 def _controller(s: Settings, config: Path, set_: list[str], clock: Clock,
                 start_over: bool = False) -> tuple[Controller, Backend]:
-    """The controller of a real run: failpoints from the environment, notifier, backend, state store."""
+    """The controller of a real run: failpoints from the environment, notifier, backend, state
+    store."""
     from orchestrator import failpoints
     from orchestrator.loop.controller import Controller
 
@@ -161,14 +169,15 @@ def _controller(s: Settings, config: Path, set_: list[str], clock: Clock,
 
 
 def command_dirs(s: Settings) -> list[Path]:
-    """What the training command itself puts under run_dir (`--sync-dir={run_dir}/sync/...`): part of the run,
-    never a sign that run_dir is some other directory."""
+    """What the training command itself puts under run_dir (`--sync-dir={run_dir}/sync/...`): part
+    of the run, never a sign that run_dir is some other directory."""
     found = {m.group(1) for arg in s.command for m in RUN_DIR_CHILD.finditer(arg)}
     return [s.run_dir / name for name in sorted(found)]
 
 
 def _from_scratch(store: StateStore, clock: Clock) -> None:
-    """`--from-scratch`: the checkpoints seen so far and the progress made are given up (once, on purpose)."""
+    """`--from-scratch`: the checkpoints seen so far and the progress made are given up (once, on
+    purpose)."""
     from orchestrator.loop.advance import advance
     from orchestrator.loop.observations import FromScratch
 
@@ -177,12 +186,13 @@ def _from_scratch(store: StateStore, clock: Clock) -> None:
         return
     state = advance(state, FromScratch(), None, clock.now()).ledger
     store.save(state)
-    logger.warning("--from-scratch: segments up to {} are history; the next one may start from iteration 0",
-                   state.scratch_after)
+    logger.warning("--from-scratch: segments up to {} are history; the next one may start from "
+                   "iteration 0", state.scratch_after)
 
 
 def _apply_queued(store: StateStore, clock: Clock) -> None:
-    """Blacklist edits queued for a controller that exited before applying them (also for a finished run)."""
+    """Blacklist edits queued for a controller that exited before applying them (also for a finished
+    run)."""
     if not pending(store.run_dir):
         return
     state = store.load()
@@ -197,7 +207,8 @@ def _apply_queued(store: StateStore, clock: Clock) -> None:
 
 
 def _handle_signals(ctl: Controller) -> None:
-    """SIGTERM/SIGINT stop the controller at its next poll (the job keeps running); SIGHUP reloads the config."""
+    """SIGTERM/SIGINT stop the controller at its next poll (the job keeps running); SIGHUP reloads
+    the config."""
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _f: ctl.request_stop(signal.Signals(signum).name))
     signal.signal(signal.SIGHUP, lambda _s, _f: ctl.request_reload())
@@ -205,8 +216,9 @@ def _handle_signals(ctl: Controller) -> None:
 
 def _cancel_current(state: RunState, backend: Backend, store: StateStore, clock: Clock,
                     by: str = "--cancel-on-exit") -> bool:
-    """--cancel-on-exit (or `orchestrator cancel`): cancel the job of a run that is still running when the
-    controller stops, and record it, so `status` says the job was cancelled (not that it runs). True if one was."""
+    """--cancel-on-exit (or `orchestrator cancel`): cancel the job of a run that is still running
+    when the controller stops, and record it, so `status` says the job was cancelled (not that it
+    runs). True if one was."""
     if state.status.value == "running" and state.current and state.current.job_id:
         from orchestrator.loop.advance import advance
         from orchestrator.loop.observations import CancelledByOperator
@@ -214,80 +226,11 @@ def _cancel_current(state: RunState, backend: Backend, store: StateStore, clock:
 
         cur = state.current
         assert cur.submitted_at is not None and cur.job_id is not None
-        backend.cancel(JobRef(job_id=cur.job_id, submitted_at=cur.submitted_at, backend=backend.name))
+        backend.cancel(JobRef(job_id=cur.job_id, submitted_at=cur.submitted_at,
+                              backend=backend.name))
         logger.warning("{}: job {} (segment {}) cancelled; it does not keep running. "
-                       "'orchestrator run' starts a new segment from the last checkpoint", by, cur.job_id, cur.index)
+                       "'orchestrator run' starts a new segment from the last checkpoint", by,
+                       cur.job_id, cur.index)
         store.save(advance(state, CancelledByOperator(by), None, clock.now()).ledger)
         return True
     return False
-
-
-@app.command()
-def stop(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
-         wait: Annotated[float, typer.Option(help="Seconds to wait for the controller to exit.")] = 60.0) -> None:
-    """Ask the run's controller to stop; the job keeps running and a new controller re-attaches to it.
-
-    \b
-    Example:
-      orchestrator stop configs/demo.yaml
-    """
-    store, where = _state_for(target)
-    if not RunLock(store.run_dir).holder_is_controller():  # creates nothing: `stop /tmp` leaves /tmp as it is
-        out.print(clean(f"{where}: no controller is running"), markup=False, highlight=False)
-        return
-    _stop_controller(store, where, wait)
-    out.print(clean(f"controller of {where} stopped"), markup=False, highlight=False)
-
-
-def _stop_controller(store: StateStore, where: str, wait: float) -> None:
-    """Ask the running controller to exit and wait for it (exit 1 if it has not within `wait`)."""
-    import time
-
-    lock = RunLock(store.run_dir)
-    atomic_write(store.run_dir / STOP_REQUEST, "stop\n")
-    pid = lock.holder_pid()
-    if pid:
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        if not lock.is_held():
-            return
-        time.sleep(0.2)
-    raise fail([f"{where}: the controller ({lock.holder()}) has not exited after {wait:.0f}s; "
-                "it stops at its next poll"], 1)
-
-
-
-
-@app.command()
-def cancel(ctx: typer.Context,
-           config: Annotated[Path, typer.Argument(help="The run's config file (the backend to cancel through).")],
-           wait: Annotated[float, typer.Option(help="Seconds to wait for the controller to exit.")] = 60.0) -> None:
-    """Stop the run's controller and cancel its job; the run is recorded as stopped, and `orchestrator run`
-    resumes it later from the newest complete checkpoint.
-
-    \b
-    Example:
-      orchestrator cancel configs/demo.yaml
-    """
-    if config.is_dir():
-        raise fail([f"{clean(config)}: give the run's config file (it says which backend runs the job)"])
-    s = load(config, [])
-    store, where = StateStore(s.run_dir), str(s.run_dir)
-    if RunLock(store.run_dir).holder_is_controller():
-        _stop_controller(store, where, wait)
-    state = loaded(store, where)
-    lock = RunLock(store.run_dir)
-    try:
-        lock.acquire()  # no controller starts while the job is cancelled
-    except (LockHeld, LockUnavailable) as exc:
-        raise fail([f"{where}: {exc}; nothing cancelled"], 1) from None
-    try:
-        clock = wiring(ctx).clock()
-        done = _cancel_current(state, build_backend(s, clock), store, clock, by="orchestrator cancel")
-    finally:
-        lock.release()
-    job = state.current.job_id if state.current else None
-    out.print(clean(f"cancelled job {job} of {where}; 'orchestrator run {config}' resumes the run" if done
-                    else f"{where}: no job to cancel (the run is {state.status.value})"), markup=False,
-              highlight=False)

@@ -1,5 +1,5 @@
-"""Reading progress out of a block of log bytes without splitting it into lines: the last (and first)
-progress line is searched from the block's ends, which is where it is."""
+"""Reading progress out of a block of log bytes without splitting it into lines: the last (and
+first) progress line is searched from the block's ends, which is where it is."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from orchestrator.settings.run import loading_bar_bytes
 
 SEARCH_LINES = 400
 NEAR_END = 8
-MAX_PROGRESS_LINE = 64 * 1024  # a progress line's last state (a tqdm bar's \r rewrites) is at its end
-Candidates = Callable[[bytes, bytes, int], list[int] | None]  # prefilter.candidate_ends: (pattern, data, start)
+# a progress line's last state (a tqdm bar's \r rewrites) is at its end
+MAX_PROGRESS_LINE = 64 * 1024
+# prefilter.candidate_ends: (pattern, data, start)
+Candidates = Callable[[bytes, bytes, int], list[int] | None]
 
 
 def group_int(m: re.Match[bytes] | re.Match[str] | None) -> int | None:
-    """The iteration a progress match captured: its first group that holds a number (a default pattern
-    that knows several frameworks has one group per alternative)."""
+    """The iteration a progress match captured: its first group that holds a number (a default
+    pattern that knows several frameworks has one group per alternative)."""
     if m is None:
         return None
     for g in m.groups() or ():
@@ -31,8 +33,9 @@ def group_int(m: re.Match[bytes] | re.Match[str] | None) -> int | None:
 
 
 def last_int(rx: re.Pattern[bytes], line: bytes) -> int | None:
-    """The iteration of the last progress match in a line: a tqdm bar rewrites one line with carriage
-    returns, and its last state is the one that counts. NULs (a crashed node's padding) are not text."""
+    """The iteration of the last progress match in a line: a tqdm bar rewrites one line with
+    carriage returns, and its last state is the one that counts. NULs (a crashed node's padding) are
+    not text."""
     if b"\x00" in line:
         line = line.replace(b"\x00", b"")
     found = None
@@ -69,11 +72,14 @@ def iter_lines_forward(data: bytes, start: int, limit: int) -> Iterator[bytes]:
         start = nl + 1
 
 
-def _last(data: bytes, after: int, rx: re.Pattern[bytes], candidates: Candidates) -> tuple[bytes, int] | None:
-    """The last progress line of data[after:] and its iteration. A long block is searched through the lines a
-    Hyperscan pass (`candidates`) says may match (its cost is the bytes, not the pattern); a short one, or without
-    Hyperscan (`candidates` gives None), line by line from its end, then by the pattern itself."""
-    for line in iter_lines_backwards(data, after, NEAR_END):  # where it usually is: no pass over the block
+def _last(data: bytes, after: int, rx: re.Pattern[bytes],
+          candidates: Candidates) -> tuple[bytes, int] | None:
+    """The last progress line of data[after:] and its iteration. A long block is searched through
+    the lines a Hyperscan pass (`candidates`) says may match (its cost is the bytes, not the
+    pattern); a short one, or without Hyperscan (`candidates` gives None), line by line from its
+    end, then by the pattern itself."""
+    # where it usually is: no pass over the block
+    for line in iter_lines_backwards(data, after, NEAR_END):
         if (it := last_int(rx, line[-MAX_PROGRESS_LINE:])) is not None:
             return line, it
     long_block = len(data) - after > SEARCH_LINES * 200
@@ -101,8 +107,8 @@ def _last(data: bytes, after: int, rx: re.Pattern[bytes], candidates: Candidates
 
 def block_progress(data: bytes, after: int, rx: re.Pattern[bytes], want_first: bool,
                    candidates: Candidates = candidate_ends) -> tuple[int | None, int, bytes] | None:
-    """(first iteration if asked, last iteration, the last progress line) in data[after:], or None. `candidates`:
-    the Hyperscan pass (a test passes one that answers None, as without Hyperscan)."""
+    """(first iteration if asked, last iteration, the last progress line) in data[after:], or None.
+    `candidates`: the Hyperscan pass (a test passes one that answers None, as without Hyperscan)."""
     last = _last(data, after, rx, candidates)
     if last is None:
         return None

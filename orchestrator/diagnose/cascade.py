@@ -1,42 +1,52 @@
-"""Verdicts from cascade errors alone (the initiating fault left no error line of its own): requeues, spot
-notices, transport errors that point at a host, silent hosts, a host's own hardware report, a lone crashed rank,
-every rank killed at once."""
+"""Verdicts from cascade errors alone (the initiating fault left no error line of its own):
+requeues, spot notices, transport errors that point at a host, silent hosts, a host's own hardware
+report, a lone crashed rank, every rank killed at once."""
 
 from __future__ import annotations
 
-from orchestrator.diagnose.culprits import all_hosts, origin, peer_culprits, progress_culprit, silent
+from orchestrator.diagnose.culprits import (
+    all_hosts,
+    origin,
+    peer_culprits,
+    progress_culprit,
+    silent,
+)
 from orchestrator.diagnose.judge import hardware_hosts
 from orchestrator.diagnose.verdicts import Context, NodeMatch, ev, evs, verdict
 from orchestrator.evidence import NodeEvidence
 from orchestrator.model import Cause, Evidence, JobStatus, Owner, Role, Verdict
 
-BANNERS = frozenset({"job_timelimit", "job_preempted", "job_requeue", "job_node_fail", "spot_termination"})
+BANNERS = frozenset({"job_timelimit", "job_preempted", "job_requeue", "job_node_fail",
+                     "spot_termination"})
 
 
 def killed_everywhere(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: list[NodeMatch],
                        state_cause: Cause | None) -> Verdict | None:
-    """Every host's ranks SIGKILLed with no error of their own and no cancel, preemption or time-limit line:
-    the OOM killer (loading shards, gathering a state dict): the job's own memory use."""
+    """Every host's ranks SIGKILLed with no error of their own and no cancel, preemption or
+    time-limit line: the OOM killer (loading shards, gathering a state dict): the job's own memory
+    use."""
     kills = [(n, m) for n, m in kinds if m.kind == "killed"]
-    if not kills or state_cause is not None or any(m.signature in BANNERS or "CANCELLED AT" in m.text
+    if not kills or state_cause is not None or any(m.signature in BANNERS
+                                                   or "CANCELLED AT" in m.text
                                                    for _, m in secondary):
         return None
     hosts = {h for n, m in kills if (h := origin(n, m))}
     everyone = all_hosts(nodes)
     if len(everyone) > 1 and hosts >= everyone:
         return verdict(Cause.HOST_OOM, [], False, 0.75, evs(kills, Role.ROOT),
-                        "every rank was killed (SIGKILL) at once with no error of its own: the OOM killer",
-                        "killed_everywhere", Owner.JOB)
+                        "every rank was killed (SIGKILL) at once with no error of its own: the OOM "
+                        "killer", "killed_everywhere", Owner.JOB)
     return None
 
 
 def cascade_cause(secondary: list[NodeMatch]) -> Cause:
-    """IB completion errors, or transport errors with no collective timeout, are the network's; otherwise the
-    peers only saw a collective time out."""
+    """IB completion errors, or transport errors with no collective timeout, are the network's;
+    otherwise the peers only saw a collective time out."""
     if any(m.signature == "nccl_ib_peer" for _, m in secondary):
         return Cause.NETWORK
     causes = {m.cause for _, m in secondary}
-    timed_out = any("timeout" in m.text.lower() or "timed out" in m.text.lower() for _, m in secondary)
+    timed_out = any("timeout" in m.text.lower() or "timed out" in m.text.lower() for _,
+                    m in secondary)
     return Cause.NETWORK if Cause.NETWORK in causes and not timed_out else Cause.NCCL_TIMEOUT
 
 
@@ -49,27 +59,29 @@ def _named_by_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch]) -> 
     spot = [(n, m) for n, m in secondary if m.signature == "spot_termination"]
     if spot:
         return verdict(Cause.PREEMPTED, [], False, 0.7, evs(spot, Role.ROOT, 10),
-                        "the cloud reclaimed the instances (spot termination): resubmit", "preempted", Owner.NOBODY)
+                        "the cloud reclaimed the instances (spot termination): resubmit",
+                       "preempted", Owner.NOBODY)
     local = sorted({h for n, m in secondary if m.signature == "nccl_ib_peer" and not m.peer_ip
                     and (h := origin(n, m))})
-    if len(local) == 1 and len(all_hosts(nodes)) > 1:  # a local completion error (protection, length): its HCA
+    # a local completion error (protection, length): its HCA
+    if len(local) == 1 and len(all_hosts(nodes)) > 1:
         return verdict(Cause.NETWORK, local, True, 0.6, evs(secondary, Role.ROOT, 10),
-                       f"IB completion errors on {local[0]} with no peer named: its own link", "local_ib_error",
-                       Owner.NODE_SUSPECT)
+                       f"IB completion errors on {local[0]} with no peer named: its own link",
+                       "local_ib_error", Owner.NODE_SUSPECT)
     peers, votes = peer_culprits(nodes, secondary)
     if peers:
         found = [ev(n, m, Role.ROOT) for n, m in secondary if m.peer_ip][:10]
         found += [ev(n, m, Role.SECONDARY) for n, m in secondary if not m.peer_ip][:20]
         strong = votes >= 2
         return verdict(Cause.NETWORK, peers, True, 0.8 if strong else 0.6, found,
-                        f"transport errors point at {','.join(peers)} ({votes} host(s) name it; addresses from "
-                        "NCCL INFO)", "peers_name_host" if strong else "one_peer_names_host",
-                        Owner.NODE if strong else Owner.NODE_SUSPECT)
+                        f"transport errors point at {','.join(peers)} ({votes} host(s) name it; "
+                        "addresses from NCCL INFO)", "peers_name_host" if strong
+                       else "one_peer_names_host", Owner.NODE if strong else Owner.NODE_SUSPECT)
     return None
 
 
-def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: list[NodeMatch], ctx: Context,
-                  job: JobStatus) -> Verdict:
+def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: list[NodeMatch],
+                 ctx: Context, job: JobStatus) -> Verdict:
     named = _named_by_cascade(nodes, secondary)
     if named is not None:
         return named
@@ -79,7 +91,8 @@ def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: l
         return silent_verdict(nodes, quiet, secondary)
     if hw and secondary:
         hosts = sorted(hw)
-        return verdict(hw[hosts[0]] if hw[hosts[0]] != Cause.UNKNOWN else Cause.NODE_FAIL, hosts, True, 0.7,
+        return verdict(hw[hosts[0]] if hw[hosts[0]] != Cause.UNKNOWN else Cause.NODE_FAIL, hosts,
+                       True, 0.7,
                         evs([(n, m) for n, m in kinds if origin(n, m) in hosts], Role.ROOT, 10)
                         + evs(secondary, Role.SECONDARY, 20),
                         f"the peers failed; {','.join(hosts)} reported a hardware error of its own",
@@ -87,10 +100,10 @@ def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: l
     crashed = sorted({h for n, m in kinds if m.kind in ("crash", "killed") and (h := origin(n, m))})
     if len(crashed) == 1 and len(all_hosts(nodes)) > 1:
         return verdict(Cause.UNKNOWN, crashed, True, 0.5,
-                        evs([(n, m) for n, m in kinds if m.kind in ("crash", "killed")], Role.ROOT, 10)
-                        + evs(secondary, Role.SECONDARY, 20),
-                        f"a rank on {crashed[0]} exited with an error and printed none; the others followed: "
-                        "a strike", "unexplained_crash", Owner.NODE_SUSPECT)
+                        evs([(n, m) for n, m in kinds if m.kind in ("crash", "killed")], Role.ROOT,
+                            10) + evs(secondary, Role.SECONDARY, 20),
+                        f"a rank on {crashed[0]} exited with an error and printed none; the others "
+                        "followed: a strike", "unexplained_crash", Owner.NODE_SUSPECT)
     if secondary:
         cause = cascade_cause(secondary)
         behind = progress_culprit(nodes)
@@ -100,23 +113,25 @@ def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: l
                         "progress_stopped_first" if behind else "collective_timeout_nobody",
                         Owner.NODE_SUSPECT if behind else Owner.NOBODY)
     if ctx.stalled:
-        return verdict(Cause.HANG, [], False, 0.5, [], "no progress before the stall timeout; no node stood out",
+        return verdict(Cause.HANG, [], False, 0.5, [], "no progress before the stall timeout; no "
+                                                       "node stood out",
                         "stalled_nobody", Owner.NOBODY)
     failing = [n for n in nodes if n.exit_code not in (0, None)]
     found = [Evidence(node=n.node, file=n.file, line=ln, text=t, role=Role.CONTEXT)
              for n in failing for ln, t in n.tail[-3:]]
     return verdict(Cause.UNKNOWN, [], False, 0.3, found[:20],
                     f"job {job.state.value}; no known error signature"
-                    + (f"; non-zero exit on {','.join(n.node for n in failing)}" if failing else ""),
-                    "no_signature", Owner.NOBODY)
+                    + (f"; non-zero exit on {','.join(n.node for n in failing)}" if failing
+                       else ""), "no_signature", Owner.NOBODY)
 
 
-def silent_verdict(nodes: list[NodeEvidence], quiet: list[str], secondary: list[NodeMatch]) -> Verdict:
+def silent_verdict(nodes: list[NodeEvidence], quiet: list[str],
+                   secondary: list[NodeMatch]) -> Verdict:
     by = {n.node: n for n in nodes}
     dead = [h for h in quiet if h in by and by[h].abrupt_end]
     cause = Cause.NODE_FAIL if dead else Cause.HANG
     names = dead or quiet
     return verdict(cause, names, True, 0.7, evs(secondary, Role.SECONDARY, 30),
                     f"the peers timed out waiting; {','.join(names)} printed no error"
-                    + (" and its output ends abruptly" if dead else " (it stopped making progress)"),
-                    "silent_node", Owner.NODE)
+                    + (" and its output ends abruptly" if dead
+                       else " (it stopped making progress)"), "silent_node", Owner.NODE)

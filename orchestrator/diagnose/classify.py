@@ -1,7 +1,8 @@
 """Pure: (job end state, per-node evidence, history) -> Verdict. No I/O, no logging.
 
-The verdict says whose fault the end is (`Owner`, by DECISIONS.md) and which rule fired; the policy turns that
-into an action with the run's history. The rules are listed, with a real example each, in docs/CAUSES.md.
+The verdict says whose fault the end is (`Owner`, by DECISIONS.md) and which rule fired; the policy
+turns that into an action with the run's history. The rules are listed, with a real example each, in
+docs/CAUSES.md.
 """
 
 from __future__ import annotations
@@ -21,16 +22,27 @@ from orchestrator.diagnose.judge import (
 )
 from orchestrator.diagnose.verdicts import Context, evs, verdict
 from orchestrator.evidence import NodeEvidence
-from orchestrator.model import HARDWARE_CAUSES, Cause, Evidence, JobState, JobStatus, Owner, Role, Verdict
+from orchestrator.model import (
+    HARDWARE_CAUSES,
+    Cause,
+    Evidence,
+    JobState,
+    JobStatus,
+    Owner,
+    Role,
+    Verdict,
+)
 
 __all__ = ["Context", "classify", "infer_job_state"]
 
 def infer_job_state(nodes: list[NodeEvidence]) -> JobStatus:
-    """For logs of jobs the orchestrator did not run: Slurm's end state from the lines it printed."""
+    """For logs of jobs the orchestrator did not run: Slurm's end state from the lines it
+    printed."""
     sigs = {m.signature for n in nodes for m in n.matches}
     for name, state in (("job_timelimit", JobState.TIMEOUT), ("job_preempted", JobState.PREEMPTED),
                         ("spot_termination", JobState.PREEMPTED),
-                        ("node_failure_named", JobState.NODE_FAIL), ("job_node_fail", JobState.NODE_FAIL)):
+                        ("node_failure_named", JobState.NODE_FAIL),
+                        ("job_node_fail", JobState.NODE_FAIL)):
         if name in sigs:
             return JobStatus(state=state)
     if nodes and all(n.exit_code == 0 for n in nodes):
@@ -48,13 +60,15 @@ def _from_job_state(job: JobStatus) -> Cause | None:
 
 
 def _finished(nodes: list[NodeEvidence], roots: list[NodeMatch]) -> bool:
-    """The training printed its end-of-training line and no hardware fault came before it (same file)."""
+    """The training printed its end-of-training line and no hardware fault came before it (same
+    file)."""
     done = {n.file: min(m.line for m in n.matches if m.kind == "done") for n in nodes
             if any(m.kind == "done" for m in n.matches)}
     if not done:
         return False
     first_done = min(done.values())
-    return not any(m.cause in HARDWARE_CAUSES and m.line < done.get(n.file, first_done) for n, m in roots)
+    return not any(m.cause in HARDWARE_CAUSES and m.line < done.get(n.file, first_done) for n,
+                   m in roots)
 
 
 def _split(nodes: list[NodeEvidence]) -> tuple[list[NodeMatch], list[NodeMatch], list[NodeMatch]]:
@@ -72,7 +86,8 @@ def _split(nodes: list[NodeEvidence]) -> tuple[list[NodeMatch], list[NodeMatch],
 
 @dataclass(frozen=True)
 class Facts:
-    """What every rule reads: the job's end, the nodes' evidence and history, the matches split by kind."""
+    """What every rule reads: the job's end, the nodes' evidence and history, the matches split by
+    kind."""
     job: JobStatus
     nodes: list[NodeEvidence]
     ctx: Context
@@ -95,22 +110,28 @@ class Facts:
 
 def _all_exited_0(f: Facts) -> Verdict | None:
     all_ok = all(n.exit_code == 0 for n in f.nodes) and bool(f.nodes)
-    if f.job.state == JobState.COMPLETED and (all_ok or not any(n.exit_code for n in f.nodes)) and not f.roots \
+    if f.job.state == JobState.COMPLETED and (all_ok
+                                              or not any(n.exit_code
+                                                         for n in f.nodes)) and not f.roots \
             and not f.stops:
-        return Verdict(cause=Cause.SUCCESS, confidence=0.95, summary="all nodes exited 0", owner=Owner.FINISHED,
-                       rule="all_exited_0")
+        return Verdict(cause=Cause.SUCCESS, confidence=0.95, summary="all nodes exited 0",
+                       owner=Owner.FINISHED, rule="all_exited_0")
     return None
 
 
 def _printed_its_end(f: Facts) -> Verdict | None:
     if not _finished(f.nodes, f.roots):
         return None
-    failed = [n for n in f.nodes if n.exit_code]  # said, not hidden: an exit after the end is still an exit
-    exits = [Evidence(node=n.node, file=n.file, text=f"exited {n.exit_code} after the training printed its end",
+    # said, not hidden: an exit after the end is still an exit
+    failed = [n for n in f.nodes if n.exit_code]
+    exits = [Evidence(node=n.node, file=n.file, text=f"exited {n.exit_code} after the training "
+                                                     "printed its end",
                       role=Role.EXIT) for n in failed]
     said = "; ".join(f"{n.node} exited {n.exit_code}" for n in failed[:8])
-    return verdict(Cause.SUCCESS, [], False, 0.8, exits + evs(f.roots + f.secondary, Role.SECONDARY),
-                   "the training printed its end and then ended (teardown, or idle until the time limit)"
+    return verdict(Cause.SUCCESS, [], False, 0.8, exits
+                   + evs(f.roots + f.secondary, Role.SECONDARY),
+                   "the training printed its end and then ended (teardown, or idle until the time "
+                   "limit)"
                    + (f"; {said} after it" if said else ""), "printed_its_end", Owner.FINISHED)
 
 
@@ -123,9 +144,10 @@ def _stalled(f: Facts) -> Verdict | None:
 def _spot(f: Facts) -> Verdict | None:
     spot = [(n, m) for n, m in f.secondary if m.signature == "spot_termination"]
     if spot and all(m.cause == Cause.NODE_FAIL for _, m in f.hardware_roots):
-        return verdict(Cause.PREEMPTED, [], False, 0.75, evs(spot, Role.ROOT, 10) + evs(f.roots, Role.SECONDARY),
-                       "the cloud reclaimed the instances (spot termination / preemption notice): resubmit",
-                       "preempted", Owner.NOBODY)
+        return verdict(Cause.PREEMPTED, [], False, 0.75, evs(spot, Role.ROOT, 10)
+                       + evs(f.roots, Role.SECONDARY),
+                       "the cloud reclaimed the instances (spot termination / preemption notice): "
+                       "resubmit", "preempted", Owner.NOBODY)
     return None
 
 
@@ -133,8 +155,8 @@ def _stopped_before_walltime(f: Facts) -> Verdict | None:
     if f.stops and not f.hardware_roots:
         return verdict(Cause.TIMELIMIT, [], False, 0.85,
                        evs(f.stops, Role.ROOT) + evs(f.roots + f.secondary, Role.SECONDARY),
-                       f"the framework stopped itself ahead of the wall time: {f.stops[0][1].text[:160]}",
-                       "stopped_before_walltime", Owner.NOBODY)
+                       "the framework stopped itself ahead of the wall time: "
+                       f"{f.stops[0][1].text[:160]}", "stopped_before_walltime", Owner.NOBODY)
     return None
 
 
@@ -160,7 +182,8 @@ def _scheduler_state(f: Facts) -> Verdict | None:
         return None
     culprits = node_fail_culprits(f.nodes) if f.state_cause == Cause.NODE_FAIL else []
     return verdict(f.state_cause, culprits, bool(culprits), 0.8 if culprits else 0.6,
-                   evs(f.secondary, Role.SECONDARY), f"Slurm job state {f.job.state.value}", "scheduler_state")
+                   evs(f.secondary, Role.SECONDARY), f"Slurm job state {f.job.state.value}",
+                   "scheduler_state")
 
 
 def _cascade(f: Facts) -> Verdict | None:
@@ -168,12 +191,13 @@ def _cascade(f: Facts) -> Verdict | None:
 
 
 Rule = tuple[str, Callable[[Facts], Verdict | None]]
-# In order: the first rule that returns a verdict decides (its name, or a finer one, is the verdict's `rule`).
+# In order: the first rule that returns a verdict decides (its name, or a finer one, is the
+# verdict's `rule`).
 RULES: tuple[Rule, ...] = (
     ("all_exited_0", _all_exited_0),
     ("printed_its_end", _printed_its_end),
-    ("stalled", _stalled),  # no root error and the controller saw a stall (or a rank is stuck): who stalled it
-    ("preempted", _spot),
+    # no root error and the controller saw a stall (or a rank is stuck): who stalled it
+    ("stalled", _stalled), ("preempted", _spot),
     ("stopped_before_walltime", _stopped_before_walltime),
     ("scheduler_ended", _scheduler_ended),  # time limit, preemption (or a hang before the limit)
     ("first_rank_error", _first_rank_error),  # the root error by precedence and time order
@@ -184,8 +208,8 @@ RULES: tuple[Rule, ...] = (
 
 
 def classify(job: JobStatus, nodes: list[NodeEvidence], ctx: Context) -> Verdict:
-    """The verdict of the first rule of RULES that gives one, finished by FINISH (the segment's own files
-    that hung, nodes Slurm took out of the job)."""
+    """The verdict of the first rule of RULES that gives one, finished by FINISH (the segment's own
+    files that hung, nodes Slurm took out of the job)."""
     roots, secondary, kinds = _split(nodes)
     facts = Facts(job, nodes, ctx, roots, secondary, kinds)
     found = next(v for _, rule in RULES if (v := rule(facts)) is not None)

@@ -1,6 +1,6 @@
-"""Who is to blame, from per-node evidence: the host a line points at, every host of the job, the node
-whose progress stopped first, the node the peers waited for (silence), the rank outside the collective
-everyone else waits in, and the host transport errors point at."""
+"""Who is to blame, from per-node evidence: the host a line points at, every host of the job, the
+node whose progress stopped first, the node the peers waited for (silence), the rank outside the
+collective everyone else waits in, and the host transport errors point at."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from orchestrator.evidence import Match, NodeEvidence
 
 
 def origin(n: NodeEvidence, m: Match) -> str | None:
-    """The host a line blames: named in the line, printed by a prefixed host, or the file's own host."""
+    """The host a line blames: named in the line, printed by a prefixed host, or the file's own
+    host."""
     return m.named_node or m.host or (None if n.job_wide else n.node)
 
 
@@ -26,7 +27,8 @@ QUIET_SIGNATURES = frozenset({"job_timelimit", "job_preempted", "job_requeue", "
 
 
 def silent(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> list[str]:
-    """Hosts that printed no complaint while their peers timed out or aborted: the ones the peers waited for."""
+    """Hosts that printed no complaint while their peers timed out or aborted: the ones the peers
+    waited for."""
     everyone = all_hosts(nodes)
     if len(everyone) < 2:
         return []
@@ -39,15 +41,18 @@ def silent(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]
 
 
 def node_fail_culprits(nodes: list[NodeEvidence]) -> list[str]:
-    """Slurm says a node failed: the host whose output ends abruptly (NUL padding), else the one behind."""
+    """Slurm says a node failed: the host whose output ends abruptly (NUL padding), else the one
+    behind."""
     dead = sorted(n.node for n in nodes if n.abrupt_end and not n.job_wide)
     return dead if 0 < len(dead) < len(nodes) else progress_culprit(nodes)
 
 
 def progress_culprit(nodes: list[NodeEvidence]) -> list[str]:
-    """The node whose progress stopped first (strictly behind all others that print progress), if there is one.
-    A node that prints no progress at all (frameworks often log on one rank only) is never 'behind'."""
-    its = {n.node: n.last_iteration for n in nodes if n.last_iteration is not None and not n.job_wide}
+    """The node whose progress stopped first (strictly behind all others that print progress), if
+    there is one. A node that prints no progress at all (frameworks often log on one rank only) is
+    never 'behind'."""
+    its = {n.node: n.last_iteration for n in nodes if n.last_iteration is not None
+           and not n.job_wide}
     if len(its) < 2:
         return []
     low = min(its.values())
@@ -56,7 +61,8 @@ def progress_culprit(nodes: list[NodeEvidence]) -> list[str]:
 
 
 def stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
-    """Nodes with a rank outside the frame where (strictly) most ranks wait: 'not in the collective'."""
+    """Nodes with a rank outside the frame where (strictly) most ranks wait: 'not in the
+    collective'."""
     frames = Counter(f for n in nodes for f in n.top_frames if f)
     if len(frames) < 2:
         return [], ""
@@ -72,14 +78,16 @@ IPV4 = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
 
 
 def address_owners(nodes: list[NodeEvidence]) -> dict[str, str]:
-    """IP address -> host, from what the hosts announced (NCCL INFO, localGid) and job-wide files' ties."""
+    """IP address -> host, from what the hosts announced (NCCL INFO, localGid) and job-wide files'
+    ties."""
     owner = {ip: n.node for n in nodes if not n.job_wide for ip in n.addresses}
     owner.update({ip: h for n in nodes for ip, h in n.address_hosts})
     return owner
 
 
 def as_hosts(names: list[str], nodes: list[NodeEvidence]) -> list[str]:
-    """Culprits named by address (Ray names dead nodes by IP) as the hosts that own those addresses."""
+    """Culprits named by address (Ray names dead nodes by IP) as the hosts that own those
+    addresses."""
     if not any(IPV4.match(x) for x in names):
         return names
     owner = address_owners(nodes)
@@ -89,28 +97,33 @@ def as_hosts(names: list[str], nodes: list[NodeEvidence]) -> list[str]:
         aws = "ip-" + x.replace(".", "-")
         return owner.get(x) or (aws if aws in hosts else x)
 
-    return sorted({h for x in names if not IPV4.match(h := host(x))})  # an address no host owns names nobody
+    # an address no host owns names nobody
+    return sorted({h for x in names if not IPV4.match(h := host(x))})
 
 
-def peer_culprits(nodes: list[NodeEvidence], secondary: list[tuple[NodeEvidence, Match]]) -> tuple[list[str], int]:
-    """The host the transport errors point at, and how many hosts name it. Several hosts naming one peer (NCCL
-    INFO maps addresses to hosts): that peer. A single host reporting IB completion errors: that host's own link is
-    as suspect as the peer, and it is the one with evidence; a refused connection: the peer, which is not listening."""
+def peer_culprits(nodes: list[NodeEvidence],
+                  secondary: list[tuple[NodeEvidence, Match]]) -> tuple[list[str], int]:
+    """The host the transport errors point at, and how many hosts name it. Several hosts naming one
+    peer (NCCL INFO maps addresses to hosts): that peer. A single host reporting IB completion
+    errors: that host's own link is as suspect as the peer, and it is the one with evidence; a
+    refused connection: the peer, which is not listening."""
     owner = address_owners(nodes)
     reports = {(r, owner.get(m.peer_ip or ""), m.signature) for n, m in secondary
                if m.peer_ip and (r := origin(n, m))}
-    votes: Counter[str] = Counter(peer for r, peer, _ in {(r, p, "") for r, p, _ in reports} if peer and peer != r)
+    votes: Counter[str] = Counter(peer for r, peer, _ in {(r, p, "") for r, p, _ in reports} if peer
+                                  and peer != r)
     reporters = {r for r, _, _ in reports}
     if len(reporters) == 1 and all(sig == "nccl_ib_peer" for _, _, sig in reports):
         if len(all_hosts(nodes)) < 2:
             return [], 0
         retry = any(RETRY.search(m.text) for _, m in secondary if m.peer_ip)
         named = sorted({p for r, p, _ in reports if p and p != r})
-        # a retry-exceeded completion (status 12) names a peer that stopped answering; other statuses (a local
-        # protection or length error) are the reporter's own
+        # a retry-exceeded completion (status 12) names a peer that stopped answering; other
+        # statuses (a local protection or length error) are the reporter's own
         return (named, 1) if retry and len(named) == 1 else (sorted(reporters), 1)
     if not votes:
         return [], 0
     top = max(votes.values())
-    named = [h for h, v in votes.items() if v == top]  # the host most peers name (others may name a reporter back)
+    # the host most peers name (others may name a reporter back)
+    named = [h for h, v in votes.items() if v == top]
     return (sorted(named), top) if len(named) < len(all_hosts(nodes)) else ([], 0)

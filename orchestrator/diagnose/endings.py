@@ -1,13 +1,25 @@
-"""Pure: the verdicts of the classifier's longer rules (diagnose.classify.RULES): who stalled a segment, how the
-scheduler ended it, and the root error by precedence and time order."""
+"""Pure: the verdicts of the classifier's longer rules (diagnose.classify.RULES): who stalled a
+segment, how the scheduler ended it, and the root error by precedence and time order."""
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
 
-from orchestrator.diagnose.culprits import all_hosts, as_hosts, origin, progress_culprit, silent, stack_outliers
-from orchestrator.diagnose.judge import NodeMatch, earliest_root, hardware_hosts, progress_stopped_early
+from orchestrator.diagnose.culprits import (
+    all_hosts,
+    as_hosts,
+    origin,
+    progress_culprit,
+    silent,
+    stack_outliers,
+)
+from orchestrator.diagnose.judge import (
+    NodeMatch,
+    earliest_root,
+    hardware_hosts,
+    progress_stopped_early,
+)
 from orchestrator.diagnose.rules import COLLECTIVE, DEVICE_FRAME, PROGRAM_WAIT, judge_root
 from orchestrator.diagnose.verdicts import Context, evs, verdict
 from orchestrator.evidence import NodeEvidence
@@ -30,53 +42,62 @@ PRECEDENCE: tuple[Cause, ...] = (
 )
 
 
-def who_stalled(nodes: list[NodeEvidence], secondary: list[Evidence], stuck_only: bool = False) -> Verdict | None:
-    """Who stalled the segment: a process in D state, an agent that stopped answering, a rank outside
-    the collective everyone else waits in, or the node whose progress stopped first."""
+def who_stalled(nodes: list[NodeEvidence], secondary: list[Evidence],
+                stuck_only: bool = False) -> Verdict | None:
+    """Who stalled the segment: a process in D state, an agent that stopped answering, a rank
+    outside the collective everyone else waits in, or the node whose progress stopped first."""
     stuck = [n for n in nodes if n.stuck_detail]
     if stuck:
         fs = any(n.fs_suspect for n in stuck)
-        found = [Evidence(node=n.node, file=n.file, text=n.stuck_detail, cause=Cause.HANG) for n in stuck]
+        found = [Evidence(node=n.node, file=n.file, text=n.stuck_detail, cause=Cause.HANG)
+                 for n in stuck]
         if fs:
             return verdict(Cause.FILESYSTEM, [n.node for n in stuck], False, 0.8, found + secondary,
-                            "a training process is stuck in filesystem I/O: the shared filesystem, not the node",
-                            "stuck_in_filesystem", Owner.SHARED)
+                            "a training process is stuck in filesystem I/O: the shared filesystem, "
+                            "not the node", "stuck_in_filesystem", Owner.SHARED)
         return verdict(Cause.HANG, [n.node for n in stuck], True, 0.9, found + secondary,
-                        "a training process was stuck while the others waited", "stuck_process", Owner.NODE)
+                        "a training process was stuck while the others waited", "stuck_process",
+                       Owner.NODE)
     if stuck_only:
         return None
     odd, common = stack_outliers(nodes)
     if odd:
         frames = [f for n in nodes if n.node in odd for f in n.top_frames if f and f != common]
-        found = [Evidence(node=n.node, file=n.file, text=f"innermost frames {', '.join(n.top_frames)}; the others "
-                       f"wait in {common}", cause=Cause.HANG) for n in nodes if n.node in odd]
+        found = [Evidence(node=n.node, file=n.file, text="innermost frames "
+                       f"{', '.join(n.top_frames)}; the others wait in {common}", cause=Cause.HANG)
+                 for n in nodes if n.node in odd]
         if frames and not any(DEVICE_FRAME.search(f) for f in frames) and any(PROGRAM_WAIT.search(f)
                                                                              for f in frames):
             return verdict(Cause.HANG, [], False, 0.7, found + secondary,
-                            f"the rank outside {common} waits in the program's own code ({frames[0]}): a deadlock "
-                            "or a stuck data loader, not a node", "hang_in_program_code", Owner.JOB)
+                            f"the rank outside {common} waits in the program's own code "
+                            f"({frames[0]}): a deadlock or a stuck data loader, not a node",
+                           "hang_in_program_code", Owner.JOB)
         return verdict(Cause.HANG, odd, True, 0.8, found + secondary,
                         f"ranks on {','.join(odd)} are not in {common}, where all the others wait",
                         "outside_collective", Owner.NODE)
     shared = {f for n in nodes for f in n.top_frames if f}
     only = next(iter(shared)) if len(shared) == 1 else ""
-    if only and PROGRAM_WAIT.search(only) and not COLLECTIVE.search(only) and not DEVICE_FRAME.search(only):
-        return verdict(Cause.HANG, [], False, 0.6, secondary, f"every rank waits in the program's own code "
-                       f"({only}), none in a collective: the program's hang", "hang_in_program_code", Owner.JOB)
+    if (only and PROGRAM_WAIT.search(only) and not COLLECTIVE.search(only)
+        and not DEVICE_FRAME.search(only)):
+        return verdict(Cause.HANG, [], False, 0.6, secondary, "every rank waits in the program's "
+                       f"own code ({only}), none in a collective: the program's hang",
+                       "hang_in_program_code", Owner.JOB)
     behind = progress_culprit(nodes)
     if behind:
-        return verdict(Cause.HANG, behind, True, 0.6, secondary, "progress stopped first on " + ",".join(behind),
-                        "progress_stopped_first", Owner.NODE)
+        return verdict(Cause.HANG, behind, True, 0.6, secondary, "progress stopped first on "
+                       + ",".join(behind), "progress_stopped_first", Owner.NODE)
     return None
 
 
 def scheduler_end(job: JobStatus, cause: Cause, nodes: list[NodeEvidence], roots: list[NodeMatch],
                    secondary: list[NodeMatch]) -> Verdict:
-    """Slurm ended the job (time limit, preemption). If progress had stopped long before, that was a hang."""
+    """Slurm ended the job (time limit, preemption). If progress had stopped long before, that was a
+    hang."""
     found = evs(roots + secondary, Role.SECONDARY)
     requeue = [(n, m) for n, m in secondary if m.signature == "job_requeue"]
     if requeue and cause == Cause.PREEMPTED:
-        return verdict(cause, [], False, 0.8, evs(requeue, Role.ROOT) + found, "the job was requeued: the same job "
+        return verdict(cause, [], False, 0.8, evs(requeue, Role.ROOT) + found,
+                       "the job was requeued: the same job "
                         "comes back", "requeued", Owner.SHARED)
     gap = progress_stopped_early(nodes, secondary) if cause == Cause.TIMELIMIT else None
     if gap is not None:
@@ -84,11 +105,11 @@ def scheduler_end(job: JobStatus, cause: Cause, nodes: list[NodeEvidence], roots
         behind = stuck or progress_culprit(nodes) or silent(nodes, [(n, m) for n, m in secondary
                                                           if m.signature != "job_timelimit"])
         return verdict(Cause.HANG, behind, bool(behind), 0.6, found,
-                        f"progress stopped {mins(gap)} before the time limit: a hang, not the time limit"
-                        + (f"; it stopped first on {','.join(behind)}" if behind else ""),
+                        f"progress stopped {mins(gap)} before the time limit: a hang, not the time "
+                        "limit" + (f"; it stopped first on {','.join(behind)}" if behind else ""),
                         "progress_stopped_before_limit", Owner.NODE if behind else Owner.NOBODY)
-    return verdict(cause, [], False, 0.9, found, f"Slurm ended the job: {job.state.value}", "scheduler_ended",
-                    Owner.NOBODY)
+    return verdict(cause, [], False, 0.9, found, f"Slurm ended the job: {job.state.value}",
+                   "scheduler_ended", Owner.NOBODY)
 
 
 def mins(d: timedelta) -> str:
@@ -107,7 +128,8 @@ def from_roots(nodes: list[NodeEvidence], roots: list[NodeMatch], secondary: lis
     best, order_rule = best_root(roots)
     cause = best[1].cause
     culprit_matches = [(n, m) for n, m in roots if m.cause == cause]
-    if order_rule:  # time order picked a root: later errors of the same cause elsewhere are its cascade
+    # time order picked a root: later errors of the same cause elsewhere are its cascade
+    if order_rule:
         culprit_matches = [(n, m) for n, m in culprit_matches if origin(n, m) == origin(*best)]
     named = [(n, m) for n, m in culprit_matches if m.named_node]
     if named:  # a line that names the failed host outranks where the line was printed
@@ -119,13 +141,16 @@ def from_roots(nodes: list[NodeEvidence], roots: list[NodeMatch], secondary: lis
     same_text = len({re.sub(r"\d+", "N", m.text.strip()) for _, m in culprit_matches}) == 1
     judged = judge_root(cause, best[1], culprits, symmetric, hw, nodes, ctx, same_text)
     cause, culprits, owner, rule, note = judged
-    if not culprits and cause in (Cause.HANG, Cause.NODE_FAIL):  # e.g. a ps listing with no host on its lines
+    # e.g. a ps listing with no host on its lines
+    if not culprits and cause in (Cause.HANG, Cause.NODE_FAIL):
         culprits = silent(nodes, secondary)
     evidence = evs(culprit_matches, Role.ROOT)
-    evidence += evs([(n, m) for n, m in kinds if m.kind == "hw" and origin(n, m) in culprits], Role.ROOT, 10)
-    evidence += evs([nm for nm in roots + secondary if nm not in culprit_matches], Role.SECONDARY, 30)
+    evidence += evs([(n, m) for n, m in kinds if m.kind == "hw" and origin(n, m) in culprits],
+                    Role.ROOT, 10)
+    evidence += evs([nm for nm in roots + secondary if nm not in culprit_matches], Role.SECONDARY,
+                    30)
     blame = owner in (Owner.NODE, Owner.NODE_SUSPECT) and bool(culprits)
     conf = 0.9 if blame or owner == Owner.JOB else 0.7
     rule = f"{rule}+{order_rule}" if order_rule else rule
-    return verdict(cause, culprits, blame, conf, evidence, note or f"first-rank error: {best[1].text[:160]}",
-                    rule, owner)
+    return verdict(cause, culprits, blame, conf, evidence, note
+                   or f"first-rank error: {best[1].text[:160]}", rule, owner)

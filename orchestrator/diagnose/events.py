@@ -1,7 +1,7 @@
-"""Event signatures: lines that are not a failure by themselves. Informational notices (dropped), the node's own
-hardware reports (they make a crash on that node the node's), the training's own end, a framework stopping ahead
-of the wall time, a cloud's preemption notice. They come first in the table: a line that is one of these is
-never read as an error."""
+"""Event signatures: lines that are not a failure by themselves. Informational notices (dropped),
+the node's own hardware reports (they make a crash on that node the node's), the training's own end,
+a framework stopping ahead of the wall time, a cloud's preemption notice. They come first in the
+table: a line that is one of these is never read as an error."""
 
 from __future__ import annotations
 
@@ -12,65 +12,77 @@ EVENTS: tuple[Signature, ...] = (
     # Informational events: printed on healthy nodes, never a failure by themselves.
     Signature("info_xid_remap", r"NVRM: Xid \([^)]*\): 63\b|row remapping (?:event|pending)"
               r"|NVRM: Xid \([^)]*\): (?:13|31|43)\b", C.UNKNOWN, kind="info",
-              source="NVIDIA Xid catalog: 63 is a row-remapping/page-retirement notice; 13/31/43 follow the "
-              "application's own error (judge the program's exception)"),
-    # The node's own hardware reports: not a failure by themselves, but they make a crash on that node the node's.
-    Signature("node_hw_gpu", r"NVRM: Xid \([^)]*\): 64\b|row remap(?:ping)? failure|pages? pending retirement"
-              r"|(?:SRAM|DRAM|Double Bit ECC|Device Memory|Register File)(?: Uncorrectable)?\s*: *[1-9]"
-              r"|Remapping Failure Occurred\s*: Yes|Pending Page Blacklist\s*: Yes|uncorrectable ECC errors rose",
-              C.GPU_ECC, blame=True, kind="hw",
-              source="NVIDIA Xid catalog: 64 row-remap failure; nvidia-smi -q 'Pending Page Blacklist'"),
-    Signature("node_hw_ib", r"ib: \S+ port \d+: state (?:DOWN|INIT|ARMED)\b.*was ACTIVE|ib: \S+ port \d+: "
-              r"(?:link_downed|symbol_error|link_error_recovery|port_rcv_errors|local_link_integrity_errors) \+\d+",
-              C.NETWORK, blame=True, kind="hw",
+              source="NVIDIA Xid catalog: 63 is a row-remapping/page-retirement notice; 13/31/43 "
+              "follow the application's own error (judge the program's exception)"),
+    # The node's own hardware reports: not a failure by themselves, but they make a crash on that
+    # node the node's.
+    Signature("node_hw_gpu", r"NVRM: Xid \([^)]*\): 64\b|row remap(?:ping)? failure|pages? pending "
+              r"retirement|(?:SRAM|DRAM|Double Bit ECC|Device Memory|Register File)(?: "
+              r"Uncorrectable)?\s*: *[1-9]|Remapping Failure Occurred\s*: Yes|Pending Page "
+              r"Blacklist\s*: Yes|uncorrectable ECC errors rose", C.GPU_ECC, blame=True, kind="hw",
+              source="NVIDIA Xid catalog: 64 row-remap failure; nvidia-smi -q 'Pending Page "
+                     "Blacklist'"),
+    Signature("node_hw_ib", r"ib: \S+ port \d+: state (?:DOWN|INIT|ARMED)\b.*was ACTIVE|ib: \S+ "
+              r"port \d+: (?:link_downed|symbol_error|link_error_recovery|port_rcv_errors|"
+              r"local_link_integrity_errors) \+\d+", C.NETWORK, blame=True, kind="hw",
               source="the agent's reading of /sys/class/infiniband/*/ports/*/{state,counters}"),
     Signature("node_hw_memory",
-              r"EDAC (?:MC\d+|\w+): .*(?:\bUE\b|[Uu]ncorrected)|mce: \[Hardware Error\]|Machine check events logged"
-              r"|Uncorrected (?:hardware )?memory error|Memory failure: .*(?:recover|hardware)"
-              r"|HANDLING MCE MEMORY ERROR|\[Hardware Error\]: .*(?:[Uu]ncorrect|fatal)",
-              C.UNKNOWN, blame=True, kind="hw",
+              r"EDAC (?:MC\d+|\w+): .*(?:\bUE\b|[Uu]ncorrected)|mce: \[Hardware Error\]|Machine "
+              r"check events logged|Uncorrected (?:hardware )?memory error|Memory failure: "
+              r".*(?:recover|hardware)|HANDLING MCE MEMORY ERROR|\[Hardware Error\]: "
+              r".*(?:[Uu]ncorrect|fatal)", C.UNKNOWN, blame=True, kind="hw",
               source="Linux EDAC/MCE drivers (kernel log): uncorrected host memory errors"),
     Signature("node_hw_disk",
-              r"critical medium error|\bMedium Error\b|blk_update_request: (?:critical )?(?:medium|I/O) error"
-              r"|nvme\d+(?:n\d+)?: .*(?:I/O error|timeout, aborting|controller is down|Removing after probe failure)"
-              r"|Buffer I/O error on dev|I/O error, dev (?:nvme|sd)\w*",
-              C.FILESYSTEM, blame=True, kind="hw",
-              source="Linux block layer and nvme driver (kernel log): medium and I/O errors of a local disk"),
-    Signature("ib_port_error", r"Got async event ?: (?:port error|local catastrophic error|device fatal)"
-              r"|IBV_EVENT_PORT_ERR|IBV_EVENT_DEVICE_FATAL|IBV_EVENT_QP_FATAL|catastrophic error|health compromised"
-              r"|mlx5_core \S+: .*(?:internal error|fatal|firmware is not responsive)",
-              C.NETWORK, blame=True, source="NCCL net_ib async event thread: this host's HCA or link failed"),
-    Signature("info_ib_async", r"Got async event|GID table change|client re-?registration|IBV_EVENT_GID_CHANGE"
-              r"|IBV_EVENT_CLIENT_REREGISTER|IBV_EVENT_PORT_ACTIVE", C.UNKNOWN, kind="info",
+              r"critical medium error|\bMedium Error\b|blk_update_request: (?:critical "
+              r")?(?:medium|I/O) error|nvme\d+(?:n\d+)?: .*(?:I/O error|timeout, "
+              r"aborting|controller is down|Removing after probe failure)|Buffer I/O error on "
+              r"dev|I/O error, dev (?:nvme|sd)\w*", C.FILESYSTEM, blame=True, kind="hw",
+              source="Linux block layer and nvme driver (kernel log): medium and I/O errors of a "
+                     "local disk"),
+    Signature("ib_port_error", r"Got async event ?: (?:port error|local catastrophic error|device "
+              r"fatal)|IBV_EVENT_PORT_ERR|IBV_EVENT_DEVICE_FATAL|IBV_EVENT_QP_FATAL|catastrophic "
+              r"error|health compromised|mlx5_core \S+: .*(?:internal error|fatal|firmware is not "
+              r"responsive)",
+              C.NETWORK, blame=True, source="NCCL net_ib async event thread: this host's HCA or "
+                                            "link failed"),
+    Signature("info_ib_async", r"Got async event|GID table change|client "
+              r"re-?registration|IBV_EVENT_GID_CHANGE|IBV_EVENT_CLIENT_REREGISTER|"
+              r"IBV_EVENT_PORT_ACTIVE", C.UNKNOWN, kind="info",
               source="NCCL net_ib async event thread (ibv_get_async_event)"),
-    Signature("info_pg_not_destroyed", r"process group has NOT been destroyed|destroy_process_group\(\) was not called",
+    Signature("info_pg_not_destroyed", r"process group has NOT been "
+                                       r"destroyed|destroy_process_group\(\) was not called",
               C.UNKNOWN, kind="info", source="torch ProcessGroupNCCL destructor warning"),
-    # The process was told to stop (Slurm cancelled the step, torchrun relayed SIGTERM): not a complaint.
+    # The process was told to stop (Slurm cancelled the step, torchrun relayed SIGTERM): not a
+    # complaint.
     Signature("info_killed",
               r"SignalException: Process \d+ got signal: (?:15|2|1)\b"
               r"|Received Signals\.SIG(?:TERM|INT|HUP) death signal|exitcode\s*: -15\b"
               r"|Signal 15 \(SIGTERM\) received|(?:^|: )Terminated$|(?:^|: )KeyboardInterrupt\s*$",
-              C.UNKNOWN, kind="info", source="torch.distributed.elastic SignalException; Slurm step cancel"),
+              C.UNKNOWN, kind="info", source="torch.distributed.elastic SignalException; Slurm "
+                                             "step cancel"),
     # The training reached its end: a crash or hang after this is teardown, the run succeeded.
     Signature("train_done",
-              r"Training completed|Training complete\b|training (?:is )?(?:finished|done)\b|finished training"
-              r"|Training run \S+ finished|\btrain_runtime\b|Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached"
-              r"|Saving (?:the )?final (?:model|checkpoint)|saved final (?:model|checkpoint)"
-              r"|Model weights saved in \S*final|Exiting after successful completion|\[after training is done\]"
-              r"|Done training\b",
-              C.SUCCESS, kind="done",
+              r"Training completed|Training complete\b|training (?:is "
+              r")?(?:finished|done)\b|finished training|Training run \S+ "
+              r"finished|\btrain_runtime\b|Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` "
+              r"reached|Saving (?:the )?final (?:model|checkpoint)|saved final "
+              r"(?:model|checkpoint)|Model weights saved in \S*final|Exiting after successful "
+              r"completion|\[after training is done\]|Done training\b", C.SUCCESS, kind="done",
               source="torchtitan, HF Trainer, Lightning, Megatron, submitit end-of-training lines"),
-    # The framework stopped itself ahead of the wall time: not a failure, not the end of the training.
+    # The framework stopped itself ahead of the wall time: not a failure, not the end of the
+    # training.
     Signature("framework_time_stop",
-              r"exiting program after [\d.]+ minutes|Time limit reached\. Elapsed time is|Signaling Trainer to stop"
-              r"|exit(?:ing)? (?:early )?(?:due to|because of) (?:the )?(?:time|wall ?clock|walltime) limit"
-              r"|Job has timed out\. Ran \d+ minutes out of requested",
-              C.TIMELIMIT, kind="stop",
-              source="Megatron --exit-duration-in-mins; Lightning Timer callback; submitit's timeout handling"),
+              r"exiting program after [\d.]+ minutes|Time limit reached\. Elapsed time "
+              r"is|Signaling Trainer to stop|exit(?:ing)? (?:early )?(?:due to|because of) (?:the "
+              r")?(?:time|wall ?clock|walltime) limit|Job has timed out\. Ran \d+ minutes out of "
+              r"requested", C.TIMELIMIT, kind="stop",
+              source="Megatron --exit-duration-in-mins; Lightning Timer callback; submitit's "
+                     "timeout handling"),
     Signature("spot_termination",
-              r"[Ss]pot (?:[Ii]nstance )?(?:[Ii]nterruption|[Tt]ermination)(?: [Nn]otice| [Ww]arning)?"
-              r"|instance-action.*(?:terminate|stop)|[Pp]reemption notice|[Ii]nstance (?:was|is being) preempted"
-              r"|received (?:a )?preemption (?:signal|notice)|spot/instance-action -> 200"
-              r"|\{\s*\"action\": \"(?:terminate|stop|hibernate)\", \"time\"|\"EventType\": ?\"Preempt\"",
+              r"[Ss]pot (?:[Ii]nstance )?(?:[Ii]nterruption|[Tt]ermination)(?: [Nn]otice| "
+              r"[Ww]arning)?|instance-action.*(?:terminate|stop)|[Pp]reemption notice|[Ii]nstance "
+              r"(?:was|is being) preempted|received (?:a )?preemption "
+              r"(?:signal|notice)|spot/instance-action -> 200|\{\s*\"action\": "
+              r"\"(?:terminate|stop|hibernate)\", \"time\"|\"EventType\": ?\"Preempt\"",
               C.PREEMPTED, cascade=True, source="AWS spot interruption notice, GCE preemption"),
 )

@@ -1,5 +1,6 @@
-"""Pure helpers of the verdict: which root came first in time, which hosts reported their own hardware, whether
-a full disk is node-local, whether progress stopped long before the time limit, and CUDA OOM at start-up."""
+"""Pure helpers of the verdict: which root came first in time, which hosts reported their own
+hardware, whether a full disk is node-local, whether progress stopped long before the time limit,
+and CUDA OOM at start-up."""
 
 from __future__ import annotations
 
@@ -11,17 +12,20 @@ from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.model import Cause
 
 NodeMatch = tuple[NodeEvidence, Match]
-EARLIER_BY = timedelta(seconds=1)  # clocks of different hosts differ a little: a lead smaller than this is a tie
-HANG_GAP = timedelta(minutes=20)  # progress stopped this long before the time limit: a hang, not the time limit
+# clocks of different hosts differ a little: a lead smaller than this is a tie
+EARLIER_BY = timedelta(seconds=1)
+# progress stopped this long before the time limit: a hang, not the time limit
+HANG_GAP = timedelta(minutes=20)
 CANCELLED_AT = re.compile(r"CANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
 LOCAL_PATH = re.compile(r"(?:^|[\s'\"(=:\[])/(?:tmp|var/tmp)\b"
-                        r"|/(?:[\w.-]+/)*(?:nvme\w*|local(?:scratch|_?disk|_?ssd)?|scratch_local|lscratch|raid\d*|ssd\d*)"
-                        r"(?:/|\b)")
+                        r"|/(?:[\w.-]+/)*(?:nvme\w*|local(?:scratch|_?disk|_?ssd)?|scratch_local|"
+                        r"lscratch|raid\d*|ssd\d*)(?:/|\b)")
 
 
 def earliest_root(roots: list[NodeMatch], best: NodeMatch) -> NodeMatch | None:
-    """The root printed first, on another host, when it leads the precedence pick by more than clock skew.
-    A generic Python exception never outranks a specific error by time alone (it may be a caught warning)."""
+    """The root printed first, on another host, when it leads the precedence pick by more than clock
+    skew. A generic Python exception never outranks a specific error by time alone (it may be a
+    caught warning)."""
     if best[1].ts is None:
         return None
     timed = [(n, m) for n, m in roots if m.ts is not None and m.signature != "python_exception"
@@ -34,7 +38,8 @@ def earliest_root(roots: list[NodeMatch], best: NodeMatch) -> NodeMatch | None:
 
 
 def hardware_hosts(kinds: list[NodeMatch]) -> dict[str, Cause]:
-    """Hosts whose own hardware report (kernel log, NVML, disk) says something broke, with its cause."""
+    """Hosts whose own hardware report (kernel log, NVML, disk) says something broke, with its
+    cause."""
     out: dict[str, Cause] = {}
     for n, m in kinds:
         host = origin(n, m)
@@ -46,7 +51,8 @@ def hardware_hosts(kinds: list[NodeMatch]) -> dict[str, Cause]:
 
 
 def local_disk(text: str) -> bool:
-    """The full filesystem is a node-local one (/tmp, local NVMe), not the shared one or /dev/shm."""
+    """The full filesystem is a node-local one (/tmp, local NVMe), not the shared one or
+    /dev/shm."""
     return bool(LOCAL_PATH.search(text))
 
 
@@ -60,30 +66,36 @@ def banner_time(text: str) -> datetime | None:
         return None
 
 
-def progress_stopped_early(nodes: list[NodeEvidence], secondary: list[NodeMatch]) -> timedelta | None:
-    """How long before the time-limit banner the last progress line came, when that is long (a hang)."""
-    end = max((t for _, m in secondary if m.signature == "job_timelimit" and (t := banner_time(m.text) or m.ts)),
-              default=None)
+def progress_stopped_early(nodes: list[NodeEvidence],
+                           secondary: list[NodeMatch]) -> timedelta | None:
+    """How long before the time-limit banner the last progress line came, when that is long (a
+    hang)."""
+    end = max((t for _, m in secondary if m.signature == "job_timelimit"
+               and (t := banner_time(m.text) or m.ts)), default=None)
     last = max((n.last_progress_ts for n in nodes if n.last_progress_ts), default=None)
     if end is None or last is None:
         return None
     signalled = [n.signalled_at for n in nodes if n.signalled_at]
     if any(abs(s - last) < HANG_GAP for s in signalled):
-        return None  # the ranks were told to stop right after their last progress: that was the end, on their clock
+        # the ranks were told to stop right after their last progress: that was the end, on their
+        # clock
+        return None
     gap = end - last
     return gap if gap > HANG_GAP else None
 
 
 def refine_oom(nodes: list[NodeEvidence], oom_nodes: list[str], recent_hardware: frozenset[str],
                start_iteration: int, underway: bool = False) -> tuple[Cause, bool, str]:
-    """CUDA OOM on a node with a recent hardware strike, or at start-up (no progress anywhere in the job yet) on
-    some nodes only: a poisoned GPU. After the job trained, an OOM is the job's own allocations (an eval, an
-    optimizer step, a gather), whichever rank raised it."""
+    """CUDA OOM on a node with a recent hardware strike, or at start-up (no progress anywhere in the
+    job yet) on some nodes only: a poisoned GPU. After the job trained, an OOM is the job's own
+    allocations (an eval, an optimizer step, a gather), whichever rank raised it."""
     if any(x in recent_hardware for x in oom_nodes):
         return Cause.GPU_OOM_STARTUP, True, "CUDA OOM on a node with a recent hardware fault"
     progressed = max((n.last_iteration or 0 for n in nodes), default=0)
     everyone = all_hosts(nodes)
     if progressed <= start_iteration and not underway and 0 < len(oom_nodes) < len(everyone):
-        return Cause.GPU_OOM_STARTUP, True, "CUDA OOM at start-up on some nodes only while the others were fine"
-    return Cause.USER_OOM, False, ("CUDA OOM of the job's own allocations (on every node, or after training "
-                                   "progressed): change the batch size, sharding or activation checkpointing")
+        return (Cause.GPU_OOM_STARTUP, True, "CUDA OOM at start-up on some nodes only while the "
+                                             "others were fine")
+    return Cause.USER_OOM, False, ("CUDA OOM of the job's own allocations (on every node, or after "
+                                   "training progressed): change the batch size, sharding or "
+                                   "activation checkpointing")

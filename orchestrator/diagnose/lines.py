@@ -1,5 +1,6 @@
-"""The special lines the scanner reacts to besides signatures: allocation markers, addresses a host announces,
-completion, stack dumps (py-spy, faulthandler), Slurm's end banner, and the job's own list of its hosts."""
+"""The special lines the scanner reacts to besides signatures: allocation markers, addresses a host
+announces, completion, stack dumps (py-spy, faulthandler), Slurm's end banner, and the job's own
+list of its hosts."""
 
 from __future__ import annotations
 
@@ -14,20 +15,24 @@ ALLOC_MARK = re.compile(
     + r"|submitit INFO \([^)]*\) - Starting with JobEnvironment\(job_id=(?P<sjob>\d+)"  # submitit
     r"|^ORCH-ALLOCATION (?P<mjob>\S+)"  # a marker users can echo from a prologue
 )
-# NCCL tells which address each host uses: "host:pid:tid [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:IP<0>"
-NCCL_ADDR = re.compile(r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using .*?(?P<ip>\d+\.\d+\.\d+\.\d+)<\d+>")
+# NCCL tells which address each host uses: "host:pid:tid [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB
+# ; OOB ib0:IP<0>"
+NCCL_ADDR = re.compile(r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using "
+                       r".*?(?P<ip>\d+\.\d+\.\d+\.\d+)<\d+>")
 NODE_IP = re.compile(r"--node-ip-address[= ](\d+\.\d+\.\d+\.\d+)")
 LOCAL_GID = re.compile(r"localGid ::ffff:(\d+\.\d+\.\d+\.\d+)")
 COMPLETED = re.compile(r"submitit INFO \([^)]*\) - Job completed successfully|" + EXIT_OK_RE)
-# py-spy's "Thread N (idle): ..." and faulthandler's "Thread 0x... (most recent call first):" headers; the
-# innermost frame is on the next line: py-spy "fn (file:line)" (a native frame has no line), faulthandler
-# 'File "path", line N in fn'
+# py-spy's "Thread N (idle): ..." and faulthandler's "Thread 0x... (most recent call first):"
+# headers; the innermost frame is on the next line: py-spy "fn (file:line)" (a native frame has no
+# line), faulthandler 'File "path", line N in fn'
 PYSPY_THREAD = re.compile(r"^(?:Thread (?:0x)?[0-9a-f]+ \((?:idle|active)[^)]*\)"
                           r"|(?:Current )?[Tt]hread 0x[0-9a-f]+ \(most recent call first\):)")
 PYSPY_FRAME = re.compile(r"^\s*(?P<fn>[\w<>.:~]+) \((?P<file>[^():]+)(?::\d+)?\)\s*$"
-                         r"|^\s*File \"(?:[^\"]*/)?(?P<ffile>[^\"/]+/[^\"/]+|[^\"/]+)\", line \d+ in (?P<ffn>\S+)")
+                         r"|^\s*File \"(?:[^\"]*/)?(?P<ffile>[^\"/]+/[^\"/]+|[^\"/]+)\", line \d+ "
+                         r"in (?P<ffn>\S+)")
 PYSPY_STUCK = re.compile(r"Error: Failed to suspend process|py-spy timed out")
-# After Slurm ended a job (a JOB-level banner), these start the next allocation appended to the same file.
+# After Slurm ended a job (a JOB-level banner), these start the next allocation appended to the same
+# file.
 JOB_END = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT|DUE TO JOB REQUEUE")
 ALLOC_START = re.compile(ALLOC_START_RE)
 # `scontrol show hostnames $SLURM_JOB_NODELIST` in a job script prints the job's hosts, one a line

@@ -34,8 +34,8 @@ def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: st
     matches = tuple(scan.matches)
     hm = scan.host_map
     if job_wide and (hm.tasks or hm.ranks or hm.pids):
-        matches = tuple(replace(m, host=m.host or hm.host_of(m.task, m.rank) or hm.host_of_text(m.text))
-                        for m in matches)
+        matches = tuple(replace(m, host=m.host or hm.host_of(m.task, m.rank)
+                                or hm.host_of_text(m.text)) for m in matches)
     return NodeEvidence(
         node=scan.node,
         file=scan.file,

@@ -33,13 +33,14 @@ def action_without_history(verdict: Verdict) -> tuple[str, str, str]:
 
 @functools.lru_cache(maxsize=8)
 def _prefilter(sigs: tuple[Signature, ...]) -> Prefilter:
-    """Compiling the prefilter costs more than scanning a small job's logs: once per signature table."""
+    """Compiling the prefilter costs more than scanning a small job's logs: once per signature
+    table."""
     return Prefilter([(s.pattern, s.ignore_case) for s in sigs])
 
 
 def log_files(directory: Path) -> list[Path]:
-    """The log files to read: one per host or one for the whole job. A run directory means its latest
-    segment's logs; a symlink that leads out of the directory is not followed."""
+    """The log files to read: one per host or one for the whole job. A run directory means its
+    latest segment's logs; a symlink that leads out of the directory is not followed."""
     segments = directory / "segments"
     if segments.is_dir():
         latest = sorted(p for p in segments.iterdir() if p.is_dir() and (p / "logs").is_dir())
@@ -60,20 +61,22 @@ HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
 def host_of_file(name: str, index: int) -> str:
-    """The host a log file belongs to (its name up to the first dot); a name that is not a host name (`-rf.log`,
-    control or bidirectional characters) is read as a job-wide file, never blamed."""
+    """The host a log file belongs to (its name up to the first dot); a name that is not a host name
+    (`-rf.log`, control or bidirectional characters) is read as a job-wide file, never blamed."""
     stem = name.split(".")[0] if "." in name else name
     return stem if HOST_NAME.fullmatch(stem) else f"output-{index}"
 
 
 def diagnose_dir(directory: Path, progress_regex: str = DEFAULT_PROGRESS,
                  signatures: tuple[Signature, ...] | None = None) -> dict[str, Any]:
-    """`signatures`: the table to use (a config's, from `signatures.table_for`); default the built-in one."""
+    """`signatures`: the table to use (a config's, from `signatures.table_for`); default the
+    built-in one."""
     files = log_files(directory)
     sigs = build_table() if signatures is None else signatures
     rx = re.compile(progress_regex)
     prefilter = _prefilter(sigs)
-    nodes = [node_evidence(scan_file(f, host_of_file(f.name, i), sigs, rx, prefilter)) for i, f in enumerate(files)]
+    nodes = [node_evidence(scan_file(f, host_of_file(f.name, i), sigs, rx, prefilter)) for i,
+             f in enumerate(files)]
     stalled = any(n.top_frames or n.stuck_detail for n in nodes)
     v = classify(infer_job_state(nodes), nodes, Context(stalled=stalled))
     action, reason, policy_rule = action_without_history(v)
@@ -81,15 +84,18 @@ def diagnose_dir(directory: Path, progress_regex: str = DEFAULT_PROGRESS,
         "cause": v.cause.value, "culprit_nodes": list(v.culprit_nodes), "blame": v.blame,
         "owner": v.fault_owner.value, "rule": v.rule, "policy_rule": policy_rule,
         "action": action, "reason": reason, "confidence": v.confidence, "summary": v.summary,
-        "evidence": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text, "role": e.role,
-                      "source": e.source} for e in v.evidence],
-        "node_evidence": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text, "role": e.role}
-                          for e in v.evidence if e.source == EvidenceSource.NODE or _node_file(e.file)],
+        "evidence": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text,
+                      "role": e.role, "source": e.source} for e in v.evidence],
+        "node_evidence": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text,
+                           "role": e.role} for e in v.evidence if e.source == EvidenceSource.NODE
+                          or _node_file(e.file)],
     }
 
 
 def _node_file(path: str) -> bool:
-    """A file of what a node reported about itself (dmesg, nvidia-smi, counters), beside its output."""
+    """A file of what a node reported about itself (dmesg, nvidia-smi, counters), beside its
+    output."""
     name = Path(path).name.lower()
-    return any(k in name for k in ("dmesg", "nvidia-smi", "kern", "syslog", "ibstat", "counters", "memory.events",
-                                   "epilog", "prolog", "nvml", ".df"))
+    return any(k in name
+               for k in ("dmesg", "nvidia-smi", "kern", "syslog", "ibstat", "counters",
+                         "memory.events", "epilog", "prolog", "nvml", ".df"))

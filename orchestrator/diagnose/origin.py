@@ -1,10 +1,11 @@
 """Where a log line came from: the prefixes launchers stack before it (timestamp, srun --label task,
-torch rank), the host it names (pdsh "host: ", NCCL "host:pid:tid", syslog "host kernel:", "[host]"), and
-what a whole job's file teaches about which host runs which task, rank or address.
+torch rank), the host it names (pdsh "host: ", NCCL "host:pid:tid", syslog "host kernel:",
+"[host]"), and what a whole job's file teaches about which host runs which task, rank or address.
 
-A job-wide file (one slurm-%j.out for every node) is only useful when its lines can be tied to hosts;
-`HostMap` collects the ties real stacks print: srun's task reports, NCCL's per-rank init lines under an
-srun label, torchrun's failure summary (host, then rank) and NCCL's address announcements.
+A job-wide file (one slurm-%j.out for every node) is only useful when its lines can be tied to
+hosts; `HostMap` collects the ties real stacks print: srun's task reports, NCCL's per-rank init
+lines under an srun label, torchrun's failure summary (host, then rank) and NCCL's address
+announcements.
 """
 
 from __future__ import annotations
@@ -15,20 +16,24 @@ from datetime import UTC, datetime
 
 PREFIX = re.compile(
     r"^\s*(?:\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?\s*)?"
-    r"(?:(?P<r1>\d+): |\[rank(?P<r2>\d+)\]:? ?|\[default(?P<r3>\d+)\]:? ?|\[\d+,(?P<r4>\d+)\]<std(?:out|err)>: ?)?"
+    r"(?:(?P<r1>\d+): |\[rank(?P<r2>\d+)\]:? ?|\[default(?P<r3>\d+)\]:? "
+    r"?|\[\d+,(?P<r4>\d+)\]<std(?:out|err)>: ?)?"
 )
 HOST = r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)[A-Za-z][\w-]*\d[\w.-]*"
-# "host: " (pdsh, after an optional "[tag] "), or "[host] " / "[tag host] " (an epilog or a wrapper naming the host)
+# "host: " (pdsh, after an optional "[tag] "), or "[host] " / "[tag host] " (an epilog or a wrapper
+# naming the host)
 HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?)?(?P<h>{HOST}): (?=\S)|^\[(?:\w+ )?(?P<b>{HOST})\] ?")
 # NCCL's "host:pid:tid [dev]" is distinctive enough to take a host name without digits from it
 HOST_IN_LINE = re.compile(rf"(?:^|\s)(?P<h>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL"
                           rf"|(?:^|\s)(?P<k>{HOST}) kernel: ")
 SRUN_TASK = re.compile(rf"srun: error: (?P<h>{HOST}): tasks? (?P<t>\d+)(?:-(?P<t2>\d+))?: ")
-SUMMARY = re.compile(r"^\s*(?P<key>host|rank)\s+: (?P<val>\S.*)$")  # torchrun's ChildFailedError summary
+# torchrun's ChildFailedError summary
+SUMMARY = re.compile(r"^\s*(?P<key>host|rank)\s+: (?P<val>\S.*)$")
 NCCL_RANK = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\] NCCL INFO comm \S+ rank (?P<r>\d+) ")
 NCCL_PID = re.compile(r"^(?P<h>[A-Za-z][\w.-]*):(?P<p>\d+):\d+ \[\d+\] ")
 PID_IN_LINE = re.compile(r"\bpid[=: ]+(\d+)")
-JOB_WIDE = re.compile(r"^(?:slurm|job|output|train|log|stdout|stderr)[-_.]?\d*(?:[-_.]\d+)*$", re.IGNORECASE)
+JOB_WIDE = re.compile(r"^(?:slurm|job|output|train|log|stdout|stderr)[-_.]?\d*(?:[-_.]\d+)*$",
+                      re.IGNORECASE)
 MAX_TIES = 8192
 
 
@@ -53,7 +58,8 @@ class Prefixes:
 
 
 def parse_prefixes(line: str) -> Prefixes:
-    """Strip the stacked prefixes launchers put before a line (timestamp, srun label, torch rank)."""
+    """Strip the stacked prefixes launchers put before a line (timestamp, srun label, torch
+    rank)."""
     ts = task = rank = None
     body = line
     for _ in range(3):
@@ -63,7 +69,8 @@ def parse_prefixes(line: str) -> Prefixes:
         ts = ts or _stamp(m.group("ts"))
         if m.group("r1") is not None and task is None:
             task = int(m.group("r1"))
-        r = m.group("r2") or m.group("r3") or m.group("r4")  # r4: OpenMPI --tag-output "[job,rank]<stdout>:"
+        # r4: OpenMPI --tag-output "[job,rank]<stdout>:"
+        r = m.group("r2") or m.group("r3") or m.group("r4")
         if r is not None and rank is None:
             rank = int(r)
         body = body[m.end():]
@@ -82,9 +89,11 @@ def parse_line(raw: str) -> Prefixes:
     if hm:
         p2 = parse_prefixes(p.body[hm.end():])
         return Prefixes(p.ts or p2.ts, p.task if p.task is not None else p2.task,
-                        p.rank if p.rank is not None else p2.rank, p2.body, hm.group("h") or hm.group("b"))
+                        p.rank if p.rank is not None else p2.rank, p2.body, hm.group("h")
+                        or hm.group("b"))
     hm2 = HOST_IN_LINE.search(p.body)
-    return Prefixes(p.ts, p.task, p.rank, p.body, (hm2.group("h") or hm2.group("k")) if hm2 else None)
+    return Prefixes(p.ts, p.task, p.rank, p.body, (hm2.group("h") or hm2.group("k")) if hm2
+                    else None)
 
 
 @dataclass
@@ -94,7 +103,8 @@ class HostMap:
     tasks: dict[int, str] = field(default_factory=dict)
     ranks: dict[int, str] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)
-    pids: dict[str, str] = field(default_factory=dict)  # process id -> host, from NCCL's "host:pid:tid" prefix
+    # process id -> host, from NCCL's "host:pid:tid" prefix
+    pids: dict[str, str] = field(default_factory=dict)
     _summary_host: str = ""
 
     def learn(self, body: str, task: int | None) -> None:
@@ -104,7 +114,8 @@ class HostMap:
         if tm:
             first = int(tm.group("t"))
             last = int(tm.group("t2") or first)
-            for task in range(first, min(last, first + 1024) + 1):  # "tasks 16-23": every task of the range
+            # "tasks 16-23": every task of the range
+            for task in range(first, min(last, first + 1024) + 1):
                 self.tasks.setdefault(task, tm.group("h"))
             return
         pm = NCCL_PID.match(body) if "NCCL" in body and len(self.pids) < MAX_TIES else None
@@ -126,7 +137,8 @@ class HostMap:
             self.addresses.setdefault(ip, host)
 
     def host_of_text(self, text: str) -> str | None:
-        """The host of the process a line names (`NVRM: Xid (...): 95, pid=873918`), when NCCL announced it."""
+        """The host of the process a line names (`NVRM: Xid (...): 95, pid=873918`), when NCCL
+        announced it."""
         m = PID_IN_LINE.search(text) if self.pids else None
         return self.pids.get(m.group(1)) if m else None
 
@@ -135,7 +147,8 @@ class HostMap:
             return self.tasks[task]
         if rank is None:
             return None
-        return self.ranks.get(rank) or (self.tasks.get(rank) if not self.ranks else None)  # one srun task a rank
+        # one srun task a rank
+        return self.ranks.get(rank) or (self.tasks.get(rank) if not self.ranks else None)
 
     def hosts(self) -> set[str]:
         return set(self.tasks.values()) | set(self.ranks.values())

@@ -1,10 +1,10 @@
 """Find the few lines worth a closer look in a large block of log bytes.
 
 Every signature (and every special line the scanner reacts to) is compiled into one Hyperscan
-database, which scans a whole block at memory speed and reports where something may match; only those
-lines are decoded and checked with Python's `re`, which also extracts the named groups. Without
-Hyperscan (not installed, or a user pattern it cannot compile) one combined Python regex does the same,
-more slowly. The prefilter may over-report, never under-report.
+database, which scans a whole block at memory speed and reports where something may match; only
+those lines are decoded and checked with Python's `re`, which also extracts the named groups.
+Without Hyperscan (not installed, or a user pattern it cannot compile) one combined Python regex
+does the same, more slowly. The prefilter may over-report, never under-report.
 """
 
 from __future__ import annotations
@@ -23,35 +23,42 @@ except ImportError:  # pragma: no cover - depends on the platform
 ENGINE_AVAILABLE = hyperscan is not None
 
 # The start of an allocation (used after Slurm printed a JOB-level end banner in the same file).
-ALLOC_START_RE = (r"NCCL INFO NCCL version \d|Starting elastic_operator|Initializing distributed: GLOBAL_RANK"
-                  r"|initializing torch distributed|loading checkpoint from|\*{5} Running training \*{5}"
-                  r"|^\+ (?:srun|torchrun|deepspeed|accelerate|python)\b")
+ALLOC_START_RE = (r"NCCL INFO NCCL version \d|Starting elastic_operator|Initializing distributed: "
+                  r"GLOBAL_RANK|initializing torch distributed|loading checkpoint from|\*{5} "
+                  r"Running training \*{5}|^\+ (?:srun|torchrun|deepspeed|accelerate|python)\b")
 # Lines the scanner handles besides signatures: allocation markers, NCCL addresses, completion,
 # py-spy thread headers and failures.
 SPECIAL = (
-    (r"ORCH-AGENT (?:start|exit)|ORCH-ALLOCATION|Starting with JobEnvironment|Job completed successfully", False),
+    (r"ORCH-AGENT (?:start|exit)|ORCH-ALLOCATION|Starting with JobEnvironment|Job completed "
+     r"successfully", False),
     (r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using|NCCL INFO comm \S+ rank \d+ ", False),
-    (r"srun: error: \S+: tasks? \d|^\s*(?:host|rank)\s+: |--node-ip-address|scontrol show hostnames", False),
-    (ALLOC_START_RE, False),
-    (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|hread 0x[0-9a-f]+ \(most recent call first|Failed to suspend "
-     r"process|py-spy timed out", False),
+    (r"srun: error: \S+: tasks? \d|^\s*(?:host|rank)\s+: |--node-ip-address|"
+     r"scontrol show hostnames", False), (ALLOC_START_RE, False),
+    (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|hread 0x[0-9a-f]+ \(most recent call first|Failed "
+     r"to suspend process|py-spy timed out", False),
 )
 _NAMED = re.compile(r"\(\?P<\w+>")
 Compiled = dict[tuple[tuple[str, bool], ...], bytes]
-Compile = Callable[[tuple[tuple[str, bool], ...]], "hyperscan.Database"]  # patterns -> a compiled database
-_COMPILED: Compiled = {}  # serialised databases: a new watch per segment
-_MAX_COMPILED = 16  # (and per restarted controller) loads one in microseconds instead of compiling for 0.15 s
+# patterns -> a compiled database
+Compile = Callable[[tuple[tuple[str, bool], ...]], "hyperscan.Database"]
+# serialised databases: a new watch per segment (and per restarted controller) loads one in
+# microseconds instead of compiling for 0.15 s
+_COMPILED: Compiled = {}
+_MAX_COMPILED = 16
 
 
 def _plain(pattern: str) -> str:
-    """Drop group names and a leading anchor: the prefilter looks for the pattern anywhere in a line."""
+    """Drop group names and a leading anchor: the prefilter looks for the pattern anywhere in a
+    line."""
     p = _NAMED.sub("(", pattern)
     return p[1:] if p.startswith("^") else p
 
 
-def _database(patterns: tuple[tuple[str, bool], ...], memory: Compiled, compiler: Compile) -> hyperscan.Database:
-    """A Hyperscan database of `patterns`, with its own scratch space (never shared between watches): from
-    `memory`, else from this host's cache file, else compiled (`compiler`) and kept in both."""
+def _database(patterns: tuple[tuple[str, bool], ...], memory: Compiled,
+              compiler: Compile) -> hyperscan.Database:
+    """A Hyperscan database of `patterns`, with its own scratch space (never shared between
+    watches): from `memory`, else from this host's cache file, else compiled (`compiler`) and kept
+    in both."""
     blob = memory.get(patterns) or _cached(patterns)
     if blob is not None:
         try:
@@ -72,22 +79,25 @@ def _database(patterns: tuple[tuple[str, bool], ...], memory: Compiled, compiler
 
 def _compile(patterns: tuple[tuple[str, bool], ...]) -> hyperscan.Database:
     db = hyperscan.Database()
-    flags = [(hyperscan.HS_FLAG_CASELESS if ci else 0) | hyperscan.HS_FLAG_ALLOWEMPTY | hyperscan.HS_FLAG_MULTILINE
+    flags = [(hyperscan.HS_FLAG_CASELESS if ci
+              else 0) | hyperscan.HS_FLAG_ALLOWEMPTY | hyperscan.HS_FLAG_MULTILINE
              for _, ci in patterns]
-    db.compile(expressions=[_plain(p).encode() for p, _ in patterns], ids=list(range(len(patterns))),
-               elements=len(patterns), flags=flags)
+    db.compile(expressions=[_plain(p).encode() for p, _ in patterns],
+               ids=list(range(len(patterns))), elements=len(patterns), flags=flags)
     return db
 
 
 def _cache_file(patterns: tuple[tuple[str, bool], ...]) -> Path | None:
-    """Where this host keeps the compiled database of `patterns` between processes (`orchestrator diagnose`
-    starts fresh each time): $XDG_CACHE_HOME/orchestrator or ~/.cache/orchestrator; None if unusable."""
+    """Where this host keeps the compiled database of `patterns` between processes (`orchestrator
+    diagnose` starts fresh each time): $XDG_CACHE_HOME/orchestrator or ~/.cache/orchestrator; None
+    if unusable."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orchestrator"
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError:
         return None
-    key = hashlib.sha256(repr((getattr(hyperscan, "__version__", ""), patterns)).encode()).hexdigest()[:32]
+    key = hashlib.sha256(repr((getattr(hyperscan, "__version__", ""),
+                               patterns)).encode()).hexdigest()[:32]
     return root / f"hs-{key}.db"
 
 
@@ -117,9 +127,10 @@ def _store(patterns: tuple[tuple[str, bool], ...], blob: bytes) -> None:
 
 
 class Prefilter:
-    """Finds the lines of a block worth matching (Hyperscan, or one combined Python regex). `memory` holds the
-    databases this process compiled or loaded, `compiler` compiles one (a test passes an empty memory, as in a
-    new process, and a compiler that fails the test when the cache file should have been loaded)."""
+    """Finds the lines of a block worth matching (Hyperscan, or one combined Python regex). `memory`
+    holds the databases this process compiled or loaded, `compiler` compiles one (a test passes an
+    empty memory, as in a new process, and a compiler that fails the test when the cache file should
+    have been loaded)."""
     def __init__(self, patterns: Sequence[tuple[str, bool]], memory: Compiled = _COMPILED,
                  compiler: Compile = _compile):
         self.patterns = list(patterns) + list(SPECIAL)
@@ -127,14 +138,16 @@ class Prefilter:
         self._db = None
         if hyperscan is not None:
             try:
-                self._db, self.engine = _database(tuple(self.patterns), memory, compiler), "hyperscan"
+                self._db, self.engine = (_database(tuple(self.patterns), memory, compiler),
+                                         "hyperscan")
             except Exception:  # noqa: BLE001 - any unsupported construct: fall back to Python
                 self._db = None
         alts = [f"(?i:{_plain(p)})" if ci else f"(?:{_plain(p)})" for p, ci in self.patterns]
         self._rx = re.compile("|".join(alts).encode(), re.MULTILINE)
 
     def lines(self, data: bytes) -> list[tuple[int, int]]:
-        """(start, end) byte offsets of every line of `data` that may match, in order, without duplicates."""
+        """(start, end) byte offsets of every line of `data` that may match, in order, without
+        duplicates."""
         ends: list[int] = []
         if self._db is not None:
             state = {"line_end": -1}
@@ -168,17 +181,19 @@ _CANDIDATES: dict[bytes, object] = {}
 
 
 def candidate_ends(pattern: bytes, data: bytes, start: int) -> list[int] | None:
-    """End offsets (in `data`) of the lines from `start` on where `pattern` may match, one per line, in order: a
-    Hyperscan pass in prefilter mode (it may over-report, never under-report), at memory speed whatever the
-    pattern. None when Hyperscan cannot take it: the caller matches the block itself."""
+    """End offsets (in `data`) of the lines from `start` on where `pattern` may match, one per line,
+    in order: a Hyperscan pass in prefilter mode (it may over-report, never under-report), at memory
+    speed whatever the pattern. None when Hyperscan cannot take it: the caller matches the block
+    itself."""
     if hyperscan is None:
         return None
     db = _CANDIDATES.get(pattern)
     if db is None:
         try:
             db = hyperscan.Database()
-            db.compile(expressions=[_plain(pattern.decode(errors="replace")).encode()], ids=[0], elements=1,
-                       flags=[hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_MULTILINE | hyperscan.HS_FLAG_ALLOWEMPTY])
+            db.compile(expressions=[_plain(pattern.decode(errors="replace")).encode()], ids=[0],
+                       elements=1, flags=[hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_MULTILINE
+                                          | hyperscan.HS_FLAG_ALLOWEMPTY])
         except Exception:  # noqa: BLE001 - a construct Hyperscan refuses even as a prefilter
             db = False
         _CANDIDATES[pattern] = db
@@ -196,6 +211,7 @@ def candidate_ends(pattern: bytes, data: bytes, start: int) -> list[int] | None:
 
     try:
         db.scan(data[start:], match_event_handler=on_match)  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - e.g. its scratch busy in another thread: match the block instead
+    # e.g. its scratch busy in another thread: match the block instead
+    except Exception:  # noqa: BLE001
         return None
     return ends

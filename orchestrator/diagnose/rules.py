@@ -1,5 +1,5 @@
-"""Whose fault a segment's root error is, by DECISIONS.md (docs/CAUSES.md): a node's, the job's, the shared
-environment's or nobody's, and the rule that says so. Pure functions of the matches."""
+"""Whose fault a segment's root error is, by DECISIONS.md (docs/CAUSES.md): a node's, the job's, the
+shared environment's or nobody's, and the rule that says so. Pure functions of the matches."""
 
 from __future__ import annotations
 
@@ -10,37 +10,47 @@ from orchestrator.diagnose.verdicts import Context
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.model import Cause, Owner
 
-# /dev/shm, NCCL's shm segments, PyTorch's shared-memory tensors ("unable to write to file </torch_...>")
+# /dev/shm, NCCL's shm segments, PyTorch's shared-memory tensors ("unable to write to file
+# </torch_...>")
 SHM = re.compile(r"/dev/shm|\bshm\b|shared memory|</torch_\d+", re.IGNORECASE)
-# The CUDA runtime's own error, not PyTorch's allocator ("CUDA out of memory. Tried to allocate"): at start-up,
-# in a barrier or NCCL init, it means the GPU was unusable (BigScience tr1-13B, CONTEXT.md)
-RUNTIME_OOM = re.compile(r"CUDA error: out of memory|cudaErrorMemoryAllocation|Cuda failure \d* ?'out of memory'")
-# Positive evidence that a rank waits in the program's own machinery (a queue, a lock, a data loader), not in
-# an unknown frame: an unknown frame outside the collective is the node's (the stuck-rank rule)
-PROGRAM_WAIT = re.compile(r"queue|_try_get_data|_get_data|dataloader|\block\b|acquire|Condition|Semaphore|"
-                          r"\bwait \(threading|\bjoin \(|selectors|\bselect \(|\bpoll \(|Barrier \(threading",
-                          re.IGNORECASE)
-COLLECTIVE = re.compile(r"all_?reduce|barrier|broadcast|all_?gather|reduce_scatter|all_to_all|_?wait\b.*distributed"
-                        r"|distributed_c10d|c10d|nccl|gloo|monitored_barrier|recv|send", re.IGNORECASE)
-DEVICE_FRAME = re.compile(r"cuda|synchron|nccl|cudnn|cublas|driver|ioctl|\.so\b|<native>|write|flush|fsync|"
-                          r"read\b|open\b|stat\b|os\.|io\.|(?:^|\W)(?:print|emit|log)\w*", re.IGNORECASE)
+# The CUDA runtime's own error, not PyTorch's allocator ("CUDA out of memory. Tried to allocate"):
+# at start-up, in a barrier or NCCL init, it means the GPU was unusable (BigScience tr1-13B,
+# CONTEXT.md)
+RUNTIME_OOM = re.compile(r"CUDA error: out of memory|cudaErrorMemoryAllocation|Cuda failure \d* "
+                         r"?'out of memory'")
+# Positive evidence that a rank waits in the program's own machinery (a queue, a lock, a data
+# loader), not in an unknown frame: an unknown frame outside the collective is the node's (the
+# stuck-rank rule)
+PROGRAM_WAIT = re.compile(r"queue|_try_get_data|_get_data|dataloader|\block\b|acquire|Condition|"
+                          r"Semaphore|\bwait \(threading|\bjoin \(|selectors|\bselect \(|\bpoll "
+                          r"\(|Barrier \(threading", re.IGNORECASE)
+COLLECTIVE = re.compile(r"all_?reduce|barrier|broadcast|all_?gather|reduce_scatter|all_to_all|"
+                        r"_?wait\b.*distributed|distributed_c10d|c10d|nccl|gloo|monitored_barrier|"
+                        r"recv|send", re.IGNORECASE)
+DEVICE_FRAME = re.compile(r"cuda|synchron|nccl|cudnn|cublas|driver|ioctl|\.so\b|<native>|write|"
+                          r"flush|fsync|read\b|open\b|stat\b|os\.|io\.|(?:^|\W)(?:print|emit|log)"
+                          r"\w*", re.IGNORECASE)
 
-SYMMETRIC = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.USER_BUG, Cause.NETWORK,
+SYMMETRIC = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.USER_BUG,
+                       Cause.NETWORK,
                        Cause.NCCL_TIMEOUT, Cause.HANG, Cause.FILESYSTEM, Cause.USER_OOM})
-JOB_WHEN_SYMMETRIC = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.USER_BUG, Cause.USER_OOM,
-                                Cause.FILESYSTEM})
+JOB_WHEN_SYMMETRIC = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM, Cause.USER_BUG,
+                                Cause.USER_OOM, Cause.FILESYSTEM})
 
 Judged = tuple[Cause, list[str], Owner, str, str]
-# generic failures a node's own hardware report explains (a crash next to an EDAC error, an I/O error on NVMe)
-EXPLAINABLE = frozenset({Cause.USER_BUG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.FILESYSTEM, Cause.HOST_OOM,
-                         Cause.UNKNOWN})
+# generic failures a node's own hardware report explains (a crash next to an EDAC error, an I/O
+# error on NVMe)
+EXPLAINABLE = frozenset({Cause.USER_BUG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.FILESYSTEM,
+                         Cause.HOST_OOM, Cause.UNKNOWN})
 
 
-def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool, hw: dict[str, Cause],
+def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
+               hw: dict[str, Cause],
                 nodes: list[NodeEvidence], ctx: Context, same_text: bool = False) -> Judged:
-    """Whose fault the root is, by DECISIONS.md: (cause, culprits, owner, rule, note). `same_text`: every
-    culprit printed the same line (digits aside)."""
-    explained = [h for h in culprits if h in hw]  # only the failing host's own report explains its failure
+    """Whose fault the root is, by DECISIONS.md: (cause, culprits, owner, rule, note). `same_text`:
+    every culprit printed the same line (digits aside)."""
+    # only the failing host's own report explains its failure
+    explained = [h for h in culprits if h in hw]
     if cause in (Cause.USER_OOM, Cause.GPU_OOM_STARTUP):
         return judge_oom(cause, best, culprits, symmetric, nodes, ctx)
     if cause in (Cause.GPU_ECC, Cause.GPU_LOST, Cause.NODE_FAIL):
@@ -49,27 +59,31 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool, 
                 "no GPU usable on any node: the job's device settings, not a node")
         if symmetric and same_text and cause != Cause.NODE_FAIL and not explained:
             return cause, [], Owner.JOB, "same_on_every_node", (
-                f"the same {cause.value} line on every node at once, and no node's own hardware report: hardware "
-                "fails one node at a time, so the line is the job's own output (or the fleet's): check what the "
-                "training prints")
+                f"the same {cause.value} line on every node at once, and no node's own hardware "
+                "report: hardware fails one node at a time, so the line is the job's own output "
+                "(or the fleet's): check what the training prints")
         if cause == Cause.GPU_LOST and any(hw.get(h) == Cause.GPU_ECC for h in culprits):
-            cause = Cause.GPU_ECC  # a generic launch failure on a GPU whose own counters show uncorrectable ECC
-        return cause, culprits, Owner.NODE, "node_hardware" if cause != Cause.NODE_FAIL else "node_failed", ""
+            # a generic launch failure on a GPU whose own counters show uncorrectable ECC
+            cause = Cause.GPU_ECC
+        return (cause, culprits, Owner.NODE, "node_hardware" if cause != Cause.NODE_FAIL
+                else "node_failed", "")
     if explained and not symmetric and cause in EXPLAINABLE:
         hw_cause = hw[explained[0]]
-        new = hw_cause if hw_cause != Cause.UNKNOWN else (cause if cause in (Cause.SEGFAULT, Cause.BUS_ERROR)
-                                                           else Cause.NODE_FAIL)
+        new = hw_cause if hw_cause != Cause.UNKNOWN else (
+            cause if cause in (Cause.SEGFAULT, Cause.BUS_ERROR) else Cause.NODE_FAIL)
         return new, explained, Owner.NODE, "node_reports_hardware", (
             f"{cause.value} on {','.join(explained)}, whose own hardware report explains it")
     if cause == Cause.FILESYSTEM:
         return judge_fs(best, culprits, symmetric)
     if symmetric and cause in JOB_WHEN_SYMMETRIC:
-        return cause, [], Owner.JOB, "same_on_every_node", f"the same {cause.value} on every node: the job's, " \
-            "not a node's; it will happen again"
+        return (cause, [], Owner.JOB, "same_on_every_node",
+                f"the same {cause.value} on every node: the job's, not a node's; it will happen "
+                "again")
     if symmetric and cause in SYMMETRIC:
-        cause = Cause.NCCL_TIMEOUT if cause == Cause.HANG else cause  # every watchdog fired: a collective timeout
-        return cause, [], Owner.NOBODY, "same_on_every_node", f"the same {cause.value} on every node: nobody " \
-            "stands out"
+        # every watchdog fired: a collective timeout
+        cause = Cause.NCCL_TIMEOUT if cause == Cause.HANG else cause
+        return (cause, [], Owner.NOBODY, "same_on_every_node",
+                f"the same {cause.value} on every node: nobody stands out")
     if cause in (Cause.USER_BUG, Cause.HOST_OOM):
         rule = "program_error" if cause == Cause.USER_BUG else "job_memory"
         return cause, [], Owner.JOB, rule, ""
@@ -80,20 +94,25 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool, 
     return cause, culprits, Owner.NODE_SUSPECT, "one_off_crash", ""
 
 
-def judge_oom(cause: Cause, best: Match, culprits: list[str], symmetric: bool, nodes: list[NodeEvidence],
-               ctx: Context) -> Judged:
-    underway = any(m.kind == "phase" for n in nodes for m in n.matches)  # a training-loop frame raised it
-    at_start = max((n.last_iteration or 0 for n in nodes), default=0) <= ctx.start_iteration and not underway
+def judge_oom(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
+              nodes: list[NodeEvidence], ctx: Context) -> Judged:
+    # a training-loop frame raised it
+    underway = any(m.kind == "phase" for n in nodes for m in n.matches)
+    at_start = max((n.last_iteration or 0 for n in nodes),
+                   default=0) <= ctx.start_iteration and not underway
     if best.signature == "gpu_mem_held" and not symmetric and at_start:
         return Cause.GPU_OOM_STARTUP, culprits, Owner.NODE, "gpu_memory_held", (
             "GPU memory held by another process on " + ",".join(culprits))
     if culprits and not symmetric and at_start and RUNTIME_OOM.search(best.text):
         return Cause.GPU_OOM_STARTUP, culprits, Owner.NODE, "poisoned_gpu", (
-            "the CUDA runtime itself ran out of memory at start-up (nothing allocated yet) on " + ",".join(culprits))
+            "the CUDA runtime itself ran out of memory at start-up (nothing allocated yet) on "
+            + ",".join(culprits))
     if not culprits and not symmetric and at_start:
         return Cause.GPU_OOM_STARTUP, [], Owner.NOBODY, "oom_at_start_unplaced", (
-            "CUDA OOM at start-up on ranks no line ties to a host: resubmit (a repeat stops by the breakers)")
-    refined, poisoned, note = refine_oom(nodes, culprits, ctx.recent_hardware, ctx.start_iteration, underway)
+            "CUDA OOM at start-up on ranks no line ties to a host: resubmit (a repeat stops by the "
+            "breakers)")
+    refined, poisoned, note = refine_oom(nodes, culprits, ctx.recent_hardware, ctx.start_iteration,
+                                         underway)
     if poisoned and not symmetric:
         return refined, culprits, Owner.NODE, "poisoned_gpu", note
     return Cause.USER_OOM, [], Owner.JOB, "job_cuda_oom", note

@@ -13,7 +13,6 @@ from orchestrator.diagnose.linear import bytes_twin
 from orchestrator.diagnose.lines import (
     ALLOC_MARK,
     ALLOC_START,
-    BARE_HOST,
     COMPLETED,
     HOSTNAMES_CMD,
     JOB_END,
@@ -26,21 +25,19 @@ from orchestrator.diagnose.lines import (
 )
 from orchestrator.diagnose.origin import MAX_TIES, HostMap, Prefixes, parse_line, parse_prefix
 from orchestrator.diagnose.prefilter import Prefilter
+from orchestrator.diagnose.rawlines import decode as _decode
+from orchestrator.diagnose.rawlines import hostnames_after, last_lines
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match
 from orchestrator.settings.run import loading_bar
 
 TEARDOWN = timedelta(minutes=5)
-QUOTED_OK = frozenset({"ray_node_dead", "sigkill"})  # printed by the rank that drives the job, not quoted
+# printed by the rank that drives the job, not quoted
+QUOTED_OK = frozenset({"ray_node_dead", "sigkill"})
 TEARDOWN_LINES = 200
 MAX_MATCHES = 400
-MAX_LINE_DECODE = 64 * 1024
 MAX_TEXT = 500
 MATCH_CHARS = 8 * 1024  # signatures look at a line's first 8 KB: crafted monster lines stay cheap
-
-
-def _decode(raw: bytes) -> str:
-    return raw[:MAX_LINE_DECODE].replace(b"\x00", b"").decode("utf-8", errors="replace").rstrip()
 
 
 @dataclass
@@ -66,21 +63,27 @@ class NodeScan:
     nul_padding: bool = False
     hosts: set[str] = field(default_factory=set)  # hosts named by line prefixes
     host_map: HostMap = field(default_factory=HostMap)
-    _ended: bool = False  # Slurm printed a JOB-level end banner: what follows may be the next allocation
+    # Slurm printed a JOB-level end banner: what follows may be the next allocation
+    _ended: bool = False
     _ended_at: datetime | None = None  # when (the banner's own time, else the line's)
     _ended_line: int = 0
     top_frames: list[str] = field(default_factory=list)  # from py-spy dumps found in the log
     stuck: str = ""
     _frame_next: bool = False
-    _nccl_seen: set[bytes] = field(default_factory=set)  # prefixes of NCCL INFO comm lines already learnt from
-    signalled_at: datetime | None = None  # when the training was told to stop (SIGTERM, KeyboardInterrupt)
+    # prefixes of NCCL INFO comm lines already learnt from
+    _nccl_seen: set[bytes] = field(default_factory=set)
+    # when the training was told to stop (SIGTERM, KeyboardInterrupt)
+    signalled_at: datetime | None = None
 
-    def feed_bytes(self, first_line: int, data: bytes, prefilter: Prefilter, newlines: int | None = None) -> None:
-        """Scan a block of complete lines: only the lines the prefilter flags are decoded and matched;
-        progress comes from the last progress line of the block, the tail from its last lines."""
+    def feed_bytes(self, first_line: int, data: bytes, prefilter: Prefilter,
+                   newlines: int | None = None) -> None:
+        """Scan a block of complete lines: only the lines the prefilter flags are decoded and
+        matched; progress comes from the last progress line of the block, the tail from its last
+        lines."""
         pos_line, pos = first_line, 0
         last_alloc = -1
-        if b"\x00" in data and b"\x00\x00" in data:  # memchr first: the two-byte search is 60x slower
+        # memchr first: the two-byte search is 60x slower
+        if b"\x00" in data and b"\x00\x00" in data:
             self.nul_padding = True
         if self._frame_next:  # the previous block ended with a py-spy thread header
             nl = data.find(b"\n")
@@ -96,34 +99,29 @@ class NodeScan:
             if self.allocations != before:
                 last_alloc = end
             if HOSTNAMES_CMD.search(data[start:end].decode("utf-8", "replace")):
-                self._learn_hostnames(data, end)
-            if self._frame_next and end + 1 < len(data):  # a py-spy thread header: the frame is on the next line
+                self.hosts.update(hostnames_after(data, end))
+            # a py-spy thread header: the frame is on the next line
+            if self._frame_next and end + 1 < len(data):
                 nxt = data.find(b"\n", end + 1)
                 _, _, body = parse_prefix(_decode(data[end + 1 : len(data) if nxt < 0 else nxt]))
-                self._stack_line(body)  # takes the frame if it is one; the line is not scanned twice
+                # takes the frame if it is one; the line is not scanned twice
+                self._stack_line(body)
         newlines = data.count(b"\n") if newlines is None else newlines
         self.lines += newlines
         self._block_progress(data, max(last_alloc, 0))
-        tail_start = len(data)
-        for _ in range(self.tail.maxlen or 40):
-            tail_start = data.rfind(b"\n", 0, max(tail_start - 1, 0)) if tail_start > 0 else -1
-            if tail_start < 0:
-                break
-        lines = data[max(tail_start + 1, 0):].split(b"\n")
-        n_total = first_line + newlines
-        for i, raw in enumerate(lines[-(self.tail.maxlen or 40):]):
-            text = _decode(raw)
-            if text:
-                self.tail.append((n_total - len(lines) + 1 + i, text[:MAX_TEXT]))
+        for line_no, text in last_lines(data, self.tail.maxlen or 40, first_line + newlines):
+            self.tail.append((line_no, text[:MAX_TEXT]))
 
     def _known_nccl(self, data: bytes, start: int, end: int) -> bool:
-        """An `NCCL INFO comm ... rank N` line (one per rank and communicator) whose prefixes (srun task, host:pid:tid)
-        were seen: it can add nothing, since an NCCL INFO line is never evidence, only who runs where."""
+        """An `NCCL INFO comm ... rank N` line (one per rank and communicator) whose prefixes (srun
+        task, host:pid:tid) were seen: it can add nothing, since an NCCL INFO line is never
+        evidence, only who runs where."""
         at = data.find(b"NCCL INFO comm ", start, end)
         if at < 0 or self._ended or self._frame_next:
             return False
         raw = data[start:end]
-        if raw.count(b"NCCL INFO") != 1 or any(w in raw for w in (b"ORCH", b"submitit", b"async event", b"\r")):
+        if raw.count(b"NCCL INFO") != 1 or any(
+                w in raw for w in (b"ORCH", b"submitit", b"async event", b"\r")):
             return False
         key = data[start:at]
         if key in self._nccl_seen:
@@ -131,19 +129,6 @@ class NodeScan:
         if len(self._nccl_seen) < MAX_TIES:
             self._nccl_seen.add(key)
         return False
-
-    def _learn_hostnames(self, data: bytes, end: int) -> None:
-        """The bare host names printed after `scontrol show hostnames` (at most a few thousand)."""
-        pos = end + 1
-        for _ in range(4096):
-            nxt = data.find(b"\n", pos)
-            name = _decode(data[pos: len(data) if nxt < 0 else nxt]).strip()
-            if not BARE_HOST.match(name):
-                return
-            self.hosts.add(name)
-            if nxt < 0:
-                return
-            pos = nxt + 1
 
     def _raw_line(self, line_no: int, raw: bytes) -> None:
         text = _decode(raw)
@@ -153,7 +138,8 @@ class NodeScan:
 
     def _block_progress(self, data: bytes, after: int) -> None:
         """Last (and, the first time, first) progress line of the block, searched from its ends."""
-        found = block_progress(data, after, self._progress_bytes(), want_first=self.first_iteration is None)
+        found = block_progress(data, after, self._progress_bytes(),
+                               want_first=self.first_iteration is None)
         if found is None:
             return
         first, last, line = found
@@ -184,12 +170,14 @@ class NodeScan:
             self.hosts.add(host)
         if ts:
             self.last_ts = ts
-        if self._frame_next and self._stack_line(body):  # the line right after a py-spy thread header
+        # the line right after a py-spy thread header
+        if self._frame_next and self._stack_line(body):
             return
         if "ORCH" in body or "submitit" in body:
             am = ALLOC_MARK.search(body)
-            # the agent's and a prologue's markers count only when no rank printed them (training output
-            # that quotes a marker must not throw away the evidence gathered so far); submitit's always do
+            # the agent's and a prologue's markers count only when no rank printed them (training
+            # output that quotes a marker must not throw away the evidence gathered so far);
+            # submitit's always do
             if am and (am.group("sjob") or (p.task is None and p.rank is None)):
                 self._new_allocation()
         if self._ended and ALLOC_START.search(body):
@@ -220,7 +208,8 @@ class NodeScan:
         self._match(line_no, p)
 
     def _match(self, line_no: int, p: Prefixes) -> None:
-        """The first signature that matches names the line's cause; informational lines are dropped."""
+        """The first signature that matches names the line's cause; informational lines are
+        dropped."""
         body = p.body
         probe = body[:MATCH_CHARS]
         by_rank = p.task is not None or p.rank is not None
@@ -232,21 +221,22 @@ class NodeScan:
                 self.signalled_at = p.ts or self.last_ts or self.signalled_at
             if sig.kind == "info" or (sig.node_group and by_rank and sig.name not in QUOTED_OK):
                 return  # a rank quoting `srun: error: Node failure on X` is not Slurm saying it
-            if self._ended and not sig.cascade and not sig.kind and not self._teardown(p.ts or self.last_ts,
-                                                                                           line_no):
-                self._new_allocation()  # a fresh error after Slurm ended the job: the next allocation
+            if (self._ended and not sig.cascade and not sig.kind
+                    and not self._teardown(p.ts or self.last_ts, line_no)):
+                # a fresh error after Slurm ended the job: the next allocation
+                self._new_allocation()
             groups = m.groupdict()
             named = groups.get(sig.node_group) if sig.node_group else None
             peer = groups.get(sig.peer_group) if sig.peer_group else None
-            if peer and "localGid" in body:  # NCCL names this host's own address in the same warning
+            # NCCL names this host's own address in the same warning
+            if peer and "localGid" in body:
                 gid = LOCAL_GID.search(body)
                 if gid:
                     self.addresses.add(gid.group(1))
                     self.host_map.learn_address(gid.group(1), p.host)
             self._add(Match(line_no, body[:MAX_TEXT], sig.name, sig.cause, sig.blame, sig.cascade,
-                            p.rank if p.rank is not None else p.task, p.ts or self.last_ts, named, self.file,
-                            peer, p.host,
-                            sig.kind, p.task))
+                            p.rank if p.rank is not None else p.task, p.ts or self.last_ts, named,
+                            self.file, peer, p.host, sig.kind, p.task))
             if JOB_END.search(body):
                 self._ended = True
                 self._ended_at = banner_time(body) or p.ts or self.last_ts
@@ -254,14 +244,15 @@ class NodeScan:
             return
 
     def _teardown(self, ts: datetime | None, line_no: int) -> bool:
-        """An error printed within minutes of Slurm's end banner (or, without times, within a few hundred
-        lines of it) belongs to that job's teardown."""
+        """An error printed within minutes of Slurm's end banner (or, without times, within a few
+        hundred lines of it) belongs to that job's teardown."""
         if ts is not None and self._ended_at is not None:
             return ts - self._ended_at < TEARDOWN
         return line_no - self._ended_line < TEARDOWN_LINES
 
     def _stack_line(self, body: str) -> bool:  # noqa: C901
-        """py-spy dumps in the log: the innermost frame of each thread dump, and failures to suspend."""
+        """py-spy dumps in the log: the innermost frame of each thread dump, and failures to
+        suspend."""
         if self._frame_next:
             self._frame_next = False
             fm = PYSPY_FRAME.match(body)

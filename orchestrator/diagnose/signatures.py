@@ -25,14 +25,13 @@ C = Cause
 
 # Order matters: specific hardware text first, generic Python exceptions last.
 BUILTIN: tuple[Signature, ...] = EVENTS + (
-    Signature("orch_fs_probe", r"ORCH-FS-PROBE FAILED", C.FILESYSTEM, source="the agent's filesystem probe"),
+    Signature("orch_fs_probe", r"ORCH-FS-PROBE FAILED", C.FILESYSTEM,
+              source="the agent's filesystem probe"),
     Signature(
         "cuda_ecc",
         r"uncorrectable ECC error|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE"
-        r"|ECC uncorrectable|double bit ECC error|DBE \(double bit error\)|uncorrectable (?:DRAM|memory|SRAM) error"
-        r"|row.?remap(?:ping)? failure",
-        C.GPU_ECC,
-        blame=True,
+        r"|ECC uncorrectable|double bit ECC error|DBE \(double bit error\)|uncorrectable "
+        r"(?:DRAM|memory|SRAM) error|row.?remap(?:ping)? failure", C.GPU_ECC, blame=True,
         source="CUDA runtime error strings; BigScience tr1-13B log (CONTEXT.md)",
     ),
     Signature(
@@ -44,35 +43,34 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
     ),
     Signature(
         "gpu_lost",
-        r"fallen off the bus|NVRM: Xid \([^)]*\): (?:79|74|119|120|61|62)\b|GPU is lost|cudaErrorDevicesUnavailable"
-        r"|CUDA error: unspecified launch failure|NVLink.*(?:fatal|error)|RmInitAdapter failed"
-        r"|Unable to determine the device handle for GPU|GPU requires reset|cudaErrorLaunchFailure",
-        C.GPU_LOST,
-        blame=True,
+        r"fallen off the bus|NVRM: Xid \([^)]*\): (?:79|74|119|120|61|62)\b|GPU is "
+        r"lost|cudaErrorDevicesUnavailable|CUDA error: unspecified launch "
+        r"failure|NVLink.*(?:fatal|error)|RmInitAdapter failed|Unable to determine the device "
+        r"handle for GPU|GPU requires reset|cudaErrorLaunchFailure", C.GPU_LOST, blame=True,
         source="NVIDIA Xid 79/74/119; nvidia-smi 'Unable to determine the device handle'",
     ),
     Signature(
         "gpu_unavailable",
-        r"all CUDA-capable devices are busy or unavailable|CUDA-capable device\(s\) is/are busy or unavailable"
-        r"|invalid device ordinal|cudaErrorInvalidDevice|no CUDA-capable device is detected",
-        C.GPU_LOST,
-        blame=True,
+        r"all CUDA-capable devices are busy or unavailable|CUDA-capable device\(s\) is/are busy or "
+        r"unavailable|invalid device ordinal|cudaErrorInvalidDevice|no CUDA-capable device is "
+        r"detected", C.GPU_LOST, blame=True,
         source="CUDA runtime: a GPU held by another process or missing on this node",
     ),
     Signature("nvml_mismatch",
               r"Failed to initialize NVML: (?:Driver/library version mismatch|Unknown Error)"
-              r"|NVML library version mismatch|Driver/library version mismatch|No devices were found"
-              r"|nvml: \d+ GPUs? visible, \d+ expected",
-              C.GPU_LOST, blame=True, source="nvidia-smi / NVML on a node whose driver and library differ"),
+              r"|NVML library version mismatch|Driver/library version mismatch|No devices were "
+              r"found|nvml: \d+ GPUs? visible, \d+ expected",
+              C.GPU_LOST, blame=True, source="nvidia-smi / NVML on a node whose driver and library "
+                                             "differ"),
     Signature("gpu_mem_held",
               r"Process \d+ has [\d.]+ [GMK]iB memory in use|held by pid \d+ that is not the job's",
-              C.GPU_OOM_STARTUP, blame=True,
-              source="PyTorch OOM message lists other processes on the GPU; the agent's NVML reading"),
+              C.GPU_OOM_STARTUP, blame=True, source="PyTorch OOM message lists other processes on "
+              "the GPU; the agent's NVML reading"),
     Signature(
         "cuda_oom",
-        r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError: CUDA|cudaErrorMemoryAllocation"
-        r"|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure \d* ?'out of memory'",
-        C.USER_OOM,
+        r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError: "
+        r"CUDA|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure \d* ?'out of "
+        r"memory'", C.USER_OOM,
         source="PyTorch caching allocator; BigScience second crash in barrier()",
     ),
     Signature(
@@ -108,33 +106,37 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
         source="srun(1) task exit report",
     ),
     Signature("slurm_mem_limit",
-              r"exceeded (?:job |step )?memory limit \(\d+ > \d+\),? being killed|Exceeded job memory limit$"
-              r"|srun: Exceeded (?:job|step) memory limit",
-              C.HOST_OOM, source="slurmstepd: 'Job N exceeded memory limit (X > Y), being killed' (bcbio#2393)"),
+              r"exceeded (?:job |step )?memory limit \(\d+ > \d+\),? being killed|Exceeded job "
+              r"memory limit$|srun: Exceeded (?:job|step) memory limit",
+              C.HOST_OOM, source="slurmstepd: 'Job N exceeded memory limit (X > Y), being killed' "
+                                 "(bcbio#2393)"),
     Signature("unkillable",
-              r"(?:STEPD TERMINATED ON |node\(s\)=)(?P<node>[\w.-]+)(?: AT \S+ DUE TO JOB NOT ENDING WITH SIGNALS"
-              r"|: Kill task failed)|Kill task failed|UnkillableStep|DUE TO JOB NOT ENDING WITH SIGNALS",
-              C.NODE_FAIL, blame=True, node_group="node",
-              source="slurmstepd/slurmctld: processes that did not end with signals (UnkillableStepTimeout)"),
+              r"(?:STEPD TERMINATED ON |node\(s\)=)(?P<node>[\w.-]+)(?: AT \S+ DUE TO JOB NOT "
+              r"ENDING WITH SIGNALS|: Kill task failed)|Kill task failed|UnkillableStep|DUE TO JOB "
+              r"NOT ENDING WITH SIGNALS", C.NODE_FAIL, blame=True, node_group="node",
+              source="slurmstepd/slurmctld: processes that did not end with signals "
+                     "(UnkillableStepTimeout)"),
     Signature("ray_node_dead",
-              r"The node with node id: \w+ and (?:ip|address): (?P<node>[\w.-]+)(?: and node name: \S+)? "
-              r"has been marked dead|has been marked dead because the detector has missed"
+              r"The node with node id: \w+ and (?:ip|address): (?P<node>[\w.-]+)(?: and node name: "
+              r"\S+)? has been marked dead|has been marked dead because the detector has missed"
               r"|NodeDiedError|node (?:\S+ )?(?:has )?died unexpectedly",
               C.NODE_FAIL, blame=True, node_group="node",
-              source="Ray GCS: 'The node with node id ... has been marked dead because the detector has missed "
-              "too many heartbeats' (ray-project/ray#15128)"),
-    Signature("job_node_fail", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO NODE FAILURE", C.NODE_FAIL,
+              source="Ray GCS: 'The node with node id ... has been marked dead because the "
+              "detector has missed too many heartbeats' (ray-project/ray#15128)"),
+    Signature("job_node_fail", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO NODE "
+                               r"FAILURE", C.NODE_FAIL,
               cascade=True, source="slurmstepd job cancel banner"),
-    Signature("job_timelimit", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT",
-              C.TIMELIMIT, cascade=True),
-    Signature("job_preempted", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO PREEMPTION",
-              C.PREEMPTED, cascade=True),
+    Signature("job_timelimit", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO TIME "
+                               r"LIMIT", C.TIMELIMIT, cascade=True),
+    Signature("job_preempted", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO "
+                               r"PREEMPTION", C.PREEMPTED, cascade=True),
     Signature("job_requeue",
               r"DUE TO JOB REQUEUE|[Rr]equeu(?:e|ing) job \d+|SLURM auto-requeueing|auto-requeue"
               r"|job (?:was |has been )?(?:preempted|requeued)|Requeued job"
               r"|submitit WARNING .*(?:[Pp]reempt|[Rr]equeu)|bypassing sigterm"
               r"|handle_sigusr1|received SIGUSR1",
-              C.PREEMPTED, cascade=True, source="Slurm requeue banner; Lightning SLURMEnvironment; submitit"),
+              C.PREEMPTED, cascade=True, source="Slurm requeue banner; Lightning SLURMEnvironment; "
+                                                "submitit"),
     Signature("orch_preflight", r"ORCH-PREFLIGHT FAILED", C.NODE_FAIL, blame=True,
               source="the agent's preflight (specific GPU causes match earlier signatures)"),
     Signature(
@@ -147,15 +149,14 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
         source="slurmstepd cgroup OOM message; kernel OOM killer",
     ),
     Signature("nccl_ibv_failed", r"NCCL WARN .*\bibv_\w+ failed with error",
-              C.NETWORK, blame=True, source="NCCL ibvwrap: 'Call to ibv_poll_cq failed with error Input/output "
-              "error' (this host's verbs call failed: its HCA, not a filesystem)"),
+              C.NETWORK, blame=True, source="NCCL ibvwrap: 'Call to ibv_poll_cq failed with error "
+              "Input/output error' (this host's verbs call failed: its HCA, not a filesystem)"),
     Signature(
         "filesystem",
-        r"Stale file handle|Transport endpoint is not connected|Input/output error|Read-only file system"
-        r"|LustreError|lustre.*(?:evicted|timeout)|GPFS.*(?:error|unmounted)|ORCH-FS-PROBE FAILED"
-        r"|Cannot send after transport endpoint shutdown|Errno 108\b|nfs: server \S+ not responding"
-        r"|did not answer a stat within",
-        C.FILESYSTEM,
+        r"Stale file handle|Transport endpoint is not connected|Input/output error|Read-only file "
+        r"system|LustreError|lustre.*(?:evicted|timeout)|GPFS.*(?:error|unmounted)|ORCH-FS-PROBE "
+        r"FAILED|Cannot send after transport endpoint shutdown|Errno 108\b|nfs: server \S+ not "
+        r"responding|did not answer a stat within", C.FILESYSTEM,
         source="errno strings ESTALE/ENOTCONN/EIO/EROFS",
     ),
     Signature(
@@ -163,7 +164,8 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
         r"Heartbeat monitor timed out|watchdog thread (?:got|is|was) stuck|watchdog got stuck",
         C.HANG,
         blame=True,
-        source="torch ProcessGroupNCCL heartbeat monitor: the rank's watchdog thread is stuck (in a CUDA call)",
+        source="torch ProcessGroupNCCL heartbeat monitor: the rank's watchdog thread is stuck (in "
+               "a CUDA call)",
     ),
     Signature(
         "hung_task",
@@ -174,23 +176,25 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
         source="kernel hung_task detector; ps STAT D (Hugging Face 64-GPU hang, CONTEXT.md)",
     ),
     Signature("cannot_start",
-              r"ORCH-AGENT cannot start the training command|: command not found$|can't open file .*No such file"
-              r"|exec format error|^bash: \S+: (?:No such file or directory|Permission denied)$",
-              C.USER_BUG, source="the agent; bash and python when the program or script does not exist"),
+              r"ORCH-AGENT cannot start the training command|: command not found$|can't open file "
+              r".*No such file|exec format error|^bash: \S+: (?:No such file or "
+              r"directory|Permission denied)$",
+              C.USER_BUG, source="the agent; bash and python when the program or script does not "
+                                 "exist"),
     Signature("no_space", r"No space left on device|Disk quota exceeded|ENOSPC\b|EDQUOT\b"
               r"|No usable temporary directory found", C.FILESYSTEM,
-              source="errno ENOSPC/EDQUOT: a full /dev/shm, shared filesystem or quota is the job's; a node-local "
-              "disk full on one node is the node's (classify tells them apart)"),
-    Signature("segfault", r"Segmentation fault|SIGSEGV|signal 11\b|Signals\.SIGSEGV|return code = -11\b"
-              r"|exitcode\s*:\s*-11\b", C.SEGFAULT, blame=True),
-    Signature("bus_error", r"Bus error|SIGBUS|signal 7\b|Signals\.SIGBUS|return code = -7\b|exitcode\s*:\s*-7\b",
-              C.BUS_ERROR, blame=True),
+              source="errno ENOSPC/EDQUOT: a full /dev/shm, shared filesystem or quota is the "
+              "job's; a node-local disk full on one node is the node's (classify tells them "
+              "apart)"),
+    Signature("segfault", r"Segmentation fault|SIGSEGV|signal 11\b|Signals\.SIGSEGV|return code = "
+              r"-11\b|exitcode\s*:\s*-11\b", C.SEGFAULT, blame=True),
+    Signature("bus_error", r"Bus error|SIGBUS|signal 7\b|Signals\.SIGBUS|return code = "
+                           r"-7\b|exitcode\s*:\s*-7\b", C.BUS_ERROR, blame=True),
     Signature(
         "nccl_timeout",
-        r"Watchdog caught collective operation timeout|collective operation timeout|NCCL.*[Tt]imeout"
-        r"|ProcessGroupNCCL.*timed? ?out|Timed out waiting for .* from rank|socket timeout|DistBackendError",
-        C.NCCL_TIMEOUT,
-        cascade=True,
+        r"Watchdog caught collective operation timeout|collective operation "
+        r"timeout|NCCL.*[Tt]imeout|ProcessGroupNCCL.*timed? ?out|Timed out waiting for .* from "
+        r"rank|socket timeout|DistBackendError", C.NCCL_TIMEOUT, cascade=True,
         source="torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp watchdog",
     ),
     Signature(
@@ -199,57 +203,62 @@ BUILTIN: tuple[Signature, ...] = EVENTS + (
         C.NETWORK,
         cascade=True,
         peer_group="peer",
-        source="NCCL socket.h 'Connect to IP<port> failed : Connection refused' (the peer is not listening)",
+        source="NCCL socket.h 'Connect to IP<port> failed : Connection refused' (the peer is not "
+               "listening)",
     ),
     Signature(
         "nccl_ib_peer",
-        r"NET/IB\w* ?: Got completion (?:from peer (?P<peer>\d+\.\d+\.\d+\.\d+)<\d+> )?with (?:status|error)",
-        C.NETWORK,
-        cascade=True,
-        peer_group="peer",
-        source="NCCL ib_plugin 'Got completion from peer IP<port> with status=12 ...' (NVIDIA/nccl#1405)",
+        r"NET/IB\w* ?: Got completion (?:from peer (?P<peer>\d+\.\d+\.\d+\.\d+)<\d+> )?with "
+        r"(?:status|error)", C.NETWORK, cascade=True, peer_group="peer",
+        source="NCCL ib_plugin 'Got completion from peer IP<port> with status=12 ...' "
+               "(NVIDIA/nccl#1405)",
     ),
     Signature(
         "network",
-        r"NET/IB ?: .*(?:error|failed)|IBV_WC_\w+|ibv_\w+ failed|Connection reset by peer|Connection refused"
-        r"|Connection closed by (?:remote )?peer"
+        r"NET/IB ?: .*(?:error|failed)|IBV_WC_\w+|ibv_\w+ failed|Connection reset by "
+        r"peer|Connection refused|Connection closed by (?:remote )?peer"
         r"|ncclRemoteError|ncclSystemError|NCCL WARN .*socket|Broken pipe|No route to host"
         r"|NCCL error in: .*(?:unhandled system error|remote process exited|network error)",
         C.NETWORK,
         cascade=True,
         source="NCCL net plugin warnings; errno ECONNRESET/EPIPE",
     ),
-    Signature("rank_exit", r"failed \(exitcode: [1-9]\d*\) local_rank: \d+", C.UNKNOWN, blame=True, kind="crash",
+    Signature("rank_exit", r"failed \(exitcode: [1-9]\d*\) local_rank: \d+", C.UNKNOWN, blame=True,
+              kind="crash",
               source="torchrun 'failed (exitcode: 1) local_rank: N (pid: P) of binary'"),
-    Signature("task_exit", r"srun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Exited with exit code [1-9]",
-              C.UNKNOWN, blame=True, kind="crash", node_group="node",
+    Signature("task_exit", r"srun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Exited with exit code "
+              r"[1-9]", C.UNKNOWN, blame=True, kind="crash", node_group="node",
               source="srun(1): 'srun: error: NODE: task N: Exited with exit code 1'"),
-    Signature("elastic_child", r"ChildFailedError|torch\.distributed\.elastic\.multiprocessing\.errors",
-              C.UNKNOWN, cascade=True),
+    Signature("elastic_child", r"ChildFailedError|torch\.distributed\.elastic\.multiprocessing\.err"
+                               r"ors", C.UNKNOWN, cascade=True),
     Signature(
         "dist_cascade",
-        r"DistStoreError|DistNetworkError|RendezvousTimeoutError|RendezvousClosedError|TCPStore|Failed to recv"
-        r"|recvValue|NCCL communicator was aborted|ncclCommAbort|Some NCCL operations have failed or timed out"
-        r"|ProcessGroupNCCL.*(?:abort|Timeout at NCCL work)|NCCL error.*remote process exited"
-        r"|exitcode\s*: -6\b|Signal 6 \(SIGABRT\)",
+        r"DistStoreError|DistNetworkError|RendezvousTimeoutError|RendezvousClosedError|TCPStore|"
+        r"Failed to recv|recvValue|NCCL communicator was aborted|ncclCommAbort|Some NCCL "
+        r"operations have failed or timed out|ProcessGroupNCCL.*(?:abort|Timeout at NCCL "
+        r"work)|NCCL error.*remote process exited|exitcode\s*: -6\b|Signal 6 \(SIGABRT\)",
         C.NCCL_TIMEOUT,
         cascade=True,
         source="torch.distributed store/rendezvous/elastic errors printed after a peer failed",
     ),
     Signature("sigkill",
-              r"srun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Killed$|exitcode\s*:\s*-9\b|Signals\.SIGKILL"
-              r"|died with <Signals\.SIGKILL|killed by signal 9\b|tasks? [\d,-]+: Killed$|^Killed$|signal: killed$"
-              r"|return code = -9\b",
+              r"srun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: "
+              r"Killed$|exitcode\s*:\s*-9\b|Signals\.SIGKILL|died with <Signals\.SIGKILL|killed by "
+              r"signal 9\b|tasks? [\d,-]+: Killed$|^Killed$|signal: killed$|return code = -9\b",
               C.HOST_OOM, blame=True, kind="killed", node_group="node",
-              source="torchrun 'exitcode: -9', bash 'Killed', srun 'task N: Killed': SIGKILL with no error of its own"),
-    # Where a traceback was raised: the training loop was running (an OOM there is not a start-up fault).
+              source="torchrun 'exitcode: -9', bash 'Killed', srun 'task N: Killed': SIGKILL with "
+                     "no error of its own"),
+    # Where a traceback was raised: the training loop was running (an OOM there is not a start-up
+    # fault).
     Signature("training_underway",
-              r"in (?:training_step|train_step|_inner_training_loop|evaluation_loop|evaluate|_maybe_log_save_evaluate"
-              r"|gather_for_metrics|optimizer_step|_exec_backward_pass|train_batch|validation_step)\b"
-              r"|^\s*(?:training_step|train_step|evaluate|evaluation_loop|validation_step) \(",
-              C.UNKNOWN, kind="phase", source="PyTorch/HF/Lightning/DeepSpeed training-loop frames in tracebacks"),
-    Signature("nan", r"loss is nan|nan loss|Detected (?:inf|nan)|FloatingPointError|found NaN|non-finite loss"
-              r"|loss scale already at minimum", C.USER_BUG),
+              r"in (?:training_step|train_step|_inner_training_loop|evaluation_loop|evaluate|"
+              r"_maybe_log_save_evaluate|gather_for_metrics|optimizer_step|_exec_backward_pass|"
+              r"train_batch|validation_step)\b|^\s*(?:training_step|train_step|evaluate|"
+              r"evaluation_loop|validation_step) \(",
+              C.UNKNOWN, kind="phase", source="PyTorch/HF/Lightning/DeepSpeed training-loop frames "
+                                              "in tracebacks"),
+    Signature("nan", r"loss is nan|nan loss|Detected (?:inf|nan)|FloatingPointError|found "
+              r"NaN|non-finite loss|loss scale already at minimum", C.USER_BUG),
     Signature(
         "python_exception",
         r"^(?:[\w.]+\.)?(?:[A-Z]\w*)?(?:Error|Exception)(?::.*)?$",
@@ -264,8 +273,9 @@ def build_table(user: list[Signature] | tuple[Signature, ...] = ()) -> tuple[Sig
 
 
 def table_for(user: Sequence[UserSignature]) -> tuple[Signature, ...]:
-    """The table for a run: the config's own signatures first, then the built-in ones. A user pattern that can
-    backtrack catastrophically (settings refuse it; a config built without validation may hold one) is left out."""
+    """The table for a run: the config's own signatures first, then the built-in ones. A user
+    pattern that can backtrack catastrophically (settings refuse it; a config built without
+    validation may hold one) is left out."""
     safe = [s for s in user if not catastrophic(s.pattern)]
-    return build_table([Signature(s.name, s.pattern, s.cause, s.blame, s.cascade, source="config", linear=True)
-                        for s in safe])
+    return build_table([Signature(s.name, s.pattern, s.cause, s.blame, s.cascade, source="config",
+                                  linear=True) for s in safe])

@@ -1,5 +1,5 @@
-"""Building verdicts: evidence from matches (whether the node itself reported the line), and the one constructor
-that drops the culprits an owner does not allow."""
+"""Building verdicts: evidence from matches (whether the node itself reported the line), and the one
+constructor that drops the culprits an owner does not allow."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ NodeMatch = tuple[NodeEvidence, Match]
 
 @dataclass(frozen=True)
 class Context:
-    """History the classifier may use: nodes with a recent hardware strike, the stall, why the controller
-    cancelled; and what finishes a verdict: reads of the segment's files that hung, nodes Slurm took out of the
-    job (those of the segment's step) and the job's id."""
+    """History the classifier may use: nodes with a recent hardware strike, the stall, why the
+    controller cancelled; and what finishes a verdict: reads of the segment's files that hung, nodes
+    Slurm took out of the job (those of the segment's step) and the job's id."""
 
     recent_hardware: frozenset[str] = frozenset()
     start_iteration: int = 0
@@ -30,21 +30,22 @@ class Context:
 
 def ev(n: NodeEvidence, m: Match, role: Role) -> Evidence:
     source = EvidenceSource.NODE if NODE_MARKER in m.text[:32] else EvidenceSource.LOG
-    return Evidence(node=origin(n, m) or n.node, file=m.file or n.file, line=m.line, text=m.text, role=role,
-                    cause=m.cause, source=source)
+    return Evidence(node=origin(n, m) or n.node, file=m.file or n.file, line=m.line, text=m.text,
+                    role=role, cause=m.cause, source=source)
 
 
 def evs(pairs: list[NodeMatch], role: Role, limit: int = 20) -> list[Evidence]:
     return [ev(n, m, role) for n, m in pairs[:limit]]
 
 
-NOT_A_NODE = frozenset({Cause.USER_BUG, Cause.USER_OOM, Cause.TIMELIMIT, Cause.PREEMPTED, Cause.SUCCESS})
+NOT_A_NODE = frozenset({Cause.USER_BUG, Cause.USER_OOM, Cause.TIMELIMIT, Cause.PREEMPTED,
+                        Cause.SUCCESS})
 
 
 def verdict(cause: Cause, culprits: list[str], blame: bool, conf: float, evidence: list[Evidence],
              summary: str, rule: str = "", owner: Owner | None = None) -> Verdict:
-    """Causes that are not a node's fault name no culprit (the evidence still says where it was printed); the
-    job's and the shared environment's faults name none either."""
+    """Causes that are not a node's fault name no culprit (the evidence still says where it was
+    printed); the job's and the shared environment's faults name none either."""
     if cause in NOT_A_NODE or owner in (Owner.JOB, Owner.SHARED, Owner.FINISHED):
         culprits, blame = [], False
     blame = blame and bool(culprits)

@@ -1,6 +1,7 @@
-"""`orchestrator import-sbatch`: turn an existing #SBATCH script into a run config, and say what it could not
-translate. The script's own shell is kept: its body and its training launch (srun taken out) become the
-per-node launch the agent runs under bash on every node (`command: [bash, -c, SCRIPT, NAME]`).
+"""`orchestrator import-sbatch`: turn an existing #SBATCH script into a run config, and say what it
+could not translate. The script's own shell is kept: its body and its training launch (srun taken
+out) become the per-node launch the agent runs under bash on every node (`command: [bash, -c,
+SCRIPT, NAME]`).
 
 - `options.py`: #SBATCH options -> resources.
 - `scan.py`: the top-level commands of the script, with the spans of their words.
@@ -40,8 +41,31 @@ from orchestrator.importer.script import (
 from orchestrator.importer.yamlout import dump_config
 
 __all__ = ["dump_config", "import_sbatch"]
-POSITIONAL = re.compile(r"(?m)^[^#\n]*(?<!\\)\$(\{#?)?[1-9@*#]")  # `$1`, `${2:?}`, `"$@"`, `$#` outside comments
-ORDER = ["name", "run_dir", "workdir", "command", "env", "resources", "checkpoint", "policy", "backend"]
+# `$1`, `${2:?}`, `"$@"`, `$#` outside comments
+POSITIONAL = re.compile(r"(?m)^[^#\n]*(?<!\\)\$(\{#?)?[1-9@*#]")
+ORDER = ["name", "run_dir", "workdir", "command", "env", "resources", "checkpoint", "policy",
+         "backend"]
+
+
+def _containers(found: launch_mod.Launch, env: dict[str, str], cfg: dict[str, Any],
+                notes: list[str]) -> None:
+    """The launch's pyxis/enroot options carried into backend.slurm.srun_args, with notes."""
+    try:
+        containers = launch_mod.container_options(found, env)
+    except ValueError:  # unbalanced quotes in an expansion: said by the note below
+        containers = [w for w in found.dropped if w.startswith("--container-")]
+    containers, refused = launch_mod.without_shell(containers, cfg.get("workdir"))
+    if containers:
+        cfg["_srun_args"] = containers
+        notes.append(f"CONTAINER: {' '.join(containers)[:300]} carried into "
+                     "backend.slurm.srun_args: the agents run inside the image, so the "
+                     "orchestrator (and submitit) must be installed in it; if it is not, remove "
+                     "them there and start the container in the launch itself")
+    if refused:
+        notes.append(f"CONTAINER NOT CARRIED: {' '.join(refused)[:300]}: the value needs the shell "
+                     "(a variable the script does not set, or a command), and srun_args reach srun "
+                     "without one; write the value out in backend.slurm.srun_args, or the training "
+                     "runs outside its image")
 
 
 def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str) -> str:
@@ -50,49 +74,41 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
     found = launch_mod.find_launch(segs, text, env)
     r = cfg["resources"]
     if found is None:
-        notes.append("no training launch (srun, torchrun, deepspeed, accelerate, python) recognised: the whole "
-                     "script runs on every node; check it")
+        notes.append("no training launch (srun, torchrun, deepspeed, accelerate, python) "
+                     "recognised: the whole script runs on every node; check it")
         return passing_bash_n(tidy(text, source), notes)
     start, end, repl, more = launch_mod.rewrite(found, text, r.get("nodes", 1) > 1)
     notes.extend(more)
-    try:
-        containers = launch_mod.container_options(found, env)
-    except ValueError:  # unbalanced quotes in an expansion: said by the note below
-        containers = [w for w in found.dropped if w.startswith("--container-")]
-    containers, refused = launch_mod.without_shell(containers, cfg.get("workdir"))
-    if containers:
-        cfg["_srun_args"] = containers
-        notes.append(f"CONTAINER: {' '.join(containers)[:300]} carried into backend.slurm.srun_args: the agents run "
-                     "inside the image, so the orchestrator (and submitit) must be installed in it; if it is not, "
-                     "remove them there and start the container in the launch itself")
-    if refused:
-        notes.append(f"CONTAINER NOT CARRIED: {' '.join(refused)[:300]}: the value needs the shell (a variable the "
-                     "script does not set, or a command), and srun_args reach srun without one; write the value "
-                     "out in backend.slurm.srun_args, or the training runs outside its image")
+    _containers(found, env, cfg, notes)
     if found.kind != "srun" and r.get("tasks_per_node", 1) != 1:
-        notes.append(f"--ntasks-per-node={r['tasks_per_node']} is not used: the launch is not under srun, so the "
-                     "agent starts it once per node (tasks_per_node: 1)")
+        notes.append(f"--ntasks-per-node={r['tasks_per_node']} is not used: the launch is not "
+                     "under srun, so the agent starts it once per node (tasks_per_node: 1)")
         r["tasks_per_node"] = 1
     words = found.segment.texts(text)[found.program_at:]
     shown = resolve(" ".join(unquote(w) for w in words), env)
     notes.append(f"training launch found: {' '.join(shown.split())[:300]}")
     script = with_launch(text, start, end, repl, found.segment.line_start)
-    # up to the launch's first word: `clear; srun ...` ran `clear` once too (with_launch put a line before it)
-    script, setup = split_once(script, found.segment.words[0][0] + len(LAUNCH_BEFORE), notes, cfg["_args"])
+    # up to the launch's first word: `clear; srun ...` ran `clear` once too (with_launch put a line
+    # before it)
+    script, setup = split_once(script, found.segment.words[0][0] + len(LAUNCH_BEFORE), notes,
+                               cfg["_args"])
     if setup:
         cfg["_setup"] = [setup]
     script, resumes = rewrite_resume(script)
     for flag, value, _line in resumes:
         var = resume_var(flag)
-        what = ("the checkpoint directory when the orchestrator found a complete checkpoint in it (the framework "
-                "loads the iteration its tracker file names)" if var == "ORCH_RESUME_ROOT"
+        what = ("the checkpoint directory when the orchestrator found a complete checkpoint in it "
+                "(the framework loads the iteration its tracker file names)"
+                if var == "ORCH_RESUME_ROOT"
                 else "the newest complete checkpoint the orchestrator found")
-        notes.append(f"{flag} {value} now reads ${{{var}:-{value}}}: {what}, the original value on the first segment")
+        notes.append(f"{flag} {value} now reads ${{{var}:-{value}}}: {what}, the original value on "
+                     "the first segment")
     _checkpoint(text, env, cfg, notes, [f for f, _, _ in resumes])
     return passing_bash_n(tidy(script, source), notes)
 
 
-def _checkpoint(text: str, env: dict[str, str], cfg: dict[str, Any], notes: list[str], resumes: list[str]) -> None:
+def _checkpoint(text: str, env: dict[str, str], cfg: dict[str, Any], notes: list[str],
+                resumes: list[str]) -> None:
     saves = flag_values(text, SAVE_FLAGS)
     preset = launch_mod_preset(resumes, [f for f, _, _ in saves])
     for flag, value, line in saves:
@@ -100,17 +116,20 @@ def _checkpoint(text: str, env: dict[str, str], cfg: dict[str, Any], notes: list
         notes.append(f"checkpoint path found: {flag} {value} (line {line})" +
                      (f" = {path}" if path != value else ""))
         if "$" not in path and "`" not in path:
-            cfg["checkpoint"] = {"dir": path, "preset": preset} | ({"glob": "*"} if preset == "glob" else {})
+            cfg["checkpoint"] = {"dir": path, "preset": preset} | (
+                {"glob": "*"} if preset == "glob" else {})
             return
-    cfg["checkpoint"] = {"dir": "CHANGE-ME", "preset": preset} | ({"glob": "*"} if preset == "glob" else {})
+    cfg["checkpoint"] = {"dir": "CHANGE-ME", "preset": preset} | (
+        {"glob": "*"} if preset == "glob" else {})
     if not saves:
-        notes.append("no checkpoint path found in the script (no --save, --output_dir, --checkpoint_dir, ...): "
-                     "set checkpoint.dir and checkpoint.preset by hand")
+        notes.append("no checkpoint path found in the script (no --save, --output_dir, "
+                     "--checkpoint_dir, ...): set checkpoint.dir and checkpoint.preset by hand")
     else:
-        notes.append("the checkpoint path depends on variables the script does not set: set checkpoint.dir by hand")
+        notes.append("the checkpoint path depends on variables the script does not set: set "
+                     "checkpoint.dir by hand")
     if not resumes:
-        notes.append("no resume flag found: make the training resume from $ORCH_RESUME_FROM (the newest complete "
-                     "checkpoint, empty on the first segment)")
+        notes.append("no resume flag found: make the training resume from $ORCH_RESUME_FROM (the "
+                     "newest complete checkpoint, empty on the first segment)")
 
 
 def launch_mod_preset(resumes: list[str], saves: list[str]) -> str:
@@ -123,10 +142,11 @@ def launch_mod_preset(resumes: list[str], saves: list[str]) -> str:
 
 def import_sbatch(text: str, script_name: str = "script", workdir: str | None = None,
                   args: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
-    """(config mapping, notes) for a batch script. `workdir`: where sbatch would have run it (the current
-    directory of the user by default), unless the script says --chdir."""
+    """(config mapping, notes) for a batch script. `workdir`: where sbatch would have run it (the
+    current directory of the user by default), unless the script says --chdir."""
     collecting = gc.isenabled()
-    gc.disable()  # a large script makes millions of small objects and no cycles: the collector only costs time
+    # a large script makes millions of small objects and no cycles: the collector only costs time
+    gc.disable()
     try:
         return _import(text, script_name, workdir, args)
     finally:
@@ -143,22 +163,24 @@ def _import(text: str, script_name: str, workdir: str | None,
     cfg["resources"] = resources(sbatch_options(text.split("\n")), cfg, notes)
     if workdir and not str(cfg.get("workdir", "")).startswith("/"):
         cfg["workdir"] = str(PurePosixPath(workdir) / cfg.get("workdir", "."))
-        notes.append(f"workdir: {cfg['workdir']} (where sbatch would have started the script); change it if you submit "
-                     "from elsewhere")
+        notes.append(f"workdir: {cfg['workdir']} (where sbatch would have started the script); "
+                     "change it if you submit from elsewhere")
     cfg["_args"] = args
     script = _launch_script(text, cfg, notes, script_name)
     if not cfg.pop("_args") and POSITIONAL.search(text):
-        notes.append("the script reads its own arguments ($1, $@, ...), as given to `sbatch SCRIPT ARGS`: give them "
-                     "after the script (orchestrator import-sbatch SCRIPT -- ARGS...); here it runs without any")
+        notes.append("the script reads its own arguments ($1, $@, ...), as given to `sbatch SCRIPT "
+                     "ARGS`: give them after the script (orchestrator import-sbatch SCRIPT -- "
+                     "ARGS...); here it runs without any")
     if ids := cfg.pop("_array_ids", None):
         script = with_array_id(script, ids, notes)
-        if setup := cfg.get("_setup"):  # the run-once lines read it too (ORCH_SEGMENT is in the setup's environment)
+        # the run-once lines read it too (ORCH_SEGMENT is in the setup's environment)
+        if setup := cfg.get("_setup"):
             cfg["_setup"] = [setup[0].replace(LOAD_ENV, LOAD_ENV + array_lines(ids), 1)]
     cfg["command"] = ["bash", "-c", script, cfg["name"], *args]
     missing = undefined(text)
     if missing:
-        notes.append("the script uses variables it does not set (they must come from the environment, e.g. `env`): "
-                     + ", ".join(missing))
+        notes.append("the script uses variables it does not set (they must come from the "
+                     "environment, e.g. `env`): " + ", ".join(missing))
     cfg["run_dir"] = f"runs/{cfg['name']}"
     cfg["backend"] = {"kind": "slurm"}
     slurm = {k: v for k in ("srun_args", "setup") if (v := cfg.pop(f"_{k}", None))}

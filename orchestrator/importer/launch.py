@@ -1,5 +1,6 @@
-"""The training launch of a batch script: which command it is, and the same command with srun taken out,
-since the agent is what srun started (one agent per node; the launcher, torchrun & co, runs under it)."""
+"""The training launch of a batch script: which command it is, and the same command with srun taken
+out, since the agent is what srun started (one agent per node; the launcher, torchrun & co, runs
+under it)."""
 
 from __future__ import annotations
 
@@ -11,45 +12,62 @@ from orchestrator.importer.names import resolve
 from orchestrator.importer.scan import Segment, unquote
 
 RANK_LAUNCHERS = ("srun", "mpirun", "mpiexec")
-LAUNCH_WORDS = re.compile(r"(^|[\s/])(torchrun|deepspeed|accelerate)(\s|$)|torch\.distributed\.(run|launch)|"
-                          r"accelerate\.commands\.launch|deepspeed\.launcher")
+LAUNCH_WORDS = re.compile(r"(^|[\s/])(torchrun|deepspeed|accelerate)(\s|$)|"
+                          r"torch\.distributed\.(run|launch)|accelerate\.commands\.launch|"
+                          r"deepspeed\.launcher")
 TRAINING_WORDS = re.compile(r"(^|[\s/])python[\d.]*(\s|$)|\.py(\s|$)|" + LAUNCH_WORDS.pattern)
-# what a line must hold to be an assignment or a launch (`_classify`, names.assignments): other plain lines are
-# not tokenized at all
-LAUNCHER_TEXT = re.compile(r"srun|mpirun|mpiexec|python|\.py|torchrun|deepspeed|accelerate|torch\.distributed")
+# what a line must hold to be an assignment or a launch (`_classify`, names.assignments): other
+# plain lines are not tokenized at all
+LAUNCHER_TEXT = re.compile(r"srun|mpirun|mpiexec|python|\.py|torchrun|deepspeed|accelerate|"
+                           r"torch\.distributed")
 WANTED = re.compile("=|" + LAUNCHER_TEXT.pattern)
 _ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=.*", re.S)
 _PYTHON = re.compile(r"python[\d.]*$")
 _PYTHON_C = re.compile(r"python[\d.]*\s+(-\w+\s+)*-c\b")
-CONTAINER_FLAGS = {"--container-remap-root", "--container-mount-home", "--container-writable", "--container-readonly",
-                   "--no-container-mount-home", "--container-entrypoint", "--container-entrypoint-log",
-                   "--no-container-remap-root"}
-SRUN_VALUE = {"-N", "-n", "-c", "-w", "-o", "-e", "-J", "-p", "-t", "-G", "-x", "-A", "-q", "-C", "-D", "-m",
-              "-d", "-i", "-W", "-r", "-K", "--jobid", "--nodes", "--ntasks", "--ntasks-per-node", "--cpus-per-task",
+CONTAINER_FLAGS = {"--container-remap-root", "--container-mount-home", "--container-writable",
+                   "--container-readonly", "--no-container-mount-home", "--container-entrypoint",
+                   "--container-entrypoint-log", "--no-container-remap-root"}
+SRUN_VALUE = {"-N", "-n", "-c", "-w", "-o", "-e", "-J", "-p", "-t", "-G", "-x", "-A", "-q", "-C",
+              "-D", "-m",
+              "-d", "-i", "-W", "-r", "-K", "--jobid", "--nodes", "--ntasks", "--ntasks-per-node",
+              "--cpus-per-task",
               "--container-image", "--container-mounts", "--container-workdir", "--container-name",
-              "--container-env", "--output", "--error", "--input", "--partition", "--time", "--nodelist",
-              "--exclude", "--mpi", "--gres", "--gpus", "--gpus-per-node", "--gpus-per-task", "--cpu-bind",
-              "--distribution", "--mem", "--chdir", "--export", "--account", "--qos", "--job-name", "--het-group",
-              "--relative", "--ntasks-per-gpu", "--mem-per-cpu", "--mem-per-gpu", "--cpus-per-gpu", "--gpu-bind",
-              "--constraint", "--dependency", "--signal", "--network", "--reservation", "--comment", "--wckey",
-              "-L", "--licenses", "-M", "--clusters", "--cluster", "--begin", "--deadline", "--mail-type",
-              "--mail-user", "--switches", "--threads-per-core", "--cores-per-socket", "--sockets-per-node",
-              "--ntasks-per-core", "--ntasks-per-socket", "--mem-bind", "--hint", "--prolog", "--epilog",
-              "--task-prolog", "--task-epilog", "--slurmd-debug", "--tmp", "--uid", "--gid", "--priority",
-              "--profile", "--power", "-S", "--core-spec", "--thread-spec", "--cpu-freq", "--delay-boot",
-              "--gres-flags", "--mincpus", "--tres-per-task", "--open-mode", "--container", "--container-id",
+              "--container-env", "--output", "--error", "--input", "--partition", "--time",
+              "--nodelist",
+              "--exclude", "--mpi", "--gres", "--gpus", "--gpus-per-node", "--gpus-per-task",
+              "--cpu-bind",
+              "--distribution", "--mem", "--chdir", "--export", "--account", "--qos", "--job-name",
+              "--het-group",
+              "--relative", "--ntasks-per-gpu", "--mem-per-cpu", "--mem-per-gpu", "--cpus-per-gpu",
+              "--gpu-bind",
+              "--constraint", "--dependency", "--signal", "--network", "--reservation", "--comment",
+              "--wckey",
+              "-L", "--licenses", "-M", "--clusters", "--cluster", "--begin", "--deadline",
+              "--mail-type",
+              "--mail-user", "--switches", "--threads-per-core", "--cores-per-socket",
+              "--sockets-per-node",
+              "--ntasks-per-core", "--ntasks-per-socket", "--mem-bind", "--hint", "--prolog",
+              "--epilog",
+              "--task-prolog", "--task-epilog", "--slurmd-debug", "--tmp", "--uid", "--gid",
+              "--priority",
+              "--profile", "--power", "-S", "--core-spec", "--thread-spec", "--cpu-freq",
+              "--delay-boot",
+              "--gres-flags", "--mincpus", "--tres-per-task", "--open-mode", "--container",
+              "--container-id",
               "--accel-bind", "--acctg-freq", "--bb", "--bbf", "--extra", "--segment",
               "--stepmgr", "--tres-bind", "--nodefile", "-F", "--mcs-label", "--ntasks-per-tres",
               "--time-min", "--gpu-freq"}
-MPI_VALUE = {"-n", "-np", "-N", "-H", "--host", "--hostfile", "-hostfile", "--map-by", "--bind-to", "-x",
-             "--mca", "-mca", "--npernode", "-ppn", "-f"}
+MPI_VALUE = {"-n", "-np", "-N", "-H", "--host", "--hostfile", "-hostfile", "--map-by", "--bind-to",
+             "-x", "--mca", "-mca", "--npernode", "-ppn", "-f"}
 
 
 @dataclass
 class Launch:
     """The training launch found in a batch script: where it is, its launcher and program."""
     segment: Segment
-    kind: str  # "srun" (a rank launcher: srun/mpirun) or "direct" (torchrun, deepspeed, python from the batch script)
+    # "srun" (a rank launcher: srun/mpirun) or "direct" (torchrun, deepspeed, python from the batch
+    # script)
+    kind: str
     launcher: str  # srun, mpirun, torchrun, deepspeed, accelerate, python
     program_at: int  # index of the first word after srun and its options
     dropped: list[str]  # srun options that were dropped
@@ -63,7 +81,8 @@ def _command_index(words: list[str]) -> int:
 
 
 def _is_option_expansion(word: str, env: dict[str, str]) -> bool:
-    """`$SRUN_ARGS`, `${AUTO_RESUME}`, `"${ARGS[@]}"` right after srun: srun options, not the program."""
+    """`$SRUN_ARGS`, `${AUTO_RESUME}`, `"${ARGS[@]}"` right after srun: srun options, not the
+    program."""
     m = re.fullmatch(r"\"?\$\{?([A-Za-z_]\w*)(\[[@*]\])?\}?\"?", word)
     if not m:
         return False
@@ -110,41 +129,47 @@ def _classify(seg: Segment, text: str, env: dict[str, str]) -> Launch | None:
 
 
 def _score(launch: Launch, text: str, env: dict[str, str]) -> tuple[int, int]:
-    rest = resolve(" ".join(unquote(w) for w in launch.segment.texts(text)[launch.program_at:]), env)
+    rest = resolve(" ".join(unquote(w) for w in launch.segment.texts(text)[launch.program_at:]),
+                   env)
     training = 2 if LAUNCH_WORDS.search(rest) else 1 if TRAINING_WORDS.search(rest) else 0
     return (2 if launch.kind == "srun" and training else 0) + training, launch.segment.words[0][0]
 
 
 def find_launch(segs: list[Segment], text: str, env: dict[str, str]) -> Launch | None:
-    """The training launch: a top-level srun (or mpirun) that starts training before any launch run from the
-    batch script itself; a launcher (torchrun, deepspeed, accelerate) before plain python; the last one on a tie.
-    Data preparation (`python prepare.py` before the srun, `python -c ...`) and helper steps inside `$(...)`
-    are not the launch."""
-    # A rank launcher or a launch tool scores 2 or more, plain python 1 at most: the lines that can hold one
-    # (or expand variables into one) are judged first; every line only when none of them is such a launch.
-    strong = _best([s for s in segs if _STRONG.search(text, s.words[0][0], s.words[-1][1])], text, env)
+    """The training launch: a top-level srun (or mpirun) that starts training before any launch run
+    from the batch script itself; a launcher (torchrun, deepspeed, accelerate) before plain python;
+    the last one on a tie. Data preparation (`python prepare.py` before the srun, `python -c ...`)
+    and helper steps inside `$(...)` are not the launch."""
+    # A rank launcher or a launch tool scores 2 or more, plain python 1 at most: the lines that can
+    # hold one (or expand variables into one) are judged first; every line only when none of them is
+    # such a launch.
+    strong = _best([s for s in segs if _STRONG.search(text, s.words[0][0], s.words[-1][1])], text,
+                   env)
     if strong is not None and strong[0][0] >= 2:
         return strong[1]
     best = _best(segs, text, env)
     return best[1] if best is not None else None
 
 
-_STRONG = re.compile(r"srun|mpirun|mpiexec|torchrun|deepspeed|accelerate|torch\.distributed|[$`'\"\\]")
+_STRONG = re.compile(r"srun|mpirun|mpiexec|torchrun|deepspeed|accelerate|torch\.distributed|"
+                     r"[$`'\"\\]")
 
 
-def _best(segs: list[Segment], text: str, env: dict[str, str]) -> tuple[tuple[int, int], Launch] | None:
+def _best(segs: list[Segment], text: str,
+          env: dict[str, str]) -> tuple[tuple[int, int], Launch] | None:
     found = [la for la in (_classify(s, text, env) for s in segs) if la is not None]
     scored = [(sc, la) for la in found if (sc := _score(la, text, env))[0] > 0]
     return max(scored, key=lambda x: x[0]) if scored else None
 
 
 def _deepspeed_per_node(words: list[str], c: int) -> tuple[list[str], list[str]]:
-    """deepspeed's own multi-node launch (pdsh/openmpi over a hostfile) -> one deepspeed per node."""
+    """deepspeed's own multi-node launch (pdsh/openmpi over a hostfile) -> one deepspeed per
+    node."""
     out, dropped, i = [], [], c + 1
     while i < len(words) and words[i].startswith("-"):
         flag, eq, _ = words[i].partition("=")
-        if flag in ("--hostfile", "--launcher", "--num_nodes", "--include", "--exclude", "-H", "-i", "-e",
-                    "--master_addr", "--node_rank", "--no_ssh"):
+        if flag in ("--hostfile", "--launcher", "--num_nodes", "--include", "--exclude", "-H", "-i",
+                    "-e", "--master_addr", "--node_rank", "--no_ssh"):
             dropped.append(words[i] if eq or flag == "--no_ssh" else f"{words[i]} {words[i + 1]}")
             i += 1 if eq or flag == "--no_ssh" else 2
             continue
@@ -156,15 +181,17 @@ def _deepspeed_per_node(words: list[str], c: int) -> tuple[list[str], list[str]]
 
 
 def container_options(launch: Launch, env: dict[str, str]) -> list[str]:
-    """pyxis/enroot options (`--container-image`, `--container-mounts`, ...) among the dropped srun options, also
-    inside an expansion such as `"${ARGS[@]}"`, each as one `--opt=value` word."""
-    # an array expansion ("${ARGS[@]}") is one word per element: quotes off, then expanded, then split
+    """pyxis/enroot options (`--container-image`, `--container-mounts`, ...) among the dropped srun
+    options, also inside an expansion such as `"${ARGS[@]}"`, each as one `--opt=value` word."""
+    # an array expansion ("${ARGS[@]}") is one word per element: quotes off, then expanded, then
+    # split
     words = shlex.split(" ".join(resolve(unquote(w), env) for w in launch.dropped), posix=True)
     out, i = [], 0
     while i < len(words):
         w = words[i]
         if w.startswith(("--container-", "--no-container-")):
-            if "=" not in w and w not in CONTAINER_FLAGS and not w.startswith("--no-") and i + 1 < len(words):
+            if ("=" not in w and w not in CONTAINER_FLAGS and not w.startswith("--no-") and i
+                + 1 < len(words)):
                 w, i = f"{w}={words[i + 1]}", i + 1
             out.append(w)
         i += 1
@@ -175,10 +202,10 @@ _CWD = re.compile(r"\$\(\s*pwd\s*\)|`\s*pwd\s*`|\$\{PWD\}|\$PWD(?![A-Za-z0-9_])"
 
 
 def without_shell(options: list[str], workdir: str | None) -> tuple[list[str], list[str]]:
-    """(carried, refused): srun_args are argv words and no shell expands them on the way to srun, so the current
-    directory (`$(pwd)`, `$PWD`) becomes the run's workdir, where sbatch would have started the script, and an
-    option whose value still needs the shell (another variable, a command) is refused rather than passed on
-    literally."""
+    """(carried, refused): srun_args are argv words and no shell expands them on the way to srun, so
+    the current directory (`$(pwd)`, `$PWD`) becomes the run's workdir, where sbatch would have
+    started the script, and an option whose value still needs the shell (another variable, a
+    command) is refused rather than passed on literally."""
     carried: list[str] = []
     refused: list[str] = []
     for option in options:
@@ -188,23 +215,27 @@ def without_shell(options: list[str], workdir: str | None) -> tuple[list[str], l
 
 
 def rewrite(launch: Launch, text: str, multinode: bool) -> tuple[int, int, str, list[str]]:
-    """(start, end, replacement): the edit of `text` that makes the launch what the agent runs; and notes."""
+    """(start, end, replacement): the edit of `text` that makes the launch what the agent runs; and
+    notes."""
     seg = launch.segment
     words = seg.texts(text)
     c = _command_index(words)
     notes: list[str] = []
     if launch.kind == "srun":
-        notes.append(f"the training launch: the agent takes {launch.launcher}'s place (one agent per node, "
-                     f"resources.tasks_per_node copies of the command on each); {launch.launcher} and its "
-                     f"options are dropped: {launch.launcher} {' '.join(launch.dropped) or '(none)'}")
+        notes.append(f"the training launch: the agent takes {launch.launcher}'s place (one agent "
+                     "per node, resources.tasks_per_node copies of the command on each); "
+                     f"{launch.launcher} and its options are dropped: {launch.launcher} "
+                     f"{' '.join(launch.dropped) or '(none)'}")
         return seg.words[c][0], seg.words[launch.program_at][0], "", notes
     if launch.launcher == "deepspeed" and multinode and unquote(words[c]).endswith("deepspeed"):
         new, dropped = _deepspeed_per_node(words, c)
-        notes.append("deepspeed launched from the batch script starts every host itself (pdsh/openmpi); under the "
-                     "orchestrator the agent runs on every node, so deepspeed runs once per node with --no_ssh "
-                     f"--node_rank=$SLURM_NODEID (dropped: {', '.join(dropped) or 'nothing'})")
+        notes.append("deepspeed launched from the batch script starts every host itself "
+                     "(pdsh/openmpi); under the orchestrator the agent runs on every node, so "
+                     "deepspeed runs once per node with --no_ssh --node_rank=$SLURM_NODEID "
+                     f"(dropped: {', '.join(dropped) or 'nothing'})")
         return seg.words[c][0], seg.words[-1][1], " ".join(new), notes
     if multinode:
-        notes.append(f"the launch `{launch.launcher}` ran once, on the first node, from the batch script; the "
-                     "agent now runs it on every node: check that it is told its node rank ($SLURM_NODEID)")
+        notes.append(f"the launch `{launch.launcher}` ran once, on the first node, from the batch "
+                     "script; the agent now runs it on every node: check that it is told its node "
+                     "rank ($SLURM_NODEID)")
     return seg.words[c][0], seg.words[c][0], "", notes

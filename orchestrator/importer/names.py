@@ -1,5 +1,5 @@
-"""Variables of a batch script: what it assigns (for resolving `$CMD`-style launch lines), what it uses
-without defining (named in the notes), and the checkpoint paths its launch passes."""
+"""Variables of a batch script: what it assigns (for resolving `$CMD`-style launch lines), what it
+uses without defining (named in the notes), and the checkpoint paths its launch passes."""
 
 from __future__ import annotations
 
@@ -13,16 +13,17 @@ ASSIGN = re.compile(r"([A-Za-z_]\w*)(\+?)=(.*)", re.S)
 DEFAULTED = re.compile(r"\$\{([A-Za-z_]\w*)(:?[-=])")
 USE = re.compile(r"\$\{?([A-Za-z_]\w*)")
 ENV_ALWAYS = re.compile(
-    r"SLURM\w*|SLURMD_NODENAME|ORCH_\w+|HOME|USER|LOGNAME|PATH|PWD|OLDPWD|HOSTNAME|SHELL|TERM|LANG|LC_\w+|TMPDIR|"
-    r"LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|MANPATH|PYTHONPATH|CUDA_VISIBLE_DEVICES|CUDA_HOME|CONDA_\w+|"
-    r"VIRTUAL_ENV|MODULEPATH|BASH\w*|RANDOM|LINENO|SECONDS|PPID|UID|EUID|IFS|PS\d|HOSTTYPE|OSTYPE|"
-    r"RANK|LOCAL_RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|NODE_RANK|OMPI_\w+|PMI\w*|SINGULARITY\w*|APPTAINER\w*")
+    r"SLURM\w*|SLURMD_NODENAME|ORCH_\w+|HOME|USER|LOGNAME|PATH|PWD|OLDPWD|HOSTNAME|SHELL|TERM|LANG|"
+    r"LC_\w+|TMPDIR|LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|MANPATH|PYTHONPATH|CUDA_VISIBLE_DEVICES|"
+    r"CUDA_HOME|CONDA_\w+|VIRTUAL_ENV|MODULEPATH|BASH\w*|RANDOM|LINENO|SECONDS|PPID|UID|EUID|IFS|"
+    r"PS\d|HOSTTYPE|OSTYPE|RANK|LOCAL_RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|NODE_RANK|OMPI_\w+|"
+    r"PMI\w*|SINGULARITY\w*|APPTAINER\w*")
 DECLARE = ("export", "declare", "typeset", "readonly", "local")
 
 
 def assignments(text: str, segs: list[Segment]) -> dict[str, str]:
-    """NAME -> value text (quotes removed; arrays as their element text) of every top-level assignment,
-    later ones winning, and `: "${NAME:=default}"` defaults."""
+    """NAME -> value text (quotes removed; arrays as their element text) of every top-level
+    assignment, later ones winning, and `: "${NAME:=default}"` defaults."""
     out: dict[str, str] = {}
     for seg in segs:
         words = seg.texts(text)
@@ -45,11 +46,13 @@ def assignments(text: str, segs: list[Segment]) -> dict[str, str]:
     return out
 
 
-REF = re.compile(r"\$\{(?P<a>[A-Za-z_]\w*)(?:\[[@*]\])?(?::?[-=](?P<d>[^}]*))?\}|\$(?P<b>[A-Za-z_]\w*)")
+REF = re.compile(r"\$\{(?P<a>[A-Za-z_]\w*)(?:\[[@*]\])?(?::?[-=](?P<d>[^}]*))?\}|"
+                 r"\$(?P<b>[A-Za-z_]\w*)")
 
 
 def resolve(value: str, env: dict[str, str], depth: int = 0) -> str:
-    """Expand $NAME / ${NAME} / ${NAME[@]} / ${NAME:-default} from `env`; unknown names stay as written."""
+    """Expand $NAME / ${NAME} / ${NAME[@]} / ${NAME:-default} from `env`; unknown names stay as
+    written."""
     if depth > 6:
         return value
 
@@ -65,7 +68,8 @@ def resolve(value: str, env: dict[str, str], depth: int = 0) -> str:
 
 
 def _strip_for_uses(text: str) -> list[str]:
-    """Lines without comments, without single-quoted awk/sed/perl programs (their `$1`, `$NF` are not shell)."""
+    """Lines without comments, without single-quoted awk/sed/perl programs (their `$1`, `$NF` are
+    not shell)."""
     lines = []
     for line in text.splitlines():
         s = line.lstrip()
@@ -79,22 +83,24 @@ _PROGRAM = re.compile(r"\b(awk|gawk|sed|perl|jq)\b([^|;']*)'[^']*'")
 
 
 def undefined(text: str) -> list[str]:
-    """Names the script uses that it does not define first (in line order) and that the environment of a
-    Slurm task does not provide; `${NAME:-default}` uses are not counted."""
+    """Names the script uses that it does not define first (in line order) and that the environment
+    of a Slurm task does not provide; `${NAME:-default}` uses are not counted."""
     first_def: dict[str, int] = {}
     first_use: dict[str, int] = {}
     for n, line in enumerate(_strip_for_uses(text)):
         if "$" not in line and "=" not in line and "for" not in line and "read" not in line:
             continue  # neither defines nor uses a name
-        for m in re.finditer(r"(?:^|[\s;(])(?:(?:export|declare|typeset|readonly|local)\s+(?:-\w+\s+)*)?"
-                             r"([A-Za-z_]\w*)\+?=", line):
+        for m in re.finditer(r"(?:^|[\s;(])(?:(?:export|declare|typeset|readonly|local)\s+(?:"
+                             r"-\w+\s+)*)?([A-Za-z_]\w*)\+?=", line):
             first_def.setdefault(m.group(1), n)
-        for m in re.finditer(r"\bfor\s+([A-Za-z_]\w*)\s+in\b|\bread\s+(?:-\w+\s+)*([A-Za-z_]\w*)", line):
+        for m in re.finditer(r"\bfor\s+([A-Za-z_]\w*)\s+in\b|\bread\s+(?:-\w+\s+)*([A-Za-z_]\w*)",
+                             line):
             first_def.setdefault(m.group(1) or m.group(2), n)
         for m in DEFAULTED.finditer(line):
             first_def.setdefault(m.group(1), n)
         for m in USE.finditer(line):
-            if not line[m.end():].startswith((":-", ":=", "-", "=")) or not line[m.start() + 1:].startswith("{"):
+            if (not line[m.end():].startswith((":-", ":=", "-", "="))
+                or not line[m.start() + 1:].startswith("{")):
                 first_use.setdefault(m.group(1), n)
     out = []
     for name, n in first_use.items():
@@ -106,21 +112,26 @@ def undefined(text: str) -> list[str]:
 
 
 SAVE_FLAGS = {"--save": "megatron", "--save-dir": "megatron", "--save_dir": "megatron",
-              "--output_dir": "hf", "--output-dir": "hf", "--checkpoint_dir": "glob", "--checkpoint-dir": "glob",
+              "--output_dir": "hf", "--output-dir": "hf", "--checkpoint_dir": "glob",
+              "--checkpoint-dir": "glob",
               "--ckpt_dir": "glob", "--ckpt-dir": "glob", "--default_root_dir": "lightning",
               "--checkpoint.folder": "glob", "--save_folder": "glob"}
-RESUME_FLAGS = {"--load": "megatron", "--resume_from_checkpoint": "hf", "--resume-from-checkpoint": "hf",
+RESUME_FLAGS = {"--load": "megatron", "--resume_from_checkpoint": "hf",
+                "--resume-from-checkpoint": "hf",
                 "--ckpt_path": "lightning", "--ckpt-path": "lightning", "--load_dir": "deepspeed",
-                "--load-dir": "deepspeed", "--resume": "glob", "--load_path": "glob", "--load-path": "glob"}
+                "--load-dir": "deepspeed", "--resume": "glob", "--load_path": "glob",
+                "--load-path": "glob"}
 _FLAG_VALUE = r"(?<![\w-])({flags})(=|[ \t]+)(?!-)(\"[^\"\n]*\"|'[^'\n]*'|[^\s\\;|&)'\"]+)"
 
 
 def _flag_rx(flags: dict[str, str]) -> re.Pattern[str]:
-    return re.compile(_FLAG_VALUE.format(flags="|".join(re.escape(f) for f in sorted(flags, key=len, reverse=True))))
+    return re.compile(_FLAG_VALUE.format(
+        flags="|".join(re.escape(f) for f in sorted(flags, key=len, reverse=True))))
 
 
 def _uncommented(text: str, rx: re.Pattern[str]) -> Iterator[tuple[re.Match[str], int]]:
-    """(match, line number) of `rx` over the whole text (one search, not one per line) outside comment lines."""
+    """(match, line number) of `rx` over the whole text (one search, not one per line) outside
+    comment lines."""
     line, at = 1, 0
     for m in rx.finditer(text):
         line += text.count("\n", at, m.start())
@@ -136,14 +147,16 @@ def flag_values(text: str, flags: dict[str, str]) -> list[tuple[str, str, int]]:
 
 
 def resume_var(flag: str) -> str:
-    return "ORCH_RESUME_ROOT" if RESUME_FLAGS.get(flag) in ("megatron", "deepspeed") else "ORCH_RESUME_FROM"
+    return ("ORCH_RESUME_ROOT" if RESUME_FLAGS.get(flag) in ("megatron", "deepspeed")
+            else "ORCH_RESUME_FROM")
 
 
 def rewrite_resume(text: str) -> tuple[str, list[tuple[str, str, int]]]:
     """Make every resume flag take the orchestrator's newest complete checkpoint when there is one:
-    `--resume_from_checkpoint X` -> `--resume_from_checkpoint "${ORCH_RESUME_FROM:-X}"` (X as before on the first
-    segment, one argument either way). Megatron's `--load` and DeepSpeed's `--load_dir` take the checkpoint
-    *root* (they read the tracker file in it), so they get `"${ORCH_RESUME_ROOT:-X}"`."""
+    `--resume_from_checkpoint X` -> `--resume_from_checkpoint "${ORCH_RESUME_FROM:-X}"` (X as before
+    on the first segment, one argument either way). Megatron's `--load` and DeepSpeed's `--load_dir`
+    take the checkpoint *root* (they read the tracker file in it), so they get
+    `"${ORCH_RESUME_ROOT:-X}"`."""
     matches = list(_uncommented(text, _flag_rx(RESUME_FLAGS)))
     found = [(m.group(1), m.group(3), n) for m, n in matches]
     if not matches:
@@ -158,12 +171,14 @@ def rewrite_resume(text: str) -> tuple[str, list[tuple[str, str, int]]]:
 
 def _resume_value(m: re.Match[str], in_string: bool) -> str:
     var = resume_var(m.group(1))
-    if in_string:  # `options+=" --load ${CKPT}"`: already one word of a string; no quotes of its own
+    # `options+=" --load ${CKPT}"`: already one word of a string; no quotes of its own
+    if in_string:
         return f"{m.group(1)}{m.group(2)}${{{var}:-{m.group(3)}}}"
     return f"{m.group(1)}{m.group(2)}\"${{{var}:-{_in_double_quotes(m.group(3))}}}\""
 
 
-_QUOTE_STOPS = re.compile(r"[\\'\"#]")  # what can start or hide a quote: the rest is skipped in one search
+# what can start or hide a quote: the rest is skipped in one search
+_QUOTE_STOPS = re.compile(r"[\\'\"#]")
 
 
 def _double_quoted(text: str) -> list[tuple[int, int]]:
@@ -194,8 +209,8 @@ def _inside(spans: list[tuple[int, int]], pos: int) -> bool:
 
 
 def _in_double_quotes(value: str) -> str:
-    """The word `value` as written, for the inside of `"${VAR:-...}"`: one argument on every segment (a
-    checkpoint path with a space or a `*` is never split or globbed)."""
+    """The word `value` as written, for the inside of `"${VAR:-...}"`: one argument on every segment
+    (a checkpoint path with a space or a `*` is never split or globbed)."""
     if len(value) >= 2 and value[0] == value[-1] == '"':
         return value[1:-1]
     if len(value) >= 2 and value[0] == value[-1] == "'":

@@ -1,5 +1,5 @@
-"""#SBATCH options -> the config's `resources` (and `policy`, `name`, `workdir`), and a note for every option
-that is not carried over as it was.
+"""#SBATCH options -> the config's `resources` (and `policy`, `name`, `workdir`), and a note for
+every option that is not carried over as it was.
 
 The orchestrator runs one agent task per node (srun's place), so the per-task options of the script
 (--ntasks-per-node, --cpus-per-task, --gpus-per-task) are turned into per-node amounts."""
@@ -10,30 +10,40 @@ import re
 import shlex
 from typing import Any
 
-SHORT = {"-J": "job-name", "-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task", "-p": "partition", "-A": "account",
-         "-q": "qos", "-t": "time", "-C": "constraint", "-o": "output", "-e": "error", "-a": "array",
-         "-d": "dependency", "-x": "exclude", "-G": "gpus", "-w": "nodelist", "-D": "chdir", "-M": "clusters",
-         "-m": "distribution", "-s": "oversubscribe", "-O": "overcommit", "-k": "no-kill", "-H": "hold",
-         "-W": "wait", "-Q": "quiet", "-v": "verbose", "-B": "extra-node-info", "-L": "licenses", "-b": "begin"}
-FLAGS = {"exclusive", "requeue", "no-requeue", "hold", "overcommit", "contiguous", "spread-job", "test-only",
-         "use-min-nodes", "wait", "parsable", "quiet", "verbose", "oversubscribe", "ignore-pbs", "no-kill",
-         "reboot"}
+SHORT = {"-J": "job-name", "-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task", "-p": "partition",
+         "-A": "account",
+         "-q": "qos", "-t": "time", "-C": "constraint", "-o": "output", "-e": "error",
+         "-a": "array",
+         "-d": "dependency", "-x": "exclude", "-G": "gpus", "-w": "nodelist", "-D": "chdir",
+         "-M": "clusters",
+         "-m": "distribution", "-s": "oversubscribe", "-O": "overcommit", "-k": "no-kill",
+         "-H": "hold",
+         "-W": "wait", "-Q": "quiet", "-v": "verbose", "-B": "extra-node-info", "-L": "licenses",
+         "-b": "begin"}
+FLAGS = {"exclusive", "requeue", "no-requeue", "hold", "overcommit", "contiguous", "spread-job",
+         "test-only",
+         "use-min-nodes", "wait", "parsable", "quiet", "verbose", "oversubscribe", "ignore-pbs",
+         "no-kill", "reboot"}
 IGNORED = {"output": "per-node logs are written by the agent under run_dir/segments/NNNN/logs/",
            "error": "per-node logs are written by the agent under run_dir/segments/NNNN/logs/",
            "open-mode": "the agent appends to its own per-node logs",
            "requeue": "segments are submitted with --no-requeue; the controller owns retries",
            "no-requeue": "segments are always submitted with --no-requeue",
-           "signal": "submitit sends USR2 before the time limit; the agent passes it on as a warning",
+           "signal": "submitit sends USR2 before the time limit; the agent passes it on as a "
+                     "warning",
            "nodelist": "it needs the shell: write the nodes out in resources.sbatch_extra.nodelist",
-           "export": "the agent passes the controller's environment plus `env`; put what the job needs in `env`",
-           "parsable": "not a job property", "test-only": "not a job property", "wait": "the controller polls the job",
-           "chdir": "became `workdir`"}
+           "export": "the agent passes the controller's environment plus `env`; put what the job "
+                     "needs in `env`",
+           "parsable": "not a job property", "test-only": "not a job property",
+           "wait": "the controller polls the job", "chdir": "became `workdir`"}
 RESERVED = {"exclude", "nodes", "time", "output", "error", "job-name", "requeue", "no-requeue"}
 Opts = list[tuple[str, str | None]]
-# the long options this import treats itself, or that the orchestrator sets: sbatch takes any unambiguous prefix
-_KNOWN = ("ntasks-per-node", "cpus-per-task", "gpus-per-task", "ntasks", "gpus-per-node", "gpus", "gres", "partition",
-          "account", "qos", "job-name", "nodes", "time", "array", "dependency", "exclude", "chdir", "exclusive",
-          "comment", "wrap", *IGNORED)
+# the long options this import treats itself, or that the orchestrator sets: sbatch takes any
+# unambiguous prefix
+_KNOWN = ("ntasks-per-node", "cpus-per-task", "gpus-per-task", "ntasks", "gpus-per-node", "gpus",
+          "gres", "partition",
+          "account", "qos", "job-name", "nodes", "time", "array", "dependency", "exclude", "chdir",
+          "exclusive", "comment", "wrap", *IGNORED)
 
 
 def _full_name(key: str) -> str:
@@ -45,7 +55,8 @@ def _full_name(key: str) -> str:
 
 
 def array_ids(val: str, limit: int = 100_000) -> list[int]:
-    """The task ids of `--array=VAL` (`0-9%1`, `1-99:2`, `3,5,7`), in order; [] when it cannot be read."""
+    """The task ids of `--array=VAL` (`0-9%1`, `1-99:2`, `3,5,7`), in order; [] when it cannot be
+    read."""
     ids: list[int] = []
     for part in val.split("%")[0].split(","):
         m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part.strip())
@@ -66,7 +77,8 @@ def time_to_min(v: str) -> int:
         h, m, s = (parts + [0, 0])[:3]
     else:
         parts = [int(x) for x in v.split(":")]
-        h, m, s = {1: (0, parts[0], 0), 2: (0, parts[0], parts[-1])}.get(len(parts), tuple(parts[:3]))
+        h, m, s = {1: (0, parts[0], 0), 2: (0, parts[0], parts[-1])}.get(
+            len(parts), tuple(parts[:3]))
     return max(1, days * 1440 + h * 60 + m + (1 if s else 0))
 
 
@@ -76,12 +88,14 @@ def _one_line(toks: list[str], out: Opts) -> None:
         tok = toks[i]
         if tok.startswith("--"):
             key, eq, val = tok[2:].partition("=")
-            if not eq and key not in FLAGS and i + 1 < len(toks) and not toks[i + 1].startswith("-"):
+            if (not eq and key not in FLAGS and i + 1 < len(toks)
+                and not toks[i + 1].startswith("-")):
                 val, eq = toks[i + 1], "="  # "--time 20:00:00"
                 i += 1
             out.append((key, val if eq else None))
         elif tok in SHORT:
-            takes = SHORT[tok] not in FLAGS and i + 1 < len(toks) and not toks[i + 1].startswith("-")
+            takes = (SHORT[tok] not in FLAGS and i + 1 < len(toks)
+                     and not toks[i + 1].startswith("-"))
             out.append((SHORT[tok], toks[i + 1] if takes else None))
             i += 1 if takes else 0
         elif re.match(r"-[A-Za-z]\S", tok) and tok[:2] in SHORT:
@@ -131,12 +145,14 @@ class _Resources:
 
     def add(self, key: str, val: str | None) -> None:
         key = _full_name(key)
-        if key in ("ntasks-per-node", "cpus-per-task", "gpus-per-task") and _first_int(val) is not None:
+        if key in ("ntasks-per-node", "cpus-per-task",
+                   "gpus-per-task") and _first_int(val) is not None:
             self.per_task[key] = _first_int(val) or 0
         elif key == "ntasks" and _first_int(val):
             self.ntasks = _first_int(val)
         elif key in ("ntasks-per-node", "cpus-per-task", "gpus-per-task", "ntasks"):
-            self.notes.append(f"--{key}={val}: not a count; not carried over, set resources by hand")
+            self.notes.append(
+                f"--{key}={val}: not a count; not carried over, set resources by hand")
         elif key in ("gpus-per-node", "gpus", "gres") and val:
             self._gpus(key, val)
         elif key in ("partition", "account", "qos") and val:
@@ -153,12 +169,13 @@ class _Resources:
             self.notes.append(f"--{key}={val}: carried over in resources.sbatch_extra")
         elif kind:  # keep the type: gpus_per_node has no room for it
             self.extra["gres" if key == "gres" else key] = val
-            self.notes.append(f"--{key}={val}: typed GPU request kept as is in resources.sbatch_extra "
-                              f"({count} {kind} GPU(s) per node)")
+            self.notes.append(f"--{key}={val}: typed GPU request kept as is in "
+                              f"resources.sbatch_extra ({count} {kind} GPU(s) per node)")
         else:
             self.r["gpus_per_node"] = count
             if key == "gpus":
-                self.notes.append(f"--gpus={val}: taken as GPUs per node (check: --gpus counts the whole job)")
+                self.notes.append(f"--gpus={val}: taken as GPUs per node (check: --gpus counts the "
+                                  "whole job)")
 
     def _special(self, key: str, val: str | None) -> bool:
         if key == "job-name" and val:
@@ -168,34 +185,38 @@ class _Resources:
         elif key == "nodes" and val:
             self.r["nodes"] = int(val.split("-")[-1])
             if "-" in val:
-                self.notes.append(f"--nodes={val}: a range; every segment asks for {self.r['nodes']} nodes")
+                self.notes.append(f"--nodes={val}: a range; every segment asks for "
+                                  f"{self.r['nodes']} nodes")
         elif key == "time" and val and not re.fullmatch(r"(\d+-)?\d+(:\d+){0,2}", val):
-            self.notes.append(f"--time={val}: not a time limit Slurm reads (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S); "
-                              "set resources.time_limit_min by hand")
+            self.notes.append(f"--time={val}: not a time limit Slurm reads (M, M:S, H:M:S, D-H, "
+                              "D-H:M, D-H:M:S); set resources.time_limit_min by hand")
         elif key == "time" and val:
             self.r["time_limit_min"] = time_to_min(val)
         elif key == "array" and val:
             self._array(val)
         elif key == "dependency":
-            self.notes.append(f"--dependency={val}: the dependency chain is replaced by the controller's loop")
+            self.notes.append(f"--dependency={val}: the dependency chain is replaced by the "
+                              "controller's loop")
         elif key == "exclude" and val and not re.search(r"[$`\s]", val):
             self.r["exclude"] = val
-            self.notes.append(f"--exclude={val}: resources.exclude: never used, in any segment (the blacklist adds "
-                              "its own nodes to it)")
+            self.notes.append(f"--exclude={val}: resources.exclude: never used, in any segment "
+                              "(the blacklist adds its own nodes to it)")
         elif key == "exclude" and val:
-            self.notes.append(f"--exclude={val}: not carried over (it needs the shell); write the nodes out in "
-                              "resources.exclude")
+            self.notes.append(f"--exclude={val}: not carried over (it needs the shell); write the "
+                              "nodes out in resources.exclude")
         elif key == "nodelist" and val and not re.search(r"[$`\s]", val):
             self.extra["nodelist"] = val
-            self.notes.append(f"--nodelist={val}: carried over in resources.sbatch_extra: every segment asks for these "
-                              "nodes, less any the blacklist or resources.exclude holds (Slurm adds others as needed)")
+            self.notes.append(f"--nodelist={val}: carried over in resources.sbatch_extra: every "
+                              "segment asks for these nodes, less any the blacklist or "
+                              "resources.exclude holds (Slurm adds others as needed)")
         elif key == "chdir" and val:
             self.cfg["workdir"] = val
             self.notes.append(f"--chdir={val}: {IGNORED['chdir']}")
         elif key in ("comment", "wrap"):
             self.notes.append(f"--{key}: not carried over: the orchestrator sets it itself")
         elif key in IGNORED:
-            self.notes.append(f"--{key}{'=' + val if val else ''}: not carried over: {IGNORED[key]}")
+            self.notes.append(
+                f"--{key}{'=' + val if val else ''}: not carried over: {IGNORED[key]}")
         else:
             return False
         return True
@@ -205,22 +226,27 @@ class _Resources:
         n = int(m.group(2)) - int(m.group(1)) + 1 if m else len(val.split("%")[0].split(","))
         ids = array_ids(val)
         if ids:
-            self.cfg["_array_ids"] = ids  # import_sbatch sets SLURM_ARRAY_TASK_ID from it in the launch script
+            # import_sbatch sets SLURM_ARRAY_TASK_ID from it in the launch script
+            self.cfg["_array_ids"] = ids
         self.cfg.setdefault("policy", {})["max_segments"] = n
-        self.notes.append(f"--array={val}: the array's {n} tasks become up to {n} segments (policy.max_segments); "
-                          "the controller submits each one after diagnosing the last")
+        self.notes.append(f"--array={val}: the array's {n} tasks become up to {n} segments "
+                          "(policy.max_segments); the controller submits each one after diagnosing "
+                          "the last")
 
     def _other(self, key: str, val: str | None) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
             self.notes.append(f"#SBATCH {key}: not an option sbatch knows; ignored")
         elif key not in _KNOWN and (several := sorted(k for k in _KNOWN if k.startswith(key))):
-            self.notes.append(f"--{key}: an ambiguous abbreviation (--{', --'.join(several)}); not carried over")
+            self.notes.append(f"--{key}: an ambiguous abbreviation (--{', --'.join(several)}); not "
+                              "carried over")
         elif key == "exclusive":
-            # submitit writes `--KEY=VALUE`; `--exclusive=exclusive` is what sbatch accepts for plain --exclusive
+            # submitit writes `--KEY=VALUE`; `--exclusive=exclusive` is what sbatch accepts for
+            # plain --exclusive
             self.extra["exclusive"] = val or "exclusive"
         elif val is None:
-            self.notes.append(f"--{key}: a flag without a value cannot be passed through resources.sbatch_extra "
-                              "(the backend writes --KEY=VALUE); not carried over")
+            self.notes.append(f"--{key}: a flag without a value cannot be passed through "
+                              "resources.sbatch_extra (the backend writes --KEY=VALUE); not "
+                              "carried over")
         else:
             self.extra[key] = val
 
@@ -230,7 +256,8 @@ class _Resources:
         if tpn is None and self.ntasks:
             tpn = max(1, self.ntasks // nodes)
             if self.ntasks % nodes:
-                self.notes.append(f"--ntasks={self.ntasks} does not divide by {nodes} nodes: {tpn} per node")
+                self.notes.append(f"--ntasks={self.ntasks} does not divide by {nodes} nodes: {tpn} "
+                                  "per node")
         self.r["tasks_per_node"] = tpn or 1
         gpt = self.per_task.get("gpus-per-task")
         if gpt is not None:
@@ -241,12 +268,13 @@ class _Resources:
         if cpt is not None:
             self.r["cpus_per_task"] = cpt * self.r["tasks_per_node"]
             if self.r["tasks_per_node"] > 1:
-                self.notes.append(f"--cpus-per-task={cpt} x {self.r['tasks_per_node']} tasks per node: the one "
-                                  f"agent task per node asks for {self.r['cpus_per_task']} CPUs")
+                self.notes.append(f"--cpus-per-task={cpt} x {self.r['tasks_per_node']} tasks per "
+                                  "node: the one agent task per node asks for "
+                                  f"{self.r['cpus_per_task']} CPUs")
         if "time_limit_min" not in self.r:
             self.r["time_limit_min"] = 60
-            self.notes.append("no --time in the script: each segment gets resources.time_limit_min=60; "
-                              "set it to your partition's limit")
+            self.notes.append("no --time in the script: each segment gets "
+                              "resources.time_limit_min=60; set it to your partition's limit")
         if self.extra:
             self.r["sbatch_extra"] = self.extra
         return self.r

@@ -1,8 +1,10 @@
 """A small scanner for batch scripts: the top-level simple commands of a bash script, each with the
-character spans of its words, so a launch line can be rewritten in place without re-quoting anything.
+character spans of its words, so a launch line can be rewritten in place without re-quoting
+anything.
 
-It knows quotes, `$(...)`, `${...}`, backticks, arrays `(...)`, comments, line continuations and here-documents;
-it is not a bash parser, and it does not need to be: it only has to find where commands start and end."""
+It knows quotes, `$(...)`, `${...}`, backticks, arrays `(...)`, comments, line continuations and
+here-documents; it is not a bash parser, and it does not need to be: it only has to find where
+commands start and end."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import re
 from dataclasses import dataclass, field
 
 SEPARATORS = (";", "|", "&")
-_PLAIN = re.compile(r"[^ \t\n;|&<>\\'\"`$(]+")  # word characters with no meaning to the scanner: skipped in one step
-_DQ_STOPS = re.compile(r'["\\$]')  # what can end or nest inside "...": the rest is skipped in one step
+# word characters with no meaning to the scanner: skipped in one step
+_PLAIN = re.compile(r"[^ \t\n;|&<>\\'\"`$(]+")
+# what can end or nest inside "...": the rest is skipped in one step
+_DQ_STOPS = re.compile(r'["\\$]')
 _BQ_STOPS = re.compile(r"[`\\]")
 _DQ_ESCAPE = re.compile(r'\\([$`"\\\n])')  # what a backslash escapes inside "..."
 _BLANKS = re.compile(r"[ \t]+")
@@ -84,7 +88,8 @@ def _heredoc_end(text: str, i: int, pending: list[tuple[str, bool]]) -> int:
 
 def _word_end(text: str, i: int, pending: list[tuple[str, bool]]) -> int:
     j = i
-    while j < len(text) and text[j] not in " \t\n;|&<>" or (j < len(text) and text[j] in "<>" and j == i):
+    while (j < len(text) and text[j] not in " \t\n;|&<>"
+           or (j < len(text) and text[j] in "<>" and j == i)):
         c = text[j]
         plain = _PLAIN.match(text, j)
         if plain:
@@ -109,18 +114,21 @@ def _word_end(text: str, i: int, pending: list[tuple[str, bool]]) -> int:
     return j
 
 
-_FLAT_LINE = re.compile(r"[^\\'\"`$()<\n]*")  # no quote, substitution, here-document or continuation in it
+# no quote, substitution, here-document or continuation in it
+_FLAT_LINE = re.compile(r"[^\\'\"`$()<\n]*")
 
 
 _OPENS = re.compile(r"[\\`]|\$\(|<<")
-# a command that is itself an expansion (`$LAUNCHER $CMD`, `"$PY" train.py`): may be a launch, always read
-_EXPANDED_COMMAND = re.compile(r"\s*(?:(?:time|exec|nohup|eval|command|then|do|else|!|\{|\()\s+)*[$\"']")
+# a command that is itself an expansion (`$LAUNCHER $CMD`, `"$PY" train.py`): may be a launch,
+# always read
+_EXPANDED_COMMAND = re.compile(r"\s*(?:(?:time|exec|nohup|eval|command|then|do|else|!|\{|\()\s+)"
+                               r"*[$\"']")
 
 
 def _closed(text: str, start: int, end: int) -> bool:
-    """text[start:end] (one line) opens nothing that could run past its end: no backslash, backtick, `$(` or
-    here-document, its quotes pair up on their own (an even number of each kind, never nested), and so do its
-    braces and parentheses (`${X` or `A=(` would go on to the next line)."""
+    """text[start:end] (one line) opens nothing that could run past its end: no backslash, backtick,
+    `$(` or here-document, its quotes pair up on their own (an even number of each kind, never
+    nested), and so do its braces and parentheses (`${X` or `A=(` would go on to the next line)."""
     if _OPENS.search(text, start, end) or _EXPANDED_COMMAND.match(text, start, end):
         return False
     line = text[start:end]
@@ -129,17 +137,19 @@ def _closed(text: str, start: int, end: int) -> bool:
             and line.count("(") == line.count(")"))
 
 
-_SIMPLE_LINE = re.compile(r"[^\\`<>#(){}\n]*")  # what a line may hold to be split into words by one regex
+# what a line may hold to be split into words by one regex
+_SIMPLE_LINE = re.compile(r"[^\\`<>#(){}\n]*")
 _SIMPLE_WORD = re.compile(r"""(?:[^ \t;|&"']+|"[^"\n]*"|'[^'\n]*')+|[;|&]""")
 
 
 def _shortcut(text: str, i: int, wanted: re.Pattern[str], out: list[Segment]) -> int:
-    """For a line starting at `i` that nothing crosses: skip it if `wanted` finds nothing in it, split it into
-    segments by one regex if it is simple (words, simple quotes, `;`, `|`, `&`); the next line's start, or 0
-    when the line needs the character scanner."""
+    """For a line starting at `i` that nothing crosses: skip it if `wanted` finds nothing in it,
+    split it into segments by one regex if it is simple (words, simple quotes, `;`, `|`, `&`); the
+    next line's start, or 0 when the line needs the character scanner."""
     flat = _FLAT_LINE.match(text, i)
     j = flat.end()  # type: ignore[union-attr]
-    if j < len(text) and text[j] != "\n":  # quotes or `$`: a shortcut still if nothing crosses the line
+    # quotes or `$`: a shortcut still if nothing crosses the line
+    if j < len(text) and text[j] != "\n":
         nl = text.find("\n", j)
         j = len(text) if nl < 0 else nl
         if not _closed(text, i, j):
@@ -162,16 +172,17 @@ def _shortcut(text: str, i: int, wanted: re.Pattern[str], out: list[Segment]) ->
 
 
 def segments(text: str, wanted: re.Pattern[str] | None = None) -> list[Segment]:
-    """The simple commands outside quotes, substitutions and here-documents, in order. With `wanted`, a line
-    that starts at the top level, holds nothing that spans lines and has no match of `wanted` is skipped
-    unread (a 20 MB script of plain commands is scanned in seconds)."""
+    """The simple commands outside quotes, substitutions and here-documents, in order. With
+    `wanted`, a line that starts at the top level, holds nothing that spans lines and has no match
+    of `wanted` is skipped unread (a 20 MB script of plain commands is scanned in seconds)."""
     out: list[Segment] = []
     cur = Segment()
     pending: list[tuple[str, bool]] = []
     i, line_start = 0, 0
     while i < len(text):
         c = text[i]
-        if wanted is not None and i == line_start and not pending and (nxt := _shortcut(text, i, wanted, out)):
+        if (wanted is not None and i == line_start and not pending
+            and (nxt := _shortcut(text, i, wanted, out))):
             i = line_start = nxt
             cur = Segment(line_start=line_start)
             continue
@@ -210,7 +221,8 @@ def line_end(text: str, pos: int) -> int:
         nl = text.find("\n", j)
         if nl < 0:
             return len(text)
-        if nl > 0 and text[nl - 1] == "\\" and not text[text.rfind("\n", 0, nl) + 1:nl].lstrip().startswith("#"):
+        if (nl > 0 and text[nl - 1] == "\\"
+            and not text[text.rfind("\n", 0, nl) + 1:nl].lstrip().startswith("#")):
             j = nl + 1
             continue
         return nl

@@ -1,5 +1,6 @@
-"""The per-node launch script: the batch script's own body (module loads, exports, variables, arrays,
-functions) and its training launch with srun taken out, run by the agent under bash on every node."""
+"""The per-node launch script: the batch script's own body (module loads, exports, variables,
+arrays, functions) and its training launch with srun taken out, run by the agent under bash on every
+node."""
 
 from __future__ import annotations
 
@@ -11,18 +12,22 @@ import tempfile
 from orchestrator.importer.scan import line_end
 
 HEADER = """\
-# The per-node launch, imported from {source} by `orchestrator import-sbatch`: the agent runs this under bash
-# on every node (resources.tasks_per_node copies), in the place of the training srun. Edit it like the original.
+# The per-node launch, imported from {source} by `orchestrator import-sbatch`: the agent runs \
+this under bash
+# on every node (resources.tasks_per_node copies), in the place of the training srun. Edit it \
+like the original.
 # Other srun calls (helper steps) share the agent's allocation:
 srun() {{ command srun --overlap "$@"; }}
-# Under sbatch this body ran once, on the batch host: `hostname` and $HOSTNAME named that host (rendezvous
+# Under sbatch this body ran once, on the batch host: `hostname` and $HOSTNAME named that host \
+(rendezvous
 # endpoints are built from them). The agent exports it as ORCH_BATCH_HOST.
 hostname() {{
   if [ -z "${{ORCH_BATCH_HOST:-}}" ]; then command hostname "$@"; return; fi
   case "${{1:-}}" in
     "") echo "$ORCH_BATCH_HOST" ;;
     -s|--short) echo "${{ORCH_BATCH_HOST%%.*}}" ;;
-    -i|--ip-address|-I|--all-ip-addresses) getent hosts "$ORCH_BATCH_HOST" | awk '{{print $1; exit}}' ;;
+    -i|--ip-address|-I|--all-ip-addresses) getent hosts "$ORCH_BATCH_HOST" \
+| awk '{{print $1; exit}}' ;;
     *) command hostname "$@" ;;
   esac
 }}
@@ -31,8 +36,10 @@ hostname() {{
 _SBATCH = re.compile(r"\s*#SBATCH\b")
 _BARE = re.compile(r"\s*([A-Z][A-Z0-9_]*)\s*")
 _BARE_LINE = re.compile(r"^[ \t]*[A-Z][A-Z0-9_]*[ \t]*$", re.M)
-HEADER_END = "|| HOSTNAME=$ORCH_BATCH_HOST"  # the header's last line: what the import adds goes after it
-LAUNCH_BEFORE = "set -o pipefail  # orchestrator: the launch's exit code is the job's, even through `| tee`\n"
+# the header's last line: what the import adds goes after it
+HEADER_END = "|| HOSTNAME=$ORCH_BATCH_HOST"
+LAUNCH_BEFORE = ("set -o pipefail  # orchestrator: the launch's exit code is the job's, even "
+                 "through `| tee`\n")
 LAUNCH_AFTER = "\n__orch_rc=$?  # orchestrator: remembered for the end of the script\n"
 FOOTER = '\nexit "${__orch_rc:-0}"  # orchestrator: the training launch\'s exit code\n'
 
@@ -41,27 +48,31 @@ def with_launch(text: str, start: int, end: int, replacement: str, line_start: i
     """Apply the launch edit and wrap its logical line so its exit code is the script's."""
     text = text[:start] + replacement + text[end:]
     stop = line_end(text, start + len(replacement))
-    return text[:line_start] + LAUNCH_BEFORE + text[line_start:stop] + LAUNCH_AFTER + text[stop:].rstrip("\n") + \
+    return text[:line_start] + LAUNCH_BEFORE + text[line_start:stop] + LAUNCH_AFTER + text[
+        stop:].rstrip("\n") + \
         FOOTER
 
 
 def with_array_id(script: str, ids: list[int], notes: list[str]) -> str:
-    """An array job's tasks became segments: segment k runs as the k-th task did, with the same SLURM_ARRAY_*
-    variables (a script reading `$SLURM_ARRAY_TASK_ID` got -1 or nothing before)."""
+    """An array job's tasks became segments: segment k runs as the k-th task did, with the same
+    SLURM_ARRAY_* variables (a script reading `$SLURM_ARRAY_TASK_ID` got -1 or nothing before)."""
     at = script.index("\n", script.index(HEADER_END)) + 1 if HEADER_END in script else 0
-    notes.append(f"SLURM_ARRAY_TASK_ID is set from the segment: segment k runs as array task number k "
-                 f"({ids[0]}, {ids[1] if len(ids) > 1 else '...'}, ...), with SLURM_ARRAY_TASK_MIN/MAX/COUNT")
+    notes.append("SLURM_ARRAY_TASK_ID is set from the segment: segment k runs as array task "
+                 f"number k ({ids[0]}, {ids[1] if len(ids) > 1 else '...'}, ...), with "
+                 "SLURM_ARRAY_TASK_MIN/MAX/COUNT")
     return script[:at] + array_lines(ids) + script[at:]
 
 
 def array_lines(ids: list[int]) -> str:
-    """The SLURM_ARRAY_* exports of segment $ORCH_SEGMENT, as the array's task of the same rank had them."""
+    """The SLURM_ARRAY_* exports of segment $ORCH_SEGMENT, as the array's task of the same rank had
+    them."""
     if ids == list(range(ids[0], ids[0] + len(ids))):
         pick = f"$(( ORCH_SEGMENT - 1 + {ids[0]} ))"
     else:
-        pick = f"$(_ids=({' '.join(map(str, ids))}); echo \"${{_ids[ORCH_SEGMENT - 1]:-{ids[-1]}}}\")"
-    return (f"export SLURM_ARRAY_TASK_ID={pick}  # orchestrator: segment k runs as the k-th array task\n"
-            f"export SLURM_ARRAY_TASK_MIN={min(ids)} SLURM_ARRAY_TASK_MAX={max(ids)} "
+        pick = (f"$(_ids=({' '.join(map(str, ids))}); echo \"${{_ids[ORCH_SEGMENT - "
+                f"1]:-{ids[-1]}}}\")")
+    return (f"export SLURM_ARRAY_TASK_ID={pick}  # orchestrator: segment k runs as the k-th array "
+            f"task\nexport SLURM_ARRAY_TASK_MIN={min(ids)} SLURM_ARRAY_TASK_MAX={max(ids)} "
             f"SLURM_ARRAY_TASK_COUNT={len(ids)}\n")
 
 
@@ -70,8 +81,9 @@ _TRAILING = re.compile(r"[ \t]+$", re.M)
 
 
 def tidy(text: str, source: str) -> str:
-    """Drop the shebang and #SBATCH lines; no tabs or trailing blanks (the YAML block stays readable). Done with
-    whole-text substitutions: a 20 MB script is never held as a list of its lines."""
+    """Drop the shebang and #SBATCH lines; no tabs or trailing blanks (the YAML block stays
+    readable). Done with whole-text substitutions: a 20 MB script is never held as a list of its
+    lines."""
     text = text.replace("\r\n", "\n")
     if text.startswith("#!"):
         text = text[text.find("\n") + 1:] if "\n" in text else ""
@@ -80,15 +92,19 @@ def tidy(text: str, source: str) -> str:
 
 
 def syntax_error(script: str) -> tuple[int, str] | None:
-    """(line, message) of the first error `bash -n` finds, or None (also when bash is not installed)."""
+    """(line, message) of the first error `bash -n` finds, or None (also when bash is not
+    installed)."""
     bash = shutil.which("bash")
     if bash is None:
         return None
-    # from a file, not a pipe: bash reads a pipe one byte per system call (7.7 s for a 20 MB script, 0.45 s as a file)
-    with tempfile.NamedTemporaryFile("w", suffix=".sh", encoding="utf-8", errors="surrogateescape") as f:
+    # from a file, not a pipe: bash reads a pipe one byte per system call (7.7 s for a 20 MB script,
+    # 0.45 s as a file)
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", encoding="utf-8",
+                                     errors="surrogateescape") as f:
         f.write(script)
         f.flush()
-        res = subprocess.run([bash, "-n", f.name], capture_output=True, text=True, timeout=30, check=False)
+        res = subprocess.run([bash, "-n", f.name], capture_output=True, text=True, timeout=30,
+                             check=False)
     if res.returncode == 0:
         return None
     m = re.search(r"line (\d+): (.*)", res.stderr)
@@ -96,8 +112,9 @@ def syntax_error(script: str) -> tuple[int, str] | None:
 
 
 def bare_names(script: str, notes: list[str]) -> str:
-    """A line that is only an upper-case name (`SAVE_INTERVAL`) runs as a command that does not exist: an
-    assignment missing its `=value`. Under `set -e` the original stops there; commented out, and named."""
+    """A line that is only an upper-case name (`SAVE_INTERVAL`) runs as a command that does not
+    exist: an assignment missing its `=value`. Under `set -e` the original stops there; commented
+    out, and named."""
     if not _BARE_LINE.search(script):
         return script  # the common case, without splitting a large script into its lines
     delims = set(re.findall(r"<<-?\s*['\"]?([A-Za-z_]\w*)", script))
@@ -106,13 +123,15 @@ def bare_names(script: str, notes: list[str]) -> str:
         m = _BARE.fullmatch(line) if line[:1].isspace() or line[:1].isupper() else None
         if m and m.group(1) not in delims:
             lines[i] = "# orchestrator: commented out, not a command (a missing `=value`?): " + line
-            notes.append(f"`{m.group(1)}` alone on a line runs as a command that does not exist (an assignment "
-                         "without `=value`?); the original stops there under `set -e`: commented out")
+            notes.append(f"`{m.group(1)}` alone on a line runs as a command that does not exist "
+                         "(an assignment without `=value`?); the original stops there under `set "
+                         "-e`: commented out")
     return "\n".join(lines)
 
 
 def passing_bash_n(script: str, notes: list[str]) -> str:
-    """Comment out the lines `bash -n` rejects (the original script has the same error), naming each."""
+    """Comment out the lines `bash -n` rejects (the original script has the same error), naming
+    each."""
     script = bare_names(script, notes)
     for _ in range(10):
         err = syntax_error(script)
@@ -125,7 +144,7 @@ def passing_bash_n(script: str, notes: list[str]) -> str:
             return script
         bad = lines[line - 1]
         lines[line - 1] = "# orchestrator: commented out, `bash -n` rejects it: " + bad
-        notes.append(f"`{bad.strip()}` is a bash syntax error ({msg}; the original script stops there too): "
-                     "commented out in the launch script")
+        notes.append(f"`{bad.strip()}` is a bash syntax error ({msg}; the original script stops "
+                     "there too): commented out in the launch script")
         script = "\n".join(lines)
     return script

@@ -1,11 +1,12 @@
 """Pure: the one place the run ledger changes. `advance(ledger, observation, config, now)` returns a
-Transition: the new ledger (a new value; records are immutable), the effects to carry out, and, for an
-ended segment, the verdict and decision. The controller observes, calls it, saves, and does the effects.
+Transition: the new ledger (a new value; records are immutable), the effects to carry out, and, for
+an ended segment, the verdict and decision. The controller observes, calls it, saves, and does the
+effects.
 
-A segment's phase follows from its record (`phase`): planned (no job id) -> submitted/pending/running
-(polled) -> cancelling (the controller cancelled it) -> ended (verdict and decision); a segment restarted
-inside its job is `in_job_of` the one that submitted it. Adding an observation: a value in
-`observations`, a handler here, its row in HANDLERS.
+A segment's phase follows from its record (`phase`): planned (no job id) ->
+submitted/pending/running (polled) -> cancelling (the controller cancelled it) -> ended (verdict and
+decision); a segment restarted inside its job is `in_job_of` the one that submitted it. Adding an
+observation: a value in `observations`, a handler here, its row in HANDLERS.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def phase(seg: SegmentRecord) -> Phase:
 
 @dataclass(frozen=True)
 class Transition:
-    """What one observation changes: the new ledger, whether it differs, the effects, and (after `Ended`) the
-    outcome; `note` is a line for the log."""
+    """What one observation changes: the new ledger, whether it differs, the effects, and (after
+    `Ended`) the outcome; `note` is a line for the log."""
     ledger: RunState
     changed: bool = False
     effects: tuple[Effect, ...] = ()
@@ -60,11 +61,14 @@ class Transition:
 
 
 def intent(spec: SegmentSpec, backend_name: str, **more: Any) -> SegmentRecord:
-    """The segment record written before submission, so a crash before the id is recorded is detected."""
-    place = InAllocation(dir=spec.allocation_dir, spares=spec.spares) if spec.allocation_dir or spec.spares \
+    """The segment record written before submission, so a crash before the id is recorded is
+    detected."""
+    place = InAllocation(dir=spec.allocation_dir,
+                         spares=spec.spares) if spec.allocation_dir or spec.spares \
         else OwnJob()
     return SegmentRecord(index=spec.index, job_name=spec.job_name, excluded=list(spec.exclude),
-                         resumed_from=spec.resume_from, start_iteration=spec.start_iteration, backend=backend_name,
+                         resumed_from=spec.resume_from, start_iteration=spec.start_iteration,
+                         backend=backend_name,
                          interval_advice=spec.interval_advice, **{"placement": place, **more})
 
 
@@ -82,7 +86,8 @@ def _current(old: RunState, now: datetime, **changes: Any) -> Transition:
 
 
 def _planned(old: RunState, obs: o.Planned, cfg: Settings | None, now: datetime) -> Transition:
-    return _changed(old, now, segments=[*old.segments, intent(obs.spec, obs.backend)], blacklist=obs.blacklist,
+    return _changed(old, now, segments=[*old.segments, intent(obs.spec, obs.backend)],
+                    blacklist=obs.blacklist,
                     wait_until=None, checkpoint_seen=obs.checkpoint or old.checkpoint_seen)
 
 
@@ -97,16 +102,20 @@ def _withdrawn(old: RunState, obs: o.Withdrawn, cfg: Settings | None, now: datet
 def _polled(old: RunState, obs: o.Polled, cfg: Settings | None, now: datetime) -> Transition:
     seg = old.current
     assert seg is not None
-    return _current(old, now, **progress.changes(seg, obs.status, list(obs.scheduler_nodes), list(obs.log_nodes),
-                                                obs.iteration, now))
+    return _current(old, now,
+                    **progress.changes(seg, obs.status, list(obs.scheduler_nodes),
+                                       list(obs.log_nodes), obs.iteration, now))
 
 
-def _queue_noted(old: RunState, obs: o.QueueNoted, cfg: Settings | None, now: datetime) -> Transition:
+def _queue_noted(old: RunState, obs: o.QueueNoted, cfg: Settings | None,
+                 now: datetime) -> Transition:
     return _current(old, now, queue_note=obs.note)
 
 
-def _cancelling(old: RunState, obs: o.Cancelling, cfg: Settings | None, now: datetime) -> Transition:
-    return _current(old, now, cancel_reason=obs.reason, cancelled_by_controller=obs.detail, cancelled_at=now)
+def _cancelling(old: RunState, obs: o.Cancelling, cfg: Settings | None,
+                now: datetime) -> Transition:
+    return _current(old, now, cancel_reason=obs.reason, cancelled_by_controller=obs.detail,
+                    cancelled_at=now)
 
 
 def _ended(old: RunState, obs: o.Ended, cfg: Settings | None, now: datetime) -> Transition:
@@ -114,27 +123,33 @@ def _ended(old: RunState, obs: o.Ended, cfg: Settings | None, now: datetime) -> 
     return judged(old, obs, cfg.policy, cfg.goal, str(cfg.checkpoint.dir), now)
 
 
-def judged(old: RunState, obs: o.Ended, policy: Policy, goal: Goal, checkpoint_dir: str, now: datetime) -> Transition:
-    """The current segment judged (`conclude`) and its outcome written into the ledger: verdict, decision,
-    blacklist, hardware history, failed checkpoints, run status and when to resubmit."""
+def judged(old: RunState, obs: o.Ended, policy: Policy, goal: Goal, checkpoint_dir: str,
+           now: datetime) -> Transition:
+    """The current segment judged (`conclude`) and its outcome written into the ledger: verdict,
+    decision, blacklist, hardware history, failed checkpoints, run status and when to resubmit."""
     seg = old.current
     assert seg is not None
-    out = conclude(old, seg, obs.status, list(obs.evidence), list(obs.fs_stalls), policy, goal, now, obs.lost,
-                   checkpoint_dir)
+    out = conclude(old, seg, obs.status, list(obs.evidence), list(obs.fs_stalls), policy, goal, now,
+                   obs.lost, checkpoint_dir)
     v, d = out.verdict, out.decision
-    seg = seg.evolve(job_state=obs.status.state, ended_at=now, cause=v.cause, culprit_nodes=list(v.culprit_nodes),
-                     confidence=v.confidence, evidence=list(v.evidence), action=d.action, reason=d.reason,
+    seg = seg.evolve(job_state=obs.status.state, ended_at=now, cause=v.cause,
+                     culprit_nodes=list(v.culprit_nodes),
+                     confidence=v.confidence, evidence=list(v.evidence), action=d.action,
+                     reason=d.reason,
                      rule=v.rule, decision_rule=d.rule, checkpoint_write_s=obs.checkpoint_write_s)
     bad = dict(old.bad_checkpoints)
     if d.checkpoint_failed:
         bad[d.checkpoint_failed] = bad.get(d.checkpoint_failed, 0) + 1
-    new = old.evolve(segments=[*old.segments[:-1], seg], blacklist=out.blacklist, hardware_events=list(out.hardware),
-                     bad_checkpoints=bad, status=out.status, wait_until=out.wait_until, updated_at=now,
+    new = old.evolve(segments=[*old.segments[:-1], seg], blacklist=out.blacklist,
+                     hardware_events=list(out.hardware),
+                     bad_checkpoints=bad, status=out.status, wait_until=out.wait_until,
+                     updated_at=now,
                      stop_reason=d.reason if out.status != RunStatus.RUNNING else old.stop_reason)
     return Transition(new, changed=True, effects=out.effects, outcome=out)
 
 
-def _allocation_known(old: RunState, obs: o.AllocationKnown, cfg: Settings | None, now: datetime) -> Transition:
+def _allocation_known(old: RunState, obs: o.AllocationKnown, cfg: Settings | None,
+                      now: datetime) -> Transition:
     seg = old.current
     assert seg is not None
     if not isinstance(seg.placement, InAllocation) or seg.placement.nodes:
@@ -145,22 +160,29 @@ def _allocation_known(old: RunState, obs: o.AllocationKnown, cfg: Settings | Non
 def _job_ending(old: RunState, obs: o.JobEnding, cfg: Settings | None, now: datetime) -> Transition:
     seg = old.current
     assert seg is not None
-    return _current(old, now, reason=f"{seg.reason}; {obs.why}"[:500])  # status and report say why not in the job
+    # status and report say why not in the job
+    return _current(old, now, reason=f"{seg.reason}; {obs.why}"[:500])
 
 
-def _restarted(old: RunState, obs: o.RestartedInJob, cfg: Settings | None, now: datetime) -> Transition:
+def _restarted(old: RunState, obs: o.RestartedInJob, cfg: Settings | None,
+               now: datetime) -> Transition:
     seg = old.current
     assert seg is not None
     swap = ", ".join(f"{a} -> {b}" for a, b in zip(obs.drop, obs.promote, strict=True))
-    done = seg.evolve(reason=f"{seg.reason}; restarted inside job {seg.job_id} ({swap}), no new submission"[:500])
-    place = InAllocation(dir=obs.spec.allocation_dir, spares=obs.spec.spares, nodes=tuple(seg.allocation),
-                         submitted_by=seg.job_root)
-    new = intent(obs.spec, seg.backend, job_id=seg.job_id, submitted_at=now, nodes=list(obs.nodes), placement=place)
-    return _changed(old, now, segments=[*old.segments[:-1], done, new], blacklist=obs.blacklist, wait_until=None)
+    done = seg.evolve(reason=f"{seg.reason}; restarted inside job {seg.job_id} ({swap}), no new "
+                             "submission"[:500])
+    place = InAllocation(dir=obs.spec.allocation_dir, spares=obs.spec.spares,
+                         nodes=tuple(seg.allocation), submitted_by=seg.job_root)
+    new = intent(obs.spec, seg.backend, job_id=seg.job_id, submitted_at=now, nodes=list(obs.nodes),
+                 placement=place)
+    return _changed(old, now, segments=[*old.segments[:-1], done, new], blacklist=obs.blacklist,
+                    wait_until=None)
 
 
-def _checkpoint_seen(old: RunState, obs: o.CheckpointSeen, cfg: Settings | None, now: datetime) -> Transition:
-    return Transition(old) if old.checkpoint_seen == obs.path else _changed(old, now, checkpoint_seen=obs.path)
+def _checkpoint_seen(old: RunState, obs: o.CheckpointSeen, cfg: Settings | None,
+                     now: datetime) -> Transition:
+    return (Transition(old) if old.checkpoint_seen == obs.path
+            else _changed(old, now, checkpoint_seen=obs.path))
 
 
 def _halted(old: RunState, obs: o.Halted, cfg: Settings | None, now: datetime) -> Transition:
@@ -168,7 +190,8 @@ def _halted(old: RunState, obs: o.Halted, cfg: Settings | None, now: datetime) -
     return replace(t, effects=(Alert(f"{old.run}: STOPPED, needs a human", obs.reason),))
 
 
-def _edited(old: RunState, obs: o.BlacklistEdited, cfg: Settings | None, now: datetime) -> Transition:
+def _edited(old: RunState, obs: o.BlacklistEdited, cfg: Settings | None,
+            now: datetime) -> Transition:
     if obs.blacklist == old.blacklist and not obs.acked:
         return Transition(old)
     acked = [*old.applied_requests, *obs.acked][-MAX_ACKED:]
@@ -176,7 +199,8 @@ def _edited(old: RunState, obs: o.BlacklistEdited, cfg: Settings | None, now: da
 
 
 def _started(old: RunState, obs: o.Started, cfg: Settings | None, now: datetime) -> Transition:
-    """A stopped run, or a finished one whose goal was raised, runs again; the note says what changed."""
+    """A stopped run, or a finished one whose goal was raised, runs again; the note says what
+    changed."""
     before = old.target_iteration
     raised = old.status == RunStatus.DONE and before is not None and (obs.target or 0) > before
     if old.status != RunStatus.STOPPED and not raised:
@@ -188,7 +212,8 @@ def _started(old: RunState, obs: o.Started, cfg: Settings | None, now: datetime)
     return replace(t, note=f"resuming a {old.status.value} run ({why})")
 
 
-def _from_scratch(old: RunState, obs: o.FromScratch, cfg: Settings | None, now: datetime) -> Transition:
+def _from_scratch(old: RunState, obs: o.FromScratch, cfg: Settings | None,
+                  now: datetime) -> Transition:
     if not old.segments:
         return Transition(old)
     return _changed(old, now, scratch_after=old.segments[-1].index, checkpoint_seen=None)
@@ -198,23 +223,28 @@ def _cancelled_by_operator(old: RunState, obs: o.CancelledByOperator, cfg: Setti
                            now: datetime) -> Transition:
     seg = old.current
     assert seg is not None
-    seg = seg.evolve(cancel_reason=CancelReason.OPERATOR, cancelled_by_controller=obs.by, cancelled_at=now,
-                     job_state=JobState.CANCELLED)  # what status shows for the current segment (it said RUNNING)
+    seg = seg.evolve(cancel_reason=CancelReason.OPERATOR, cancelled_by_controller=obs.by,
+                     cancelled_at=now,
+                     # what status shows for the current segment (it said RUNNING)
+                     job_state=JobState.CANCELLED)
     return _changed(old, now, segments=[*old.segments[:-1], seg], status=RunStatus.STOPPED,
                     stop_reason=f"controller stopped with {obs.by}: job {seg.job_id} cancelled")
 
 
 HANDLERS: dict[type, Callable[[RunState, Any, Settings | None, datetime], Transition]] = {
     o.Planned: _planned, o.Submitted: _submitted, o.Withdrawn: _withdrawn, o.Polled: _polled,
-    o.QueueNoted: _queue_noted, o.Cancelling: _cancelling, o.Ended: _ended, o.AllocationKnown: _allocation_known,
-    o.JobEnding: _job_ending, o.RestartedInJob: _restarted, o.CheckpointSeen: _checkpoint_seen, o.Halted: _halted,
+    o.QueueNoted: _queue_noted, o.Cancelling: _cancelling, o.Ended: _ended,
+    o.AllocationKnown: _allocation_known,
+    o.JobEnding: _job_ending, o.RestartedInJob: _restarted, o.CheckpointSeen: _checkpoint_seen,
+    o.Halted: _halted,
     o.BlacklistEdited: _edited, o.Started: _started, o.FromScratch: _from_scratch,
     o.CancelledByOperator: _cancelled_by_operator,
 }
 
 
-def advance(ledger: RunState, observation: o.Observation, config: Settings | None, now: datetime) -> Transition:
-    """The ledger after `observation`, and what to do about it. Pure: no I/O, no clock, no mutation. `config`
-    (the run's settings) is needed to judge an ended segment; the commands that edit a ledger without a
-    config (a run directory's blacklist) pass None."""
+def advance(ledger: RunState, observation: o.Observation, config: Settings | None,
+            now: datetime) -> Transition:
+    """The ledger after `observation`, and what to do about it. Pure: no I/O, no clock, no mutation.
+    `config` (the run's settings) is needed to judge an ended segment; the commands that edit a
+    ledger without a config (a run directory's blacklist) pass None."""
     return HANDLERS[type(observation)](ledger, observation, config, now)

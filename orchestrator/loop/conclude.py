@@ -28,7 +28,8 @@ from orchestrator.policy import decide
 from orchestrator.settings import Goal, Policy
 from orchestrator.state import HardwareEvent, RunState, SegmentRecord
 
-HARDWARE_MEMORY = timedelta(days=7)  # a node that had a hardware fault this recently: OOM there is a poisoned GPU
+# a node that had a hardware fault this recently: OOM there is a poisoned GPU
+HARDWARE_MEMORY = timedelta(days=7)
 MAX_HARDWARE_EVENTS = 500
 
 
@@ -38,11 +39,12 @@ def recent_hardware(events: list[HardwareEvent], now: datetime) -> frozenset[str
 
 def judge(status: JobStatus, evidence: list[NodeEvidence], fs_stalls: list[str], seg: SegmentRecord,
           recent: frozenset[str], lost: tuple[str, ...] = ()) -> Verdict:
-    """The verdict on one segment: the classifier's rules, finished by the reads of the segment's own files that
-    hung and the nodes of its step that Slurm took out of the job (`lost`)."""
+    """The verdict on one segment: the classifier's rules, finished by the reads of the segment's
+    own files that hung and the nodes of its step that Slurm took out of the job (`lost`)."""
     ctx = Context(recent_hardware=recent, start_iteration=seg.start_iteration,
                   stalled=seg.cancel_reason == CancelReason.STALL, cancel_reason=seg.cancel_reason,
-                  fs_stalls=tuple(fs_stalls), lost=tuple(n for n in lost if n in seg.nodes), job_id=seg.job_id or "")
+                  fs_stalls=tuple(fs_stalls), lost=tuple(n for n in lost if n in seg.nodes),
+                  job_id=seg.job_id or "")
     return classify(status, evidence, ctx)
 
 
@@ -64,12 +66,14 @@ def evidence_text(verdict: Verdict, node: str) -> str:
     ev = next((e for e in verdict.evidence if e.node == node and e.role == Role.ROOT), root)
     if ev is None:
         return verdict.summary
-    return f"{ev.file}:{ev.line}: {ev.text}" if ev.file else ev.text  # e.g. the scheduler's word: no log line
+    # e.g. the scheduler's word: no log line
+    return f"{ev.file}:{ev.line}: {ev.text}" if ev.file else ev.text
 
 
 def ledger(state: RunState, job_id: str, verdict: Verdict, decision: Decision, policy: Policy,
            now: datetime) -> tuple[Blacklist, tuple[HardwareEvent, ...], tuple[Effect, ...]]:
-    """Blacklist and hardware-history edits for the nodes the decision blames, and what to tell whom."""
+    """Blacklist and hardware-history edits for the nodes the decision blames, and what to tell
+    whom."""
     bl, hw = state.blacklist, list(state.hardware_events)
     effects: list[Effect] = []
     for node in decision.blame_nodes:
@@ -80,25 +84,29 @@ def ledger(state: RunState, job_id: str, verdict: Verdict, decision: Decision, p
         if entry is not None:
             effects.append(Publish(entry))
             if policy.drain_blacklisted and entry.hard:
-                effects.append(Drain(node, f"[node_problem] orchestrator {state.run}: {entry.cause.value} job "
-                                           f"{entry.job_id}"))
+                effects.append(Drain(node, f"[node_problem] orchestrator {state.run}: "
+                                           f"{entry.cause.value} job {entry.job_id}"))
         if verdict.cause in HARDWARE_CAUSES:
             hw.append(HardwareEvent(node=node, cause=verdict.cause, job_id=job_id, time=now))
-        effects.append(Alert(f"{state.run}: node {node} blacklisted", f"{verdict.cause.value}: {text[:300]}"))
+        effects.append(Alert(f"{state.run}: node {node} blacklisted",
+                             f"{verdict.cause.value}: {text[:300]}"))
     return bl, tuple(hw[-MAX_HARDWARE_EVENTS:]), tuple(effects)
 
 
 def conclude(state: RunState, seg: SegmentRecord, status: JobStatus, evidence: list[NodeEvidence],
-             fs_stalls: list[str], policy: Policy, goal: Goal, now: datetime, lost: tuple[str, ...] = (),
-             checkpoint_dir: str = "") -> Outcome:
-    """`lost`: nodes Slurm removed from the segment's --no-kill job (first-hand evidence of a node failure);
-    `checkpoint_dir`: where the config looks for checkpoints (named when progress is lost for want of one)."""
-    verdict = judge(status, evidence, fs_stalls, seg, recent_hardware(state.hardware_events, now), lost)
+             fs_stalls: list[str], policy: Policy, goal: Goal, now: datetime,
+             lost: tuple[str, ...] = (), checkpoint_dir: str = "") -> Outcome:
+    """`lost`: nodes Slurm removed from the segment's --no-kill job (first-hand evidence of a node
+    failure); `checkpoint_dir`: where the config looks for checkpoints (named when progress is lost
+    for want of one)."""
+    verdict = judge(status, evidence, fs_stalls, seg, recent_hardware(state.hardware_events, now),
+                    lost)
     decision = decide(state, verdict, policy, goal, now, checkpoint_dir)
     bl, hw, effects = ledger(state, seg.job_id or "", verdict, decision, policy, now)
     culprits = ",".join(verdict.culprit_nodes) or "-"
     alerts: list[Effect] = [Alert(f"{state.run}: segment {seg.index} ended ({verdict.cause.value})",
-                                  f"culprits={culprits} action={decision.action.value}: {decision.reason}")]
+                                  f"culprits={culprits} action={decision.action.value}: "
+                                  f"{decision.reason}")]
     run_status, wait_until = RunStatus.RUNNING, None
     if decision.action == Action.DONE:
         run_status = RunStatus.DONE

@@ -1,10 +1,11 @@
 """The only loop with side effects: observe -> `advance` (pure) -> save -> carry out the effects.
 
 Owns the order of steps and the I/O between them: polling the backend, feeding the segment watcher,
-saving state, submitting. It never writes the ledger: every change is an observation (`observations`)
-that `advance.advance` turns into a new ledger and effects. What to do is decided in pure functions:
-`submission.prepare` (next spec), `supervise.supervise` (cancel / dumps), `conclude.conclude` (through
-`advance`); `runner.EffectRunner` carries out alerts, publishes, drains and cancels.
+saving state, submitting. It never writes the ledger: every change is an observation
+(`observations`) that `advance.advance` turns into a new ledger and effects. What to do is decided
+in pure functions: `submission.prepare` (next spec), `supervise.supervise` (cancel / dumps),
+`conclude.conclude` (through `advance`); `runner.EffectRunner` carries out alerts, publishes, drains
+and cancels.
 """
 
 from __future__ import annotations
@@ -33,7 +34,14 @@ from orchestrator.loop.notes import Notes, log_end
 from orchestrator.loop.outage import Outage, poll_job
 from orchestrator.loop.runner import EffectRunner, Notify
 from orchestrator.loop.steps import Steps
-from orchestrator.loop.submission import FilesystemStall, Preparer, observe_checkpoint, prepare, shared_path, unloadable
+from orchestrator.loop.submission import (
+    FilesystemStall,
+    Preparer,
+    observe_checkpoint,
+    prepare,
+    shared_path,
+    unloadable,
+)
 from orchestrator.loop.supervise import Seen, supervise
 from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
 from orchestrator.settings import PROGRESS_REGEX, Settings
@@ -44,49 +52,28 @@ from orchestrator.watch.segment import SegmentWatch
 
 class Controller(Keeper):
     """Owns the run loop and its I/O: observe (poll the backend, feed the watcher), call the pure
-    functions, carry out what they return, save the state. Decides nothing itself. Besides the clock and the
-    backend, a test may give it `prepare` (the next segment's spec: one that meets a hung checkpoint directory)
-    and `listing` (a directory of the run's logs: one that hangs)."""
+    functions, carry out what they return, save the state. Decides nothing itself. Besides the clock
+    and the backend, a test may give it `prepare` (the next segment's spec: one that meets a hung
+    checkpoint directory) and `listing` (a directory of the run's logs: one that hangs)."""
     def __init__(self, settings: Settings, backend: Backend, clock: Clock, store: StateStore,
                  notify: Notify | None = None, python: str = sys.executable,
                  failpoint: Callable[[str], None] | None = None, prepare: Preparer = prepare,
                  listing: Callable[[Path], Listing] = scan_dir):
-        super().__init__(settings, clock, store, EffectRunner(backend, notify or (lambda title, body: None),
-                                                              shared_path(settings)))
+        super().__init__(settings, clock, store, EffectRunner(
+            backend, notify or (lambda title, body: None), shared_path(settings)))
         self.failpoint = failpoint or failpoints.hit
         self.backend, self.python, self.prepare, self.listing = backend, python, prepare, listing
         self.signatures = table_for(settings.signatures)
         self.progress = progress_pattern(settings.progress_regex, PROGRESS_REGEX)
-        self.reload_requested = False
-        self.reloader: Callable[[], Settings] | None = None
         self._watch: SegmentWatch | None = None
         self.notes = Notes(backend.queue_position)
         self.keep_job = True  # False with --cancel-on-exit: the caller cancels the job after run()
         self._stall = Outage("filesystem stall")
         self.steps, self.own = Steps(self), OwnJob()  # the two placements' executors (modes.Mode)
-        self.exports = Exports()  # metrics file and endpoint, heartbeat, events.jsonl, after every poll
+        # metrics file and endpoint, heartbeat, events.jsonl, after every poll
+        self.exports = Exports()
 
     # ---- lifecycle -------------------------------------------------------------------------
-    def request_stop(self, why: str = "signal") -> None:
-        self.stop_requested = why
-        self.clock.wake()
-
-    def request_reload(self) -> None:
-        self.reload_requested = True
-        self.clock.wake()
-
-    def apply_requests(self, state: RunState) -> RunState:
-        self.state = state
-        if operator.stop_requested(self.s):
-            self.request_stop("orchestrator stop")
-        if self.reload_requested and self.reloader is not None:
-            self.reload_requested = False
-            self.s = operator.reload(self.s, self.reloader)
-        edited = operator.queued_edits(self.s.run_dir, self.state, self.clock.now())
-        if edited is not None and self.advance(edited).changed:
-            self.save()
-        return self.state
-
     def run(self) -> RunState:
         operator.forget_stale_stop(self.s)
         state = self.load_or_init()
@@ -95,17 +82,20 @@ class Controller(Keeper):
             log.warning(t.note)
         if t.changed:
             self.save()
-        log.info("controller start run={} status={} segments={}", state.run, state.status, len(state.segments))
+        log.info("controller start run={} status={} segments={}", state.run, state.status,
+                 len(state.segments))
         while self.state.status == RunStatus.RUNNING and not self.stop_requested:
             self.apply_requests(self.state)
             if self.stop_requested:
                 break
             self.step(self.state)
-            self.exports.after_poll(self.s, self.state, self.clock.now(), self._outage.seen_at)  # never stops
+            # never stops
+            self.exports.after_poll(self.s, self.state, self.clock.now(), self._outage.seen_at)
         state = self.state
         if self.stop_requested and state.status == RunStatus.RUNNING:
             log.info("controller exit reason={} ({})", self.stop_requested,
-                     "the job, if any, keeps running" if self.keep_job else "the job is cancelled next")
+                     "the job, if any, keeps running" if self.keep_job
+                     else "the job is cancelled next")
         if self._watch:
             self._watch.close()
         self.exports.close()
@@ -118,7 +108,8 @@ class Controller(Keeper):
         if seg is None or seg.action is not None:
             now = self.clock.now()
             if state.wait_until and now < state.wait_until:
-                self.clock.sleep(min(self.s.watch.poll_interval_s, (state.wait_until - now).total_seconds()))
+                self.clock.sleep(min(self.s.watch.poll_interval_s,
+                                     (state.wait_until - now).total_seconds()))
                 return self.state
             self.submit_next()
         elif seg.job_id is None:
@@ -158,8 +149,9 @@ class Controller(Keeper):
         self._attach(ref)
         self.failpoint("after_record")
         logger.bind(run=self.state.run).info(
-            "segment submitted job={} exclude={} spares={} resume_from={} start_iteration={}", ref.job_id,
-            spec.exclude_hostlist or "-", spec.spares, spec.resume_from or "-", spec.start_iteration)
+            "segment submitted job={} exclude={} spares={} resume_from={} start_iteration={}",
+            ref.job_id, spec.exclude_hostlist or "-", spec.spares, spec.resume_from or "-",
+            spec.start_iteration)
 
     def _attach(self, ref: JobRef, reattached: bool = False) -> None:
         self.advance(o.Submitted(ref))
@@ -168,27 +160,31 @@ class Controller(Keeper):
         self.new_watch(seg, reattached)
 
     def mode(self, seg: SegmentRecord) -> Mode:
-        """The executor of the segment's placement: the one place that tells a job of its own from a step."""
+        """The executor of the segment's placement: the one place that tells a job of its own from a
+        step."""
         return self.steps if in_allocation(seg) else self.own
 
     def new_watch(self, seg: SegmentRecord, reattached: bool = False) -> None:
         if self._watch:
             self._watch.close()
         root = SegmentPaths.of(self.s.run_dir, seg.index).root
-        self._watch = SegmentWatch(root, self.signatures, self.progress, self.s.watch.read_timeout_s,
-                                   listing=self.listing)
-        self.notes.reset(reattached)  # re-attached: the controller started while the job was already there
+        self._watch = SegmentWatch(root, self.signatures, self.progress,
+                                   self.s.watch.read_timeout_s, listing=self.listing)
+        # re-attached: the controller started while the job was already there
+        self.notes.reset(reattached)
 
     def recover_intent(self, seg: SegmentRecord) -> None:
         """The controller died between submitting and recording the job id: find the job by name."""
         try:
             live = self.backend.find_jobs(seg.job_name)
-        except SchedulerUnavailable as exc:  # the same outage as a refused sbatch: bounded by the same limit
+        # the same outage as a refused sbatch: bounded by the same limit
+        except SchedulerUnavailable as exc:
             self._held(self._outage, self.s.policy.scheduler_outage_max_s, str(exc))
             return
         if live:
             ref = max(live, key=lambda r: r.submitted_at)
-            logger.warning("segment {} re-attached by job name job={} name={}", seg.index, ref.job_id, seg.job_name)
+            logger.warning("segment {} re-attached by job name job={} name={}", seg.index,
+                           ref.job_id, seg.job_name)
             self._attach(ref, reattached=True)
             return
         self.advance(o.Withdrawn())
@@ -201,17 +197,19 @@ class Controller(Keeper):
             self.new_watch(seg, reattached=True)
             logger.bind(run=self.state.run, segment=seg.index).info("watching job={}", seg.job_id)
         assert (watch := self._watch) is not None
-        ref = JobRef(job_id=seg.job_id, submitted_at=job_submitted_at(self.state, seg) or seg.submitted_at,
-                     backend=seg.backend or self.backend.name)
+        ref = JobRef(job_id=seg.job_id, backend=seg.backend or self.backend.name,
+                     submitted_at=job_submitted_at(self.state, seg) or seg.submitted_at)
         now = self.clock.now()
         status = poll_job(self.backend, self._outage, ref, now)
         if status is None:
             watch.poll(now)  # blind to the scheduler, not to the node logs
             self.clock.sleep(self.s.watch.poll_interval_s)
             return
-        status = self.mode(seg).observe(seg, status)  # with spares: the step's; a step that ended ends the segment
+        # with spares: the step's; a step that ended ends the segment
+        status = self.mode(seg).observe(seg, status)
         if status.nodes and status.nodes_final and status.state != JobState.PENDING:
-            watch.slurm_nodes = list(status.nodes)  # COMPLETING lists only the nodes still busy, PENDING the batch host
+            # COMPLETING lists only the nodes still busy, PENDING the batch host
+            watch.slurm_nodes = list(status.nodes)
         self.failpoint("poll")
         watch.poll(now, final=status.state.terminal)
         before = seg.end_iteration
@@ -220,14 +218,17 @@ class Controller(Keeper):
         assert (now_seg := self.state.current) is not None
         seg = now_seg
         if seg.end_iteration != before and (path := observe_checkpoint(self.s, self.state)):
-            self.advance(o.CheckpointSeen(path))  # progress: seen, its loss later is a lost filesystem
+            # progress: seen, its loss later is a lost filesystem
+            self.advance(o.CheckpointSeen(path))
         if status.state.terminal and watch.judgeable(now, self.s.policy.filesystem_stall_max_s):
             self.conclude(status)
             return
-        if status.state.terminal:  # it ended, but its logs cannot be read now: judge it once they can be
+        # it ended, but its logs cannot be read now: judge it once they can be
+        if status.state.terminal:
             self.clock.sleep(self.s.watch.poll_interval_s)
             return
-        note = self.notes.update(self.state, seg, status, ref, now, watch.last_output_at is not None)
+        note = self.notes.update(self.state, seg, status, ref, now,
+                                 watch.last_output_at is not None)
         if note is not None:
             changed = self.advance(o.QueueNoted(note)).changed or changed
         if self._supervise(ref, now):
@@ -241,10 +242,11 @@ class Controller(Keeper):
         watch, seg = self._watch, self.state.current
         assert watch is not None and seg is not None
         codes = {n: c for n in watch.nodes if (c := watch.exit_code(n)) is not None}
-        seen = Seen(failed=watch.failed_nodes(), exit_codes=codes, last_progress=watch.last_progress(),
-                    running_since=self.notes.running_since, dumps_requested_at=watch.dumps_requested_at,
-                    last_output=watch.last_output_at,
-                    nodes=frozenset(watch.nodes), dumps_in=watch.dumps_in(), blind=watch.blind_since is not None)
+        seen = Seen(failed=watch.failed_nodes(), exit_codes=codes,
+                    last_progress=watch.last_progress(), running_since=self.notes.running_since,
+                    dumps_requested_at=watch.dumps_requested_at, last_output=watch.last_output_at,
+                    nodes=frozenset(watch.nodes), dumps_in=watch.dumps_in(),
+                    blind=watch.blind_since is not None)
         sv = supervise(seen, now, self.s.watch)
         if sv.clear_dumps:
             watch.clear_dumps()
@@ -255,7 +257,8 @@ class Controller(Keeper):
         if not sv.cancel or sv.reason is None:
             return False
         self.advance(o.Cancelling(sv.reason, sv.cancel))
-        if self.mode(seg).cancel_ends_segment:  # the step stops when the next one starts, or the job ends
+        # the step stops when the next one starts, or the job ends
+        if self.mode(seg).cancel_ends_segment:
             watch.poll(now, final=True)
             self.conclude(JobStatus(state=JobState.CANCELLED, nodes=tuple(seg.nodes)))
             return True
@@ -270,14 +273,17 @@ class Controller(Keeper):
         mode = self.mode(seg)
         lost = tuple(mode.lost)
         self.failpoint("before_decide")
-        t = self.advance(o.Ended(status, tuple(self._watch.evidence()), tuple(self._watch.fs_stalls), lost,
+        t = self.advance(o.Ended(status, tuple(self._watch.evidence()),
+                                 tuple(self._watch.fs_stalls), lost,
                                  self._watch.checkpoint_write_s()))
         assert (out := t.outcome) is not None
         if path := observe_checkpoint(self.s, self.state):
             self.advance(o.CheckpointSeen(path))
         log_end(self.state, out)
-        self.effects.run(t.effects)  # before the save, as a crash here re-concludes (publish is idempotent)
-        mode.after(out, now)  # with spares: restart inside the job, or end it; a crash before the save re-concludes
+        # before the save, as a crash here re-concludes (publish is idempotent)
+        self.effects.run(t.effects)
+        # with spares: restart inside the job, or end it; a crash before the save re-concludes
+        mode.after(out, now)
         self.failpoint("after_blacklist")
         self.save()
         self.failpoint("after_conclude")

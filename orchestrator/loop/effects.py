@@ -1,6 +1,8 @@
-"""Side effects the loop's pure functions ask for, as values (`runner.EffectRunner` carries them out).
+"""Side effects the loop's pure functions ask for, as values (`runner.EffectRunner` carries them
+out).
 
-Notifications, publishing blacklist entries to the shared blacklist, draining nodes, cancelling jobs.
+Notifications, publishing blacklist entries to the shared blacklist, draining nodes, cancelling
+jobs.
 """
 
 from __future__ import annotations

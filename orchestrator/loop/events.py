@@ -1,11 +1,12 @@
-"""run_dir/events.jsonl: what happened to the run, one JSON object per line, for log shippers (Vector,
-Fluent Bit, Loki's promtail) and scripts. Events are read off the ledger after each poll, so a controller
-killed at any point loses none and, restarted, repeats none (every event has a key; the keys already in the
-file are not written again).
+"""run_dir/events.jsonl: what happened to the run, one JSON object per line, for log shippers
+(Vector, Fluent Bit, Loki's promtail) and scripts. Events are read off the ledger after each poll,
+so a controller killed at any point loses none and, restarted, repeats none (every event has a key;
+the keys already in the file are not written again).
 
 Every line: {"schema": 1, "key", "event", "time", "run", ...}. Events:
 - segment_submitted: segment, job_id, excluded, resumed_from, start_iteration, in_job_of
-- segment_ended: segment, job_id, job_state, nodes, cause, culprit_nodes, action, reason, rule, decision_rule,
+- segment_ended: segment, job_id, job_state, nodes, cause, culprit_nodes, action, reason, rule,
+  decision_rule,
   confidence, start_iteration, end_iteration
 - node_blacklisted: node, cause, evidence (first 300 characters), strikes, hard, source, expires
 - run_ended: status, stop_reason, iteration
@@ -42,7 +43,8 @@ def _segment_events(seg: SegmentRecord) -> list[tuple[str, str, datetime, dict[s
     if seg.ended_at and seg.action is not None:
         out.append((f"segment:{seg.index}:ended", "segment_ended", seg.ended_at,
                     {"segment": seg.index, "job_id": seg.job_id, "job_state": _value(seg.job_state),
-                     "nodes": seg.nodes, "cause": _value(seg.cause), "culprit_nodes": seg.culprit_nodes,
+                     "nodes": seg.nodes, "cause": _value(seg.cause),
+                     "culprit_nodes": seg.culprit_nodes,
                      "action": _value(seg.action), "reason": seg.reason, "rule": seg.rule,
                      "decision_rule": seg.decision_rule, "confidence": seg.confidence,
                      "start_iteration": seg.start_iteration, "end_iteration": seg.end_iteration}))
@@ -53,8 +55,10 @@ def events(state: RunState, now: datetime) -> list[tuple[str, str, datetime, dic
     """(key, event, time, fields) of everything the ledger says happened, oldest first."""
     out = [e for seg in state.segments for e in _segment_events(seg)]
     for b in state.blacklist.entries:
-        out.append((f"blacklist:{b.node}:{b.since.isoformat()}:{b.strikes}", "node_blacklisted", b.since,
-                    {"node": b.node, "cause": _value(b.cause), "evidence": b.evidence[:300], "strikes": b.strikes,
+        out.append((f"blacklist:{b.node}:{b.since.isoformat()}:{b.strikes}", "node_blacklisted",
+                    b.since,
+                    {"node": b.node, "cause": _value(b.cause), "evidence": b.evidence[:300],
+                     "strikes": b.strikes,
                      "hard": b.hard, "source": b.source, "expires": b.expires.isoformat()}))
     if state.status != RunStatus.RUNNING:
         out.append((f"run:{_value(state.status)}", "run_ended", state.updated_at or now,
@@ -94,8 +98,8 @@ class EventLog:
             if os.fstat(fd).st_size and not _ends_with_newline(self.path):
                 os.write(fd, b"\n")  # after a line cut short, the next one starts on its own line
             for key, event, at, fields in new:
-                line = {"schema": SCHEMA, "key": key, "event": event, "time": at.isoformat(), "run": state.run,
-                        **fields}
+                line = {"schema": SCHEMA, "key": key, "event": event, "time": at.isoformat(),
+                        "run": state.run, **fields}
                 os.write(fd, (json.dumps(line, default=str) + "\n").encode())
                 self._keys.add(key)
         finally:

@@ -1,6 +1,7 @@
-"""After every poll, what the run tells the monitoring people already run (settings `exports`): the metrics
-file for node_exporter's textfile collector, the same metrics over HTTP, a dead-man heartbeat and an event
-log. None of it may stop or slow the loop: a failure is logged once per kind and the loop goes on."""
+"""After every poll, what the run tells the monitoring people already run (settings `exports`): the
+metrics file for node_exporter's textfile collector, the same metrics over HTTP, a dead-man
+heartbeat and an event log. None of it may stop or slow the loop: a failure is logged once per kind
+and the loop goes on."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ HEARTBEAT_TIMEOUT_S = 10.0
 
 
 class _Latest:
-    """What the HTTP endpoint serves: the registry of the last poll (swapped whole, never half written)."""
+    """What the HTTP endpoint serves: the registry of the last poll (swapped whole, never half
+    written)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -38,8 +40,8 @@ class _Latest:
 
 
 class Exports:
-    """Owns what leaves the controller after each poll: the metrics file, the HTTP endpoint's server, the event
-    log's cursor and the heartbeat's timing."""
+    """Owns what leaves the controller after each poll: the metrics file, the HTTP endpoint's
+    server, the event log's cursor and the heartbeat's timing."""
 
     def __init__(self) -> None:
         self._latest = _Latest()
@@ -50,12 +52,14 @@ class Exports:
         self._ping: threading.Thread | None = None
         self._failed: set[str] = set()
 
-    def after_poll(self, s: Settings, state: RunState, now: datetime, seen_at: datetime | None) -> None:
+    def after_poll(self, s: Settings, state: RunState, now: datetime,
+                   seen_at: datetime | None) -> None:
         reg = registry(state, now, seen_at)
         self._latest.registry = reg
         self._guard("metrics file", lambda: write_to_textfile(str(metrics_path(s)), reg))
         if s.exports.http_port is not None and self._server is None:
-            self._guard("metrics endpoint", lambda: self._serve(s.exports.http_addr, s.exports.http_port or 0))
+            self._guard("metrics endpoint",
+                        lambda: self._serve(s.exports.http_addr, s.exports.http_port or 0))
         if s.exports.events:
             self._guard("event log", lambda: self._event_log(s).record(state, now))
         if s.exports.heartbeat_url and seen_at is not None:
@@ -84,7 +88,8 @@ class Exports:
         return self._events
 
     def _heartbeat(self, url: str, every_s: float, now: datetime, seen_at: datetime) -> None:
-        """Only after a poll that saw the job (seen_at moved on), at most every `every_s`, one ping in flight."""
+        """Only after a poll that saw the job (seen_at moved on), at most every `every_s`, one ping
+        in flight."""
         if self._seen_pinged is not None and seen_at <= self._seen_pinged:
             return
         if self._pinged_at is not None and (now - self._pinged_at).total_seconds() < every_s:
@@ -114,9 +119,11 @@ def metrics_path(s: Settings) -> Path:
 
 
 def _ping(url: str) -> None:
-    """GET the URL (healthchecks.io, Cronitor, Uptime Kuma push); its token is never logged, only its host."""
+    """GET the URL (healthchecks.io, Cronitor, Uptime Kuma push); its token is never logged, only
+    its host."""
     try:
-        with urllib.request.urlopen(url, timeout=HEARTBEAT_TIMEOUT_S) as res:  # noqa: S310 - http(s) only, checked
+        with urllib.request.urlopen(
+            url, timeout=HEARTBEAT_TIMEOUT_S) as res:  # noqa: S310 - http(s) only, checked
             res.read(1024)
     except (OSError, ValueError) as exc:
         logger.warning("heartbeat to {} failed: {}", urlsplit(url).netloc, type(exc).__name__)

@@ -1,6 +1,7 @@
-"""The lines a run prints while a segment runs, so that hours between "running" and "segment ended" are
-not silent: when the job starts, where it waits in the queue (every 10 min), and a one-line progress summary
-(iteration, rate, ETA; every 5 min), or that output flows with no recognised progress line."""
+"""The lines a run prints while a segment runs, so that hours between "running" and "segment ended"
+are not silent: when the job starts, where it waits in the queue (every 10 min), and a one-line
+progress summary (iteration, rate, ETA; every 5 min), or that output flows with no recognised
+progress line."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ NO_PROGRESS = "output flows, no line recognised as progress (set progress_regex)
 def summary(seg: SegmentRecord, target: int | None, now: datetime, output_flows: bool) -> str:
     """One line: where the segment is, how fast it goes and when it reaches the goal."""
     if seg.end_iteration is None or seg.first_progress_at is None:
-        return ("output flows, but no line was recognised as progress (set progress_regex); output counts as "
-                "liveness" if output_flows else "no progress yet")
+        return ("output flows, but no line was recognised as progress (set progress_regex); output "
+                "counts as liveness" if output_flows else "no progress yet")
     done = seg.end_iteration - seg.start_iteration
     span = ((seg.last_progress_at or now) - seg.first_progress_at).total_seconds()
     rate = done / span if span > 0 and done > 0 else 0.0
@@ -35,7 +36,8 @@ def summary(seg: SegmentRecord, target: int | None, now: datetime, output_flows:
 
 
 class Notes:
-    """Owns the periodic lines of one controller: the job's start, its queue wait, the progress summary."""
+    """Owns the periodic lines of one controller: the job's start, its queue wait, the progress
+    summary."""
 
     def __init__(self, queue_position: Callable[[JobRef], str]):
         self.queue_position = queue_position
@@ -46,10 +48,11 @@ class Notes:
 
     def reset(self, reattached: bool = False) -> None:
         self.running_since = self._pending = self._summary = None
-        self.reattached = reattached  # the job was submitted before this controller started watching it
+        # the job was submitted before this controller started watching it
+        self.reattached = reattached
 
-    def update(self, state: RunState, seg: SegmentRecord, status: JobStatus, ref: JobRef, now: datetime,
-               output_flows: bool) -> str | None:
+    def update(self, state: RunState, seg: SegmentRecord, status: JobStatus, ref: JobRef,
+               now: datetime, output_flows: bool) -> str | None:
         """Log what is due; the segment's new queue note, or None to keep it."""
         log = logger.bind(run=state.run, segment=seg.index)
         note: str | None = None
@@ -57,10 +60,13 @@ class Notes:
             self.running_since = self._summary = now
             note = ""
             where = ",".join(status.nodes or seg.nodes) or "nodes not listed yet"
-            if self.reattached:  # the job may have run for long: no queue time, no "restarted" line again
-                log.info("job={} segment {} still running on {} (re-attached)", seg.job_id, seg.index, where)
+            # the job may have run for long: no queue time, no "restarted" line again
+            if self.reattached:
+                log.info("job={} segment {} still running on {} (re-attached)", seg.job_id,
+                         seg.index, where)
             elif seg.in_job_of is not None:
-                log.info("job={} segment {} restarted inside the job on {} (no queue)", seg.job_id, seg.index, where)
+                log.info("job={} segment {} restarted inside the job on {} (no queue)", seg.job_id,
+                         seg.index, where)
             else:
                 log.info("job={} running on {} after {:.0f}s in the queue", seg.job_id, where,
                          (now - seg.submitted_at).total_seconds() if seg.submitted_at else 0.0)
@@ -81,16 +87,17 @@ class Notes:
 
 
 def log_end(state: RunState, out: Outcome) -> None:
-    """The lines a judged segment leaves in the log: one per blamed node, with the evidence its blacklist entry
-    holds, then the verdict and the decision (and the stop, if the run stopped)."""
+    """The lines a judged segment leaves in the log: one per blamed node, with the evidence its
+    blacklist entry holds, then the verdict and the decision (and the stop, if the run stopped)."""
     seg, v, d = state.current, out.verdict, out.decision
     assert seg is not None
     log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)
     for node, entry in ((n, state.blacklist.get(n)) for n in d.blame_nodes):
         log.warning("blacklist node={} cause={} hard={} evidence={!r}", node, v.cause.value, d.hard,
                     entry.evidence[:200] if entry else "")
-    log.info("segment ended job={} state={} cause={} culprits={} confidence={:.2f} action={} reason={!r}",
-             seg.job_id, seg.job_state, v.cause.value, ",".join(v.culprit_nodes) or "-", v.confidence,
-             d.action.value, d.reason)
+    log.info("segment ended job={} state={} cause={} culprits={} confidence={:.2f} action={} "
+             "reason={!r}",
+             seg.job_id, seg.job_state, v.cause.value, ",".join(v.culprit_nodes) or "-",
+             v.confidence, d.action.value, d.reason)
     if state.status == RunStatus.STOPPED:
         log.error("controller stopped reason={!r}", d.reason)

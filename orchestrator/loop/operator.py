@@ -1,5 +1,6 @@
-"""Operator requests reaching a running controller: `orchestrator stop`, queued blacklist edits and a
-SIGHUP reload of the policy, watch and goal sections. Owns reading and applying them; nothing else."""
+"""Operator requests reaching a running controller: `orchestrator stop`, queued blacklist edits and
+a SIGHUP reload of the policy, watch and goal sections. Owns reading and applying them; nothing
+else."""
 
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ def reload(settings: Settings, reloader: Callable[[], Settings]) -> Settings:
 
 
 def queued_edits(run_dir: Path, state: RunState, now: datetime) -> BlacklistEdited | None:
-    """Queued blacklist edits applied to the state's blacklist, each said in the log; None when none was
-    queued (the caller feeds the result to `advance` and saves)."""
+    """Queued blacklist edits applied to the state's blacklist, each said in the log; None when none
+    was queued (the caller feeds the result to `advance` and saves)."""
     done = apply_queued(run_dir, state, now)
     failpoints.hit("after_take_requests")
     for p in done.problems:

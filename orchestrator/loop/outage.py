@@ -1,5 +1,5 @@
-"""How long a condition that blocks submitting (an unreachable scheduler, a filesystem stall) has lasted: the
-pure bookkeeping behind "alert once, stop when it persists beyond the configured bound".
+"""How long a condition that blocks submitting (an unreachable scheduler, a filesystem stall) has
+lasted: the pure bookkeeping behind "alert once, stop when it persists beyond the configured bound".
 
 Kept in memory: a restarted controller starts counting again (it alerts again, never stops early).
 """
@@ -27,28 +27,32 @@ class Held:
 
 
 class Outage:
-    """One condition (`what`, e.g. "scheduler unreachable"), its start and whether the alert went out."""
+    """One condition (`what`, e.g. "scheduler unreachable"), its start and whether the alert went
+    out."""
 
     def __init__(self, what: str):
         self.what = what
         self.since: datetime | None = None
         self.alerted = False
-        self.seen_at: datetime | None = None  # the last time it was found over (for the scheduler: it answered)
+        # the last time it was found over (for the scheduler: it answered)
+        self.seen_at: datetime | None = None
 
     def note(self, run: str, now: datetime, limit_s: float, detail: str) -> Held:
-        """The condition holds at `now`: alert the first time, stop once it lasted longer than `limit_s`."""
+        """The condition holds at `now`: alert the first time, stop once it lasted longer than
+        `limit_s`."""
         if self.since is None:
             self.since = now
         lasted = now - self.since
         if lasted > timedelta(seconds=limit_s):
-            return Held(stop=f"{self.what} for {_human(lasted)} (limit {_human(timedelta(seconds=limit_s))}): "
-                             f"{detail}")
+            return Held(stop=f"{self.what} for {_human(lasted)} (limit "
+                             f"{_human(timedelta(seconds=limit_s))}): {detail}")
         if self.alerted:
             return Held()
         self.alerted = True
-        return Held(alerts=(Alert(f"{run}: {self.what}", f"since {self.since.isoformat(timespec='seconds')}; "
-                                f"waiting and retrying, stopping after {_human(timedelta(seconds=limit_s))}: "
-                                f"{detail}"),))
+        return Held(alerts=(Alert(f"{run}: {self.what}",
+                                  f"since {self.since.isoformat(timespec='seconds')}; "
+                                "waiting and retrying, stopping after "
+                                f"{_human(timedelta(seconds=limit_s))}: {detail}"),))
 
     def clear(self, now: datetime) -> timedelta | None:
         """The condition is over; how long it lasted (None if it was not on)."""
@@ -64,14 +68,16 @@ def _human(d: timedelta) -> str:
 
 
 def poll_job(backend: Backend, outage: Outage, ref: JobRef, now: datetime) -> JobStatus | None:
-    """The job's status, or None while the scheduler cannot be reached: the caller waits and never cancels or
-    resubmits a job it cannot see. Said once when the outage begins and once when it ends."""
+    """The job's status, or None while the scheduler cannot be reached: the caller waits and never
+    cancels or resubmits a job it cannot see. Said once when the outage begins and once when it
+    ends."""
     try:
         status = backend.poll([ref]).get(ref.job_id, JobStatus(state=JobState.UNKNOWN))
     except SchedulerUnavailable as exc:
         if outage.since is None:
-            logger.warning("scheduler unreachable ({}): blind to the job; reading node logs, never cancelling or "
-                           "resubmitting a job it cannot see until it answers", str(exc)[:300])
+            logger.warning("scheduler unreachable ({}): blind to the job; reading node logs, never "
+                           "cancelling or resubmitting a job it cannot see until it answers",
+                           str(exc)[:300])
         outage.since = outage.since or now
         return None
     if (lasted := outage.clear(now)) is not None:
@@ -81,10 +87,10 @@ def poll_job(backend: Backend, outage: Outage, ref: JobRef, now: datetime) -> Jo
 
 def save_patiently(store: StateStore, state: RunState, clock: Clock, every_s: float, limit_s: float,
                    stopping: Callable[[], bool]) -> None:
-    """Save the run state; a run directory that cannot take it (full, read-only) is waited out, said once, and
-    retried every `every_s`: the controller never exits with a decision unsaved while its job runs or ended (a
-    restart would judge the segment again on the same logs). A stop request or `limit_s` ends the wait with the
-    StateError (the previous state is intact)."""
+    """Save the run state; a run directory that cannot take it (full, read-only) is waited out, said
+    once, and retried every `every_s`: the controller never exits with a decision unsaved while its
+    job runs or ended (a restart would judge the segment again on the same logs). A stop request or
+    `limit_s` ends the wait with the StateError (the previous state is intact)."""
     since: datetime | None = None
     while True:
         try:
@@ -93,7 +99,8 @@ def save_patiently(store: StateStore, state: RunState, clock: Clock, every_s: fl
             now = clock.now()
             if since is None:
                 since = now
-                logger.error("{}; waiting for the run directory, retrying every {:g}s", exc, every_s)
+                logger.error("{}; waiting for the run directory, retrying every {:g}s", exc,
+                             every_s)
             if stopping() or (now - since).total_seconds() > limit_s:
                 raise
             clock.sleep(every_s)

@@ -1,5 +1,5 @@
-"""Pure bookkeeping of a running segment in its record: which nodes it runs on, its newest iteration,
-when progress was first and last seen, and the queue note of a pending job."""
+"""Pure bookkeeping of a running segment in its record: which nodes it runs on, its newest
+iteration, when progress was first and last seen, and the queue note of a pending job."""
 
 from __future__ import annotations
 
@@ -14,22 +14,26 @@ PENDING_NOTE_S = 600.0  # how often a pending job's wait is logged
 
 def changes(seg: SegmentRecord, status: JobStatus, scheduler_nodes: list[str], log_nodes: list[str],
             iteration: int | None, now: datetime) -> dict[str, Any]:
-    """The segment's fields a poll changes: scheduler state, nodes, iteration (empty: nothing changed)."""
+    """The segment's fields a poll changes: scheduler state, nodes, iteration (empty: nothing
+    changed)."""
     out: dict[str, Any] = {}
-    # the live state, as the last poll saw it (not UNKNOWN: a job sacct does not list yet); the conclusion sets the end
+    # the live state, as the last poll saw it (not UNKNOWN: a job sacct does not list yet); the
+    # conclusion sets the end
     if status.state in (JobState.PENDING, JobState.RUNNING) and seg.job_state != status.state:
         out["job_state"] = status.state
-    # squeue lists only the nodes still busy once a job is completing: trust RUNNING and accounting; sacct lists
-    # a job that is starting as PENDING on its batch host alone
+    # squeue lists only the nodes still busy once a job is completing: trust RUNNING and accounting;
+    # sacct lists a job that is starting as PENDING on its batch host alone
     if status.nodes and status.nodes_final and status.state != JobState.PENDING:
         if list(status.nodes) != seg.nodes:
             out["nodes"] = list(status.nodes)
     elif not scheduler_nodes and (grown := sorted(set(seg.nodes) | set(log_nodes) | set(
             status.nodes if status.state != JobState.PENDING else ()))) != seg.nodes:
-        # no full list from the scheduler: what the agents' logs and a partial list show, never fewer than known
+        # no full list from the scheduler: what the agents' logs and a partial list show, never
+        # fewer than known
         out["nodes"] = grown
     if iteration is not None and iteration != seg.end_iteration:
-        out.update(end_iteration=iteration, first_progress_at=seg.first_progress_at or now, last_progress_at=now)
+        out.update(end_iteration=iteration, first_progress_at=seg.first_progress_at or now,
+                   last_progress_at=now)
     return out
 
 

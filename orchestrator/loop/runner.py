@@ -1,6 +1,6 @@
-"""The one place that carries out the loop's effects (`effects`): notifications, publishing blacklist entries
-to the shared blacklist, draining nodes, cancelling jobs. Every effect is best effort except a cancel: a
-failed notification or drain never stops a run.
+"""The one place that carries out the loop's effects (`effects`): notifications, publishing
+blacklist entries to the shared blacklist, draining nodes, cancelling jobs. Every effect is best
+effort except a cancel: a failed notification or drain never stops a run.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The controller's side of an allocation with spare nodes: read the supervisor's step records, and after
-a verdict either restart the training inside the job (write the next spec and a StepRequest) or cancel the
-job so that a new segment follows. Decisions are the pure functions of `injob`; this carries them out.
+"""The controller's side of an allocation with spare nodes: read the supervisor's step records, and
+after a verdict either restart the training inside the job (write the next spec and a StepRequest)
+or cancel the job so that a new segment follows. Decisions are the pure functions of `injob`; this
+carries them out.
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ from orchestrator.contract import (
 from orchestrator.loop.advance import Transition
 from orchestrator.loop.conclude import Outcome
 from orchestrator.loop.effects import Alert, Cancel
-from orchestrator.loop.injob import AfterStep, after_step, free_spares, job_submitted_at, step_status
+from orchestrator.loop.injob import (
+    AfterStep,
+    after_step,
+    free_spares,
+    job_submitted_at,
+    step_status,
+)
 from orchestrator.loop.observations import (
     AllocationKnown,
     CheckpointSeen,
@@ -68,10 +75,11 @@ def _ref(state: RunState, seg: SegmentRecord) -> JobRef:
 
 
 class Steps:
-    """Owns the controller's I/O with one allocation supervisor: step records in, specs and step requests
-    out, and the job's current node list (a failed node leaves a --no-kill job)."""
+    """Owns the controller's I/O with one allocation supervisor: step records in, specs and step
+    requests out, and the job's current node list (a failed node leaves a --no-kill job)."""
 
-    cancel_ends_segment = True  # a cancelled segment is judged at once; its step stops when the next one starts
+    # a cancelled segment is judged at once; its step stops when the next one starts
+    cancel_ends_segment = True
 
     def __init__(self, host: Host):
         self.host = host
@@ -84,16 +92,21 @@ class Steps:
         return AllocationPaths(Path(seg.allocation_dir))
 
     def _read(self, seg: SegmentRecord) -> StepRecord | None:
-        done, rec = call_with_timeout(lambda: read_record(self.paths(seg).step(seg.index), StepRecord),
+        done, rec = call_with_timeout(lambda: read_record(self.paths(seg).step(seg.index),
+                                                          StepRecord),
                                       self.host.s.watch.read_timeout_s)
-        if not done:  # the shared filesystem did not answer: keep what was read last for this segment
-            return self.record if self.record is not None and self.record.segment == seg.index else None
-        if not isinstance(rec, StepRecord) or (rec.job_id and seg.job_id and rec.job_id != seg.job_id):
+        # the shared filesystem did not answer: keep what was read last for this segment
+        if not done:
+            return (self.record if self.record is not None and self.record.segment == seg.index
+                    else None)
+        if not isinstance(rec, StepRecord) or (rec.job_id and seg.job_id
+                                               and rec.job_id != seg.job_id):
             return None  # none yet, or an earlier job's record of a reused segment number
         return rec
 
     def observe(self, seg: SegmentRecord, job: JobStatus) -> JobStatus:
-        """The segment's status from the job's and its step record; remembers the nodes the job holds."""
+        """The segment's status from the job's and its step record; remembers the nodes the job
+        holds."""
         if seg.in_job_of is not None and seg.index not in self._ensured:
             self._ensure_request(seg)
         self.job_state = job
@@ -103,13 +116,16 @@ class Steps:
         # only RUNNING: sacct lists a job that is starting as PENDING on its batch host alone
         if job.nodes and job.nodes_final and job.state == JobState.RUNNING:
             self.held = list(job.nodes)
-            # Slurm took a node of the running step out of the job: the step is dead even if no record says so
-            # (the batch host's failure kills the supervisor with it, and Slurm keeps the job on the other nodes)
-            if rec is not None and not rec.ended and (gone := [n for n in rec.nodes if n not in job.nodes]):
+            # Slurm took a node of the running step out of the job: the step is dead even if no
+            # record says so (the batch host's failure kills the supervisor with it, and Slurm keeps
+            # the job on the other nodes)
+            if (rec is not None and not rec.ended
+                and (gone := [n for n in rec.nodes if n not in job.nodes])):
                 rec = self.record = rec.model_copy(update={"ended": "lost", "lost_nodes": gone,
                                                                  "end": StepEnd.LOST})
         if rec is None and not job.state.terminal:
-            return job.model_copy(update={"nodes": ()})  # the step has not started: no node of it is known yet
+            # the step has not started: no node of it is known yet
+            return job.model_copy(update={"nodes": ()})
         return step_status(job, rec)
 
     @property
@@ -117,13 +133,15 @@ class Steps:
         return list(self.record.lost_nodes) if self.record else []
 
     def after(self, out: Outcome, now: datetime) -> None:
-        """After a segment's verdict: restart inside the job, or cancel the job (a new segment follows)."""
+        """After a segment's verdict: restart inside the job, or cancel the job (a new segment
+        follows)."""
         state, seg = self.host.state, self.host.state.current
         assert seg is not None
         job_ended = self.job_state is None or self.job_state.state.terminal
         rec, held = self.record, self.held or seg.allocation
         step_ok = rec is not None and bool(rec.ended) and rec.exit_code == 0
-        bl = merged_blacklist(self.host.s, state.blacklist).excluding(now, self.host.s.policy.strike_threshold)
+        bl = merged_blacklist(self.host.s,
+                              state.blacklist).excluding(now, self.host.s.policy.strike_threshold)
         banned = {e.node for e in bl} | state.blamed_in_job(seg)  # other runs' blacklist included
         spares = free_spares(seg, held, self.lost, banned)
         nxt = after_step(state, seg, out.verdict, out.decision, spares, job_ended, step_ok, held)
@@ -135,7 +153,8 @@ class Steps:
             self.restart(seg, nxt, spares, now)
 
     def _end_job(self, seg: SegmentRecord, why: str) -> None:
-        """End the segment's job (a new segment follows); the segment's reason says why not in the job."""
+        """End the segment's job (a new segment follows); the segment's reason says why not in the
+        job."""
         self.host.advance(JobEnding(why))
         self.host.effects.one(Cancel(_ref(self.host.state, seg), why))
 
@@ -150,27 +169,32 @@ class Steps:
             self._end_job(seg, "no restart inside the job: no loadable checkpoint")
             return
         left = [n for n in spares if n not in nxt.restart.promote]
-        spec = prepared.spec.model_copy(update={"allocation_dir": seg.allocation_dir, "spares": len(left)})
+        spec = prepared.spec.model_copy(update={"allocation_dir": seg.allocation_dir,
+                                                "spares": len(left)})
         if not self._io(lambda: self._write_spec(spec)):
             self._end_job(seg, "no restart inside the job: the run directory did not answer")
             return
         failpoints.hit("after_spec_write")
         if prepared.checkpoint:
             h.advance(CheckpointSeen(prepared.checkpoint))
-        h.advance(RestartedInJob(spec, nxt.nodes, nxt.restart.drop, nxt.restart.promote, prepared.blacklist))
+        h.advance(RestartedInJob(spec, nxt.nodes, nxt.restart.drop, nxt.restart.promote,
+                                 prepared.blacklist))
         h.save()  # the record first: a crash before the request is written is repaired on restart
         state, new = h.state, h.state.segments[-1]
         self._request(new)
-        swap = ", ".join(f"{a} -> {b}" for a, b in zip(nxt.restart.drop, nxt.restart.promote, strict=True))
+        swap = ", ".join(f"{a} -> {b}" for a,
+                         b in zip(nxt.restart.drop, nxt.restart.promote, strict=True))
         logger.bind(run=state.run, segment=new.index, job=new.job_id).warning(
-            "restart inside job {} on {} ({}), resume_from={}, {} spare(s) left", new.job_id, ",".join(new.nodes),
-            swap, spec.resume_from or "-", len(left))
+            "restart inside job {} on {} ({}), resume_from={}, {} spare(s) left", new.job_id,
+            ",".join(new.nodes), swap, spec.resume_from or "-", len(left))
         h.effects.one(Alert(f"{state.run}: segment {new.index} restarted inside job {new.job_id}",
-                            f"{swap}; resume from {spec.resume_from or 'scratch'}; {len(left)} spare(s) left"))
+                            f"{swap}; resume from {spec.resume_from or 'scratch'}; {len(left)} "
+                            "spare(s) left"))
         h.new_watch(new)
 
     def _io(self, fn: Callable[[], object]) -> bool:
-        """Run a write on the shared filesystem in a worker with the read timeout; True if it returned."""
+        """Run a write on the shared filesystem in a worker with the read timeout; True if it
+        returned."""
         done, result = call_with_timeout(fn, self.host.s.watch.read_timeout_s)
         if done and isinstance(result, OSError):
             logger.warning("allocation file: {}", result)
@@ -182,7 +206,8 @@ class Steps:
         write_private(path, spec.model_dump_json())
 
     def _request(self, seg: SegmentRecord) -> None:
-        """Ask the supervisor for the segment's step; until that write lands, every poll asks again."""
+        """Ask the supervisor for the segment's step; until that write lands, every poll asks
+        again."""
         spec_file = SegmentPaths.of(self.host.s.run_dir, seg.index).spec
         req = StepRequest(segment=seg.index, nodes=list(seg.nodes), spec_file=str(spec_file),
                           time=self.host.clock.now().isoformat())
@@ -191,8 +216,8 @@ class Steps:
             self._ensured.add(seg.index)
 
     def _ensure_request(self, seg: SegmentRecord) -> None:
-        """After a controller restart: a restart recorded in the state whose request never reached the
-        supervisor is asked for again (the spec was written before the record)."""
+        """After a controller restart: a restart recorded in the state whose request never reached
+        the supervisor is asked for again (the spec was written before the record)."""
         done, req = call_with_timeout(lambda: read_record(self.paths(seg).request, StepRequest),
                                       self.host.s.watch.read_timeout_s)
         if not done:

@@ -1,7 +1,7 @@
-"""Preparing the next segment: merge the shared blacklist, find the newest complete checkpoint (with a
-timeout: a hung filesystem defers the submission, it never hangs the loop), cap the exclude list so the
-job stays placeable, and plan the SegmentSpec. The controller, the dry run and the ETTR simulation use
-these same functions.
+"""Preparing the next segment: merge the shared blacklist, find the newest complete checkpoint (with
+a timeout: a hung filesystem defers the submission, it never hangs the loop), cap the exclude list
+so the job stays placeable, and plan the SegmentSpec. The controller, the dry run and the ETTR
+simulation use these same functions.
 """
 
 from __future__ import annotations
@@ -34,19 +34,22 @@ def exclude_cap(policy: Policy, inventory: int | None, nodes_needed: int) -> int
     return cap if inventory is None else min(cap, inventory - nodes_needed)
 
 
-def exclude_plan(blacklist: Blacklist, policy: Policy, inventory: list[str] | None, nodes_needed: int,
+def exclude_plan(blacklist: Blacklist, policy: Policy, inventory: list[str] | None,
+                 nodes_needed: int,
                  now: datetime, fixed: list[str] | tuple[str, ...] = ()) -> ExcludePlan:
-    """The blacklist's plan plus the config's resources.exclude (`fixed`: always out, first in the cap; names the
-    cluster does not know are left out, with a note, as sbatch would refuse them)."""
+    """The blacklist's plan plus the config's resources.exclude (`fixed`: always out, first in the
+    cap; names the cluster does not know are left out, with a note, as sbatch would refuse them)."""
     known = set(inventory) if inventory is not None else None
     fixed_known = sorted(n for n in fixed if known is None or n in known)
     cap = exclude_cap(policy, len(inventory) if inventory is not None else None, nodes_needed)
-    got = blacklist.prune(now).exclude_plan(now, policy.strike_threshold, max(0, cap - len(fixed_known)), known)
+    got = blacklist.prune(now).exclude_plan(now, policy.strike_threshold,
+                                            max(0, cap - len(fixed_known)), known)
     if not fixed:
         return got
     notes = [got.note] if got.note else []
     if unknown := [n for n in fixed if n not in fixed_known]:
-        notes.append(f"resources.exclude names nodes the cluster does not know: {compress(unknown)} (left out)")
+        notes.append("resources.exclude names nodes the cluster does not know: "
+                     f"{compress(unknown)} (left out)")
     return ExcludePlan(nodes=tuple(sorted(set(got.nodes) | set(fixed_known))), dropped=got.dropped,
                        note="; ".join(notes))
 
@@ -68,36 +71,42 @@ def merged_blacklist(settings: Settings, own: Blacklist) -> Blacklist:
 
 
 def _lost_checkpoints(settings: Settings, state: RunState, dir_exists: bool) -> str:
-    """Why "no checkpoint" cannot mean "start from scratch" for this run, or ''. Once a run has resumed from a
-    checkpoint, or made progress and its checkpoint directory's parent is gone too, the filesystem is missing
-    (unmounted, deleted): wait for it, never start over. (A run that made progress before its first checkpoint
-    legitimately has no checkpoint directory yet, so a missing directory alone is not enough.)"""
+    """Why "no checkpoint" cannot mean "start from scratch" for this run, or ''. Once a run has
+    resumed from a checkpoint, or made progress and its checkpoint directory's parent is gone too,
+    the filesystem is missing (unmounted, deleted): wait for it, never start over. (A run that made
+    progress before its first checkpoint legitimately has no checkpoint directory yet, so a missing
+    directory alone is not enough.)"""
     skip = {p for p, n in state.bad_checkpoints.items() if n >= 2}
     resumed = [s for s in state.segments if s.resumed_from and s.resumed_from not in skip
                and s.index > state.scratch_after]
     where = settings.checkpoint.dir
     if resumed:
         return (f"no complete checkpoint in {where}, but segment {resumed[-1].index} resumed from "
-                f"{resumed[-1].resumed_from}: unmounted or deleted? not starting from scratch (`orchestrator run "
-                "--from-scratch` starts from iteration 0 on purpose)")
+                f"{resumed[-1].resumed_from}: unmounted or deleted? not starting from scratch "
+                "(`orchestrator run --from-scratch` starts from iteration 0 on purpose)")
     seen = state.checkpoint_seen
     if seen and seen not in skip:
-        return (f"no complete checkpoint in {where}, but {seen} was there after the run reached iteration "
-                f"{state.best_iteration()}: emptied, moved or unmounted? not starting from scratch (`orchestrator run "
-                "--from-scratch` starts from iteration 0 on purpose)")
-    best = max((s.end_iteration or 0 for s in state.segments if s.index > state.scratch_after), default=0)
+        return (f"no complete checkpoint in {where}, but {seen} was there after the run reached "
+                f"iteration {state.best_iteration()}: emptied, moved or unmounted? not starting "
+                "from scratch (`orchestrator run --from-scratch` starts from iteration 0 on "
+                "purpose)")
+    best = max((s.end_iteration or 0 for s in state.segments if s.index > state.scratch_after),
+               default=0)
     if best > 0 and not dir_exists:
-        return (f"{where} and its parent do not exist although the run reached iteration {best}: unmounted? not "
-                "starting from scratch (create the directory to start from scratch on purpose)")
+        return (f"{where} and its parent do not exist although the run reached iteration {best}: "
+                "unmounted? not starting from scratch (create the directory to start from scratch "
+                "on purpose)")
     return ""
 
 
-Finder = Callable[[CheckpointCfg, frozenset[str]], ckpt_mod.Checkpoint | None]  # checkpoint.find_latest
+# checkpoint.find_latest
+Finder = Callable[[CheckpointCfg, frozenset[str]], ckpt_mod.Checkpoint | None]
 
 
 def find_checkpoint(settings: Settings, state: RunState,
                     find: Finder = ckpt_mod.find_latest) -> ckpt_mod.Checkpoint | None:
-    """The newest complete checkpoint (`find`, in a worker with the read timeout: a test passes one that hangs)."""
+    """The newest complete checkpoint (`find`, in a worker with the read timeout: a test passes one
+    that hangs)."""
     skip = frozenset(p for p, n in state.bad_checkpoints.items() if n >= 2)
 
     def look() -> tuple[ckpt_mod.Checkpoint | None, bool]:
@@ -107,7 +116,8 @@ def find_checkpoint(settings: Settings, state: RunState,
 
     done, result = call_with_timeout(look, settings.watch.read_timeout_s)
     if not done:
-        raise FilesystemStall(f"{settings.checkpoint.dir} did not answer within {settings.watch.read_timeout_s:.0f}s")
+        raise FilesystemStall(f"{settings.checkpoint.dir} did not answer within "
+                              f"{settings.watch.read_timeout_s:.0f}s")
     if isinstance(result, BaseException):
         raise FilesystemStall(f"{settings.checkpoint.dir}: {result}")
     assert isinstance(result, tuple)
@@ -121,9 +131,9 @@ def find_checkpoint(settings: Settings, state: RunState,
 
 
 def observe_checkpoint(settings: Settings, state: RunState) -> str | None:
-    """After a segment: remember the newest complete checkpoint, so that one emptied before the next segment is
-    a lost filesystem, not a reason to start from scratch. Best effort: a directory that does not answer or
-    holds none changes nothing here (the next submission looks again)."""
+    """After a segment: remember the newest complete checkpoint, so that one emptied before the next
+    segment is a lost filesystem, not a reason to start from scratch. Best effort: a directory that
+    does not answer or holds none changes nothing here (the next submission looks again)."""
     skip = frozenset(p for p, n in state.bad_checkpoints.items() if n >= 2)
     done, found = call_with_timeout(lambda: ckpt_mod.find_latest(settings.checkpoint, skip),
                                     settings.watch.read_timeout_s)
@@ -142,30 +152,37 @@ class Prepared:
 
 def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime, python: str,
             find: Finder = ckpt_mod.find_latest) -> Prepared:
-    """The next segment's spec. Raises FilesystemStall when the checkpoint directory does not answer."""
+    """The next segment's spec. Raises FilesystemStall when the checkpoint directory does not
+    answer."""
     bl = merged_blacklist(settings, state.blacklist)
     ckpt = find_checkpoint(settings, state, find)
     inventory = backend.nodes()
     n, k, note = settings.resources.nodes, spares(settings, state), ""
     up = backend.usable_nodes() if k else inventory
-    if k and inventory is not None:  # spares only from nodes that are up and that the blacklist leaves
+    # spares only from nodes that are up and that the blacklist leaves
+    if k and inventory is not None:
         out = exclude_plan(bl, settings.policy, inventory, n, now, settings.resources.exclude).nodes
         usable = len(set(up if up is not None else inventory) - set(out))
         if (cut := max(0, min(k, usable - n))) < k:
-            note = f"{cut} instead of {k}: only {usable} usable node(s) (up, not blacklisted) for {n} needed"
+            note = (f"{cut} instead of {k}: only {usable} usable node(s) (up, not blacklisted) for "
+                    f"{n} needed")
             logger.warning("spare nodes: {}", note)
         k = cut
     excl = exclude_plan(bl, settings.policy, inventory, n + k, now, settings.resources.exclude)
-    return Prepared(plan(settings, state, ckpt, excl, python, k), excl, bl, note, ckpt.path if ckpt else None)
+    return Prepared(plan(settings, state, ckpt, excl, python, k), excl, bl, note, ckpt.path if ckpt
+                    else None)
 
 
-Preparer = Callable[[Settings, RunState, Backend, datetime, str], Prepared]  # prepare, as the controller calls it
+# prepare, as the controller calls it
+Preparer = Callable[[Settings, RunState, Backend, datetime, str], Prepared]
 
 
 def unloadable(state: RunState, spec: SegmentSpec) -> str:
-    """Why starting this spec would lose the run (every complete checkpoint failed to load), or ''."""
+    """Why starting this spec would lose the run (every complete checkpoint failed to load), or
+    ''."""
     bad = [p for p, n in state.bad_checkpoints.items() if n >= 2]
     if spec.resume_from is None and bad:
-        return (f"every complete checkpoint failed to load (or none is older than the bad ones): {', '.join(bad)}; "
-                "starting from scratch would lose the run: fix or remove them, then run again")
+        return ("every complete checkpoint failed to load (or none is older than the bad ones): "
+                f"{', '.join(bad)}; starting from scratch would lose the run: fix or remove them, "
+                "then run again")
     return ""

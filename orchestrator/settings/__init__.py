@@ -2,26 +2,26 @@
 
 Every problem is reported as one line naming the file and the field path; the caller exits with 2.
 
-- `sections.py`: the config sections (resources, checkpoint, policy, watch, backend, ...).
+- `sections.py`: the config sections (resources, checkpoint, policy, watch, ...).
+- `backend.py`: the backend section (local or slurm, and the settings of each).
 - `run.py`: `Settings`, the top-level model of one run.
-- `loading.py`: reading the YAML, `--set` overrides, path resolution, checks of paths on this machine.
+- `loading.py`: reading the YAML, `--set` overrides, path resolution, checks of paths on this
+  machine.
 - `errors.py`: `ConfigError` and the one-line-per-problem formatting.
 """
 
+from orchestrator.settings.backend import BackendCfg, LocalBackendCfg, SlurmBackendCfg
 from orchestrator.settings.checks import PreflightCfg
 from orchestrator.settings.errors import ConfigError
 from orchestrator.settings.loading import check_paths, load_settings, parse_overrides, path_warnings
 from orchestrator.settings.run import PLACEHOLDERS, PROGRESS_REGEX, Settings, last_iteration
 from orchestrator.settings.sections import (
-    BackendCfg,
     CheckpointCfg,
     Goal,
-    LocalBackendCfg,
     NotifyCfg,
     Policy,
     Resources,
     Section,
-    SlurmBackendCfg,
     UserSignature,
     Watch,
 )

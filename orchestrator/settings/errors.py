@@ -1,4 +1,5 @@
-"""How configuration problems are reported: one line per problem, naming the file and the field path."""
+"""How configuration problems are reported: one line per problem, naming the file and the field
+path."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ class ConfigError(Exception):
         self.problems = problems
 
 
-def format_errors(path: Path, exc: ValidationError, sources: dict[str, str] | None = None) -> list[str]:
-    """One line per error, naming where the value came from: the file, `--set` or an ORCH_* variable."""
+def format_errors(path: Path, exc: ValidationError,
+                  sources: dict[str, str] | None = None) -> list[str]:
+    """One line per error, naming where the value came from: the file, `--set` or an ORCH_*
+    variable."""
     lines = []
     for err in exc.errors():
         where = (sources or {}).get(str(err["loc"][0]) if err["loc"] else "", str(path))
@@ -30,10 +33,12 @@ def format_errors(path: Path, exc: ValidationError, sources: dict[str, str] | No
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see the configuration reference in docs/CONFIGURATION.md)"
+            msg = ("unknown field (check the spelling; see the configuration reference in "
+                   "docs/CONFIGURATION.md)")
         elif err["type"] == "missing":
             msg = "required field is missing"
         got = err.get("input")
-        shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(got, dict) else f" (got {cut(got)})"
+        shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(
+                                          got, dict) else f" (got {cut(got)})"
         lines.append(f"{where}: {loc}: {msg[:300]}{shown}")
     return lines

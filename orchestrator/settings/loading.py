@@ -1,5 +1,6 @@
-"""Loading a run config: the YAML file, overridden by ORCH_* environment variables, then by `--set KEY=VALUE`
-flags; relative paths resolved against the config file's directory; checks of paths on this machine."""
+"""Loading a run config: the YAML file, overridden by ORCH_* environment variables, then by `--set
+KEY=VALUE` flags; relative paths resolved against the config file's directory; checks of paths on
+this machine."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsError
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsError,
+)
 
 from orchestrator.settings.errors import ConfigError, format_errors
 from orchestrator.settings.run import Settings
@@ -26,7 +32,8 @@ def _resolve(base: Path, p: Path | None) -> Path | None:
 
 
 def _with_yaml(data: dict[str, Any]) -> type[Settings]:
-    """A Settings class whose lowest-priority source is the YAML mapping (CLI > ORCH_* env > YAML)."""
+    """A Settings class whose lowest-priority source is the YAML mapping (CLI > ORCH_* env >
+    YAML)."""
 
     class LoadedSettings(Settings):
         """Settings with this file's values under the environment and --set (the source order)."""
@@ -61,26 +68,28 @@ def check_paths(s: Settings) -> list[str]:
         problems.append(f"{where}: run_dir: {rd} exists and is not a directory")
     prog = s.command[0]
     if "/" in prog and "{" not in prog and not (Path(s.workdir or ".") / prog).exists():
-        problems.append(f"{where}: command.0: program {prog} does not exist (relative to workdir {s.workdir})")
+        problems.append(f"{where}: command.0: program {prog} does not exist (relative to workdir "
+                        f"{s.workdir})")
     return problems
 
 
-SAVE_ARG = re.compile(r"--(?:save|save[-_]dir|output[-_]dir|checkpoint[-_]dir|ckpt[-_]dir|default_root_dir)"
-                      r"(?:=|\s+)([^\s$'\"`;|&)]+)")
+SAVE_ARG = re.compile(r"--(?:save|save[-_]dir|output[-_]dir|checkpoint[-_]dir|ckpt[-_]dir|"
+                      r"default_root_dir)(?:=|\s+)([^\s$'\"`;|&)]+)")
 
 
 def path_warnings(s: Settings) -> list[str]:
-    """Things that are legal but probably wrong: a checkpoint dir that does not exist yet (a typo means starting
-    from scratch) or that is not where the command saves."""
+    """Things that are legal but probably wrong: a checkpoint dir that does not exist yet (a typo
+    means starting from scratch) or that is not where the command saves."""
     where = s.config_path or "config"
     out = env_problems(list(Settings.model_fields))[1]
     ck = Path(s.checkpoint.dir)
     if not ck.exists():
-        out.append(f"{where}: checkpoint.dir: {ck} does not exist (yet): a typo here means every segment starts "
-                   "from scratch")
+        out.append(f"{where}: checkpoint.dir: {ck} does not exist (yet): a typo here means every "
+                   "segment starts from scratch")
     base = Path(s.workdir or s.config_dir)
     for m in SAVE_ARG.finditer(" ".join(s.command)):
-        saved = (base / m.group(1)).resolve() if not m.group(1).startswith("/") else Path(m.group(1))
+        saved = ((base / m.group(1)).resolve() if not m.group(1).startswith("/")
+                 else Path(m.group(1)))
         if "{" not in m.group(1) and saved != ck.resolve():
             out.append(f"{where}: checkpoint.dir: {ck} differs from the path the command saves to "
                        f"({m.group(0).split()[0].split('=')[0]} {saved})")
@@ -103,13 +112,16 @@ def load_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settin
     except SettingsError as exc:  # an ORCH_* section that is not JSON
         m = re.search(r'field "([a-z_]+)"', str(exc))
         var = sources.get(m.group(1), "ORCH_*") if m else "ORCH_*"
-        raise ConfigError([f"environment: {var}: not valid JSON (a section in one variable is a JSON object, "
-                           f"e.g. ORCH_RESOURCES='{{\"nodes\": 2}}'; or set one field: ORCH_RESOURCES__NODES=2)"]
+        raise ConfigError([f"environment: {var}: not valid JSON (a section in one variable is a "
+                           "JSON object, e.g. ORCH_RESOURCES='{\"nodes\": 2}'; or set one field: "
+                           "ORCH_RESOURCES__NODES=2)"]
                           ) from None
     base = path.resolve().parent
     run_dir = _resolve(base, settings.run_dir)
-    # `{run_dir}` / `{config_dir}` in checkpoint.dir (import-sbatch writes '{run_dir}/checkpoints'): the paths
-    raw = str(settings.checkpoint.dir).replace("{run_dir}", str(run_dir)).replace("{config_dir}", str(base))
+    # `{run_dir}` / `{config_dir}` in checkpoint.dir (import-sbatch writes '{run_dir}/checkpoints'):
+    # the paths
+    raw = (str(settings.checkpoint.dir).replace("{run_dir}", str(run_dir))
+           .replace("{config_dir}", str(base)))
     ckpt = settings.checkpoint.model_copy(update={"dir": _resolve(base, Path(raw))})
     return Settings.model_construct(
         **{

@@ -1,11 +1,12 @@
-"""User regular expressions that could make Python's backtracking `re` run for minutes on one line: a
-quantifier inside a repeated group (`(a+)+`, `(a*)*`, `(\\w+\\s?)*`) or an alternation under an unbounded
-repeat (`(a|aa)+`). Such patterns are refused; every other user pattern only meets lines the linear-time
-prefilter already matched.
+"""User regular expressions that could make Python's backtracking `re` run for minutes on one line:
+a quantifier inside a repeated group (`(a+)+`, `(a*)*`, `(\\w+\\s?)*`) or an alternation under an
+unbounded repeat (`(a|aa)+`). Such patterns are refused; every other user pattern only meets lines
+the linear-time prefilter already matched.
 
-Shapes are not the whole story (`a*a*a*a*a*a*b` is polynomial, not exponential), so a pattern is also timed, in
-a separate process that is killed at the bound, on inputs built from its own characters: long runs of each
-literal with a suffix that fails the match, the worst case of a backtracking engine."""
+Shapes are not the whole story (`a*a*a*a*a*a*b` is polynomial, not exponential), so a pattern is
+also timed, in a separate process that is killed at the bound, on inputs built from its own
+characters: long runs of each literal with a suffix that fails the match, the worst case of a
+backtracking engine."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def _children(op: Any, av: Any) -> list[Any]:
 
 
 def _has_branch(items: Any) -> bool:
-    return any(op == _c.BRANCH or any(_has_branch(c) for c in _children(op, av)) for op, av in items)
+    return any(op == _c.BRANCH or any(_has_branch(c) for c in _children(op, av)) for op,
+               av in items)
 
 
 def _walk(items: Any, repeated: bool) -> str:
@@ -45,7 +47,8 @@ def _walk(items: Any, repeated: bool) -> str:
             if repeated and many:
                 return "a quantifier inside a repeated group (e.g. (a+)+) can take exponential time"
             if many and hi == _c.MAXREPEAT and _has_branch(body):
-                return "an alternation under an unbounded repeat (e.g. (a|aa)+) can take exponential time"
+                return ("an alternation under an unbounded repeat (e.g. (a|aa)+) can take "
+                        "exponential time")
             if why := _walk(body, repeated or many):
                 return why
         else:
@@ -91,8 +94,9 @@ def _chars(items: Any, out: set[str]) -> None:
 
 @functools.lru_cache(maxsize=256)
 def too_slow(pattern: str) -> str:
-    """Why `pattern` is too slow on crafted worst-case input (it did not finish the probe within the bound), or
-    "". Runs in a separate process, so a pattern that never returns is killed, not waited on."""
+    """Why `pattern` is too slow on crafted worst-case input (it did not finish the probe within the
+    bound), or "". Runs in a separate process, so a pattern that never returns is killed, not waited
+    on."""
     try:
         found: set[str] = set()
         _chars(_p.parse(pattern), found)
@@ -100,9 +104,11 @@ def too_slow(pattern: str) -> str:
         return ""
     chars = "".join(sorted(c for c in found | {"a", "0", " "} if c.isprintable()))[:40]
     try:
-        subprocess.run([sys.executable, "-I", "-c", _PROBE, pattern, chars], capture_output=True,  # noqa: S603
+        subprocess.run([sys.executable, "-I", "-c", _PROBE, pattern, chars],
+                       capture_output=True,  # noqa: S603
                        timeout=PROBE_BOUND_S, check=False)
     except subprocess.TimeoutExpired:
-        return (f"it does not finish within {PROBE_BOUND_S:.0f} s on a long run of one of its own characters "
-                "(backtracking): simplify it (no repeated groups or overlapping repeats such as a*a*b)")
+        return (f"it does not finish within {PROBE_BOUND_S:.0f} s on a long run of one of its own "
+                "characters (backtracking): simplify it (no repeated groups or overlapping repeats "
+                "such as a*a*b)")
     return ""

@@ -9,12 +9,12 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from orchestrator.settings.backend import BackendCfg
 from orchestrator.settings.checks import PreflightCfg
 from orchestrator.settings.exports import ExportsCfg
 from orchestrator.settings.nodes import SAFE_NAME
 from orchestrator.settings.patterns import catastrophic, too_slow
 from orchestrator.settings.sections import (
-    BackendCfg,
     CheckpointCfg,
     Goal,
     NotifyCfg,
@@ -25,13 +25,15 @@ from orchestrator.settings.sections import (
     plain_path,
 )
 
-PLACEHOLDERS = ("checkpoint", "checkpoint_root", "checkpoint_interval", "segment", "run_dir", "python", "config_dir")
+PLACEHOLDERS = ("checkpoint", "checkpoint_root", "checkpoint_interval", "segment", "run_dir",
+                "python", "config_dir")
 # Values that mean "fill me in" (import-sbatch writes CHANGE-ME); a config holding one is rejected.
 UNFILLED = re.compile(r"CHANGE[-_ ]?ME|<[A-Za-z_ -]*>|\bTODO\b|/path/to/", re.I)
-# The default progress line: group 1 is the iteration. Megatron, GPT-NeoX, NeMo and nanotron `iteration N/M`;
-# DeepSpeed `step=N` / `steps: N`; torchtitan `step: N` (ANSI colour codes before the number); OLMo
-# `[step=N/M`; fairseq `num_updates=N`; composer `[batch=N/M]`; tqdm bars `| N/M [` (HF Trainer, Lightning,
-# accelerate); plain `step N:` / `iter N:` lines. A checkpoint file name such as `step=49.ckpt` is not progress.
+# The default progress line: group 1 is the iteration. Megatron, GPT-NeoX, NeMo and nanotron
+# `iteration N/M`; DeepSpeed `step=N` / `steps: N`; torchtitan `step: N` (ANSI colour codes before
+# the number); OLMo `[step=N/M`; fairseq `num_updates=N`; composer `[batch=N/M]`; tqdm bars `| N/M
+# [` (HF Trainer, Lightning, accelerate); plain `step N:` / `iter N:` lines. A checkpoint file name
+# such as `step=49.ckpt` is not progress.
 PROGRESS_REGEX = (
     r"(?:\biteration:?\s+(?=\d+\s*/\s*\d)"
     r"|(?:^|[^\w.-]|\x1b\[[\d;]*m)(?:global_)?steps?(?:=|:\s*)(?=\d+(?:[\s,/\]|]|\x1b|$))"
@@ -42,29 +44,33 @@ PROGRESS_REGEX = (
     r")(\d+)"
 )
 
-# A tqdm bar of loading, not training (`Loading checkpoint shards: 100%|####| 4/4 [...]`, datasets' `Map:`):
-# never progress, whatever the progress regex says.
-LOADING_BAR = r"(?:[Ll]oading|[Dd]ownloading|[Ff]etching|[Rr]esolving|[Ee]xtracting|[Gg]enerating|[Tt]okeniz\w*|Map|" \
-    r"Filter|shards)[^|\r\n]*\|"
+# A tqdm bar of loading, not training (`Loading checkpoint shards: 100%|####| 4/4 [...]`, datasets'
+# `Map:`): never progress, whatever the progress regex says.
+LOADING_BAR = r"(?:[Ll]oading|[Dd]ownloading|[Ff]etching|[Rr]esolving|[Ee]xtracting|" \
+    r"[Gg]enerating|[Tt]okeniz\w*|Map|Filter|shards)[^|\r\n]*\|"
 NOT_PROGRESS = re.compile(LOADING_BAR)
 NOT_PROGRESS_BYTES = re.compile(LOADING_BAR.encode())
-_BAR_WORDS = ("oading", "ownloading", "etching", "esolving", "xtracting", "enerating", "okeniz", "Map", "Filter",
-              "shards")  # a loading bar names one of these: most lines need no regex to be told apart
+_BAR_WORDS = ("oading", "ownloading", "etching", "esolving", "xtracting", "enerating", "okeniz",
+              "Map", "Filter",
+              # a loading bar names one of these: most lines need no regex to be told apart
+              "shards")
 _BAR_WORDS_BYTES = tuple(w.encode() for w in _BAR_WORDS)
 
 
 def loading_bar(line: str) -> bool:
     """A loading bar (checkpoint shards, a dataset map), not training progress."""
-    return "|" in line and any(w in line for w in _BAR_WORDS) and NOT_PROGRESS.search(line) is not None
+    return "|" in line and any(w in line
+                               for w in _BAR_WORDS) and NOT_PROGRESS.search(line) is not None
 
 
 def loading_bar_bytes(line: bytes) -> bool:
-    return b"|" in line and any(w in line for w in _BAR_WORDS_BYTES) and NOT_PROGRESS_BYTES.search(line) is not None
+    return b"|" in line and any(w in line for w in _BAR_WORDS_BYTES) and NOT_PROGRESS_BYTES.search(
+                                    line) is not None
 
 
 def last_iteration(rx: re.Pattern[str], text: str) -> int | None:
-    """The iteration of the last progress match in `text`; tqdm bars rewrite one line with carriage returns,
-    so each `\\r`-separated part counts as a line and the last match wins."""
+    """The iteration of the last progress match in `text`; tqdm bars rewrite one line with carriage
+    returns, so each `\\r`-separated part counts as a line and the last match wins."""
     found = None
     for part in re.split(r"[\r\n]", text):
         if loading_bar(part):
@@ -87,25 +93,28 @@ class Settings(BaseSettings):
     name: str = Field(description="Run name; also the Slurm job name prefix.")
     run_dir: Path = Field(description="Directory holding the run's state, logs and segment files.")
     command: list[str] = Field(
-        min_length=1, description="Training argv. Placeholders: {checkpoint} (newest complete checkpoint), "
-        "{checkpoint_root} (its directory), {checkpoint_interval} (advised seconds), {segment} {run_dir} {python} "
-        "{config_dir}; `{{x}}` is a literal `{x}`."
+        min_length=1, description="Training argv. Placeholders: {checkpoint} (newest complete "
+        "checkpoint), {checkpoint_root} (its directory), {checkpoint_interval} (advised seconds), "
+        "{segment} {run_dir} {python} {config_dir}; `{{x}}` is a literal `{x}`."
     )
     workdir: Path | None = Field(None, description="Working directory of the training command.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the training.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the "
+                                                                  "training.")
     resources: Resources = Field(default_factory=Resources)
     checkpoint: CheckpointCfg
     goal: Goal = Field(default_factory=Goal)
     progress_regex: str = Field(
-        PROGRESS_REGEX, description="Regex whose first group is the iteration in a log line; the default knows "
-        "Megatron, DeepSpeed, HF Trainer, Lightning, torchtitan, NeMo, accelerate, nanotron, fairseq, OLMo, composer "
-        "and plain `step N` / `iter N` lines."
+        PROGRESS_REGEX, description="Regex whose first group is the iteration in a log line; the "
+        "default knows Megatron, DeepSpeed, HF Trainer, Lightning, torchtitan, NeMo, accelerate, "
+        "nanotron, fairseq, OLMo, composer and plain `step N` / `iter N` lines."
     )
     policy: Policy = Field(default_factory=Policy)
     watch: Watch = Field(default_factory=Watch)
-    backend: BackendCfg = Field(description="Where segments run: `kind: slurm` on a cluster; `kind: local` "
-                                "(virtual nodes on this machine) for demos and tests. Required: no silent default.")
-    signatures: list[UserSignature] = Field(default_factory=list, description="Extra diagnosis signatures.")
+    backend: BackendCfg = Field(description="Where segments run: `kind: slurm` on a cluster; "
+                                "`kind: local` (virtual nodes on this machine) for demos and "
+                                "tests. Required: no silent default.")
+    signatures: list[UserSignature] = Field(default_factory=list,
+                                            description="Extra diagnosis signatures.")
     preflight: PreflightCfg = Field(default_factory=PreflightCfg)
     notify: NotifyCfg = Field(default_factory=NotifyCfg)
     exports: ExportsCfg = Field(default_factory=ExportsCfg)
@@ -120,7 +129,8 @@ class Settings(BaseSettings):
     @classmethod
     def _name(cls, v: str) -> str:
         if not SAFE_NAME.match(v):
-            raise ValueError("must be letters, digits, '_', '.', '+', '-' (not leading), at most 128 characters")
+            raise ValueError("must be letters, digits, '_', '.', '+', '-' (not leading), at most "
+                             "128 characters")
         return v
 
     @field_validator("command")
@@ -134,7 +144,8 @@ class Settings(BaseSettings):
             # ${name} is a shell variable, {{name}} a literal {name}
             for m in re.finditer(r"(?<![${])\{([a-z_]+)\}(?!\})", arg):
                 if m.group(1) not in PLACEHOLDERS:
-                    raise ValueError(f"unknown placeholder {{{m.group(1)}}}; known: {', '.join(PLACEHOLDERS)}")
+                    raise ValueError(f"unknown placeholder {{{m.group(1)}}}; known: "
+                                     f"{', '.join(PLACEHOLDERS)}")
         return v
 
     @field_validator("env")
@@ -142,8 +153,9 @@ class Settings(BaseSettings):
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         bad = [key for key in v if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)]
         if bad:  # every bad name at once, not the first only
-            raise ValueError(f"invalid environment variable name(s) {', '.join(repr(k) for k in bad)}: letters, "
-                             "digits and _ only, not starting with a digit")
+            raise ValueError("invalid environment variable name(s) "
+                             f"{', '.join(repr(k) for k in bad)}: letters, digits and _ only, not "
+                             "starting with a digit")
         return v
 
     @field_validator("progress_regex")
@@ -155,14 +167,16 @@ class Settings(BaseSettings):
             raise ValueError(f"not a valid regular expression: {exc}") from exc
         if rx.groups < 1:
             raise ValueError("needs one capture group for the iteration number")
-        if v != PROGRESS_REGEX and (why := catastrophic(v) or too_slow(v)):  # it meets every line of output
+        # it meets every line of output
+        if v != PROGRESS_REGEX and (why := catastrophic(v) or too_slow(v)):
             raise ValueError(why)
         return v
 
     @model_validator(mode="after")
     def _filled_in(self) -> Settings:
-        fields = {"name": self.name, "run_dir": str(self.run_dir), "workdir": str(self.workdir or ""),
-                  "checkpoint.dir": str(self.checkpoint.dir), "resources.partition": self.resources.partition or "",
+        fields = {"name": self.name, "run_dir": str(self.run_dir),
+                  "workdir": str(self.workdir or ""), "checkpoint.dir": str(self.checkpoint.dir),
+                  "resources.partition": self.resources.partition or "",
                   "resources.account": self.resources.account or ""}
         fields.update({f"command.{i}": a for i, a in enumerate(self.command) if "\n" not in a})
         fields.update({f"env.{k}": v for k, v in self.env.items()})
@@ -170,18 +184,21 @@ class Settings(BaseSettings):
         if bad:
             raise ValueError("placeholder values still to be filled in: " + ", ".join(bad))
         limit_s = self.resources.time_limit_min * 60
-        if "write_time_s" in self.checkpoint.model_fields_set and self.checkpoint.write_time_s * 2 > limit_s:
-            raise ValueError(f"checkpoint.write_time_s={self.checkpoint.write_time_s:g} is more than half the "
-                             f"{self.resources.time_limit_min} min time limit: no segment could save in time")
+        if ("write_time_s" in self.checkpoint.model_fields_set
+            and self.checkpoint.write_time_s * 2 > limit_s):
+            raise ValueError(f"checkpoint.write_time_s={self.checkpoint.write_time_s:g} is more "
+                             f"than half the {self.resources.time_limit_min} min time limit: no "
+                             "segment could save in time")
         return self
 
     @model_validator(mode="after")
     def _apart(self) -> Settings:
-        """The run directory inside the checkpoint directory would be taken for a checkpoint (and the other
-        way round, the run's files would be mixed with the training's)."""
+        """The run directory inside the checkpoint directory would be taken for a checkpoint (and
+        the other way round, the run's files would be mixed with the training's)."""
         run, ckpt = (Path(os.path.normpath(p)) for p in (self.run_dir, self.checkpoint.dir))
         if run == ckpt or ckpt in run.parents:
-            raise ValueError(f"run_dir {run} is inside checkpoint.dir {ckpt}: give them separate directories")
+            raise ValueError(f"run_dir {run} is inside checkpoint.dir {ckpt}: give them separate "
+                             "directories")
         return self
 
     @model_validator(mode="after")
@@ -189,7 +206,8 @@ class Settings(BaseSettings):
         if self.backend.kind == "local":
             have = len(self.backend.local.node_names())
             if self.resources.nodes > have:
-                raise ValueError(f"resources.nodes={self.resources.nodes} but the local backend has {have} nodes")
+                raise ValueError(f"resources.nodes={self.resources.nodes} but the local backend "
+                                 f"has {have} nodes")
         return self
 
     @classmethod

@@ -1,5 +1,5 @@
-"""The sections of a run config (resources, checkpoint, goal, policy, watch, backend, signatures,
-notify) and the value checks they share."""
+"""The sections of a run config (resources, checkpoint, goal, policy, watch, signatures, notify;
+the backend's are in backend.py) and the value checks they share."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.model import Cause
-from orchestrator.settings.nodes import SAFE_NAME, node_list
+from orchestrator.settings.nodes import node_list
 from orchestrator.settings.patterns import catastrophic, too_slow
 from orchestrator.settings.urls import apprise_urls
 
@@ -20,10 +20,12 @@ SAFE_VALUE = re.compile(r"^[^\x00-\x1f;`$&|<>\\'\"]*$")
 YEAR_S = 31_536_000.0  # no duration in seconds may exceed a year
 MAX_NODES = 100_000
 MAX_LOCAL_NODES = 1024
-# Options the orchestrator (or submitit) sets itself; a key that is a prefix of one of them is refused too.
-RESERVED_SBATCH = ("exclude", "nodes", "time", "output", "error", "job-name", "requeue", "no-requeue", "array",
-                   "signal", "comment", "open-mode", "ntasks-per-node", "ntasks", "parsable", "wrap", "wait",
-                   "test-only")
+# Options the orchestrator (or submitit) sets itself; a key that is a prefix of one of them is
+# refused too.
+RESERVED_SBATCH = ("exclude", "nodes", "time", "output", "error", "job-name", "requeue",
+                   "no-requeue", "array",
+                   "signal", "comment", "open-mode", "ntasks-per-node", "ntasks", "parsable",
+                   "wrap", "wait", "test-only")
 
 
 class Section(BaseModel):
@@ -31,11 +33,13 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-NAME_MAX, PATH_MAX = 255, 4095  # Linux limits, in bytes: longer paths fail every system call that takes them
+# Linux limits, in bytes: longer paths fail every system call that takes them
+NAME_MAX, PATH_MAX = 255, 4095
 
 
 def plain_path(v: Path | None) -> Path | None:
-    """A path without NUL, newlines or other control characters, within the system's length limits."""
+    """A path without NUL, newlines or other control characters, within the system's length
+    limits."""
     if v is None:
         return v
     text = str(v)
@@ -60,29 +64,36 @@ def _safe_token(value: str, what: str) -> str:
 class Resources(Section):
     """What each segment asks Slurm for."""
     nodes: int = Field(1, ge=1, le=MAX_NODES, description="Nodes per segment.")
-    tasks_per_node: int = Field(1, ge=1, le=4096, description="Training processes the agent starts on each node.")
-    gpus_per_node: int = Field(0, ge=0, le=4096, description="GPUs requested per node (--gpus-per-node).")
-    cpus_per_task: int | None = Field(None, ge=1, le=1_000_000, description="CPUs per agent task (--cpus-per-task).")
+    tasks_per_node: int = Field(1, ge=1, le=4096, description="Training processes the agent starts "
+                                                              "on each node.")
+    gpus_per_node: int = Field(0, ge=0, le=4096, description="GPUs requested per node "
+                                                             "(--gpus-per-node).")
+    cpus_per_task: int | None = Field(None, ge=1, le=1_000_000,
+                                      description="CPUs per agent task (--cpus-per-task).")
     partition: str | None = Field(None, description="Slurm partition.")
     account: str | None = Field(None, description="Slurm account.")
     qos: str | None = Field(None, description="Slurm QOS.")
-    time_limit_min: int = Field(60, ge=1, le=525_600, description="Wall-clock limit of one segment (--time), minutes.")
+    time_limit_min: int = Field(60, ge=1, le=525_600, description="Wall-clock limit of one segment "
+                                                                  "(--time), minutes.")
     spare_nodes: int | Literal["auto"] = Field(
-        0, description="Spare nodes allocated with each segment (Slurm, --no-kill), 0 to 64: a failed node is "
-        "replaced by a spare and training restarts inside the same job, without a new queue wait. `auto` sizes them "
-        "from the observed failure rate so that running out within the time limit is below 1% (the dry run says "
-        "how many and why).")
+        0, description="Spare nodes allocated with each segment (Slurm, --no-kill), 0 to 64: a "
+        "failed node is replaced by a spare and training restarts inside the same job, without a "
+        "new queue wait. `auto` sizes them from the observed failure rate so that running out "
+        "within the time limit is below 1% (the dry run says how many and why).")
     sbatch_extra: dict[str, str] = Field(
-        default_factory=dict, description="Extra sbatch options, e.g. {constraint: h100}. Values are quoted."
+        default_factory=dict, description="Extra sbatch options, e.g. {constraint: h100}. Values "
+                                          "are quoted."
     )
-    exclude: list[str] = Field(default_factory=list, description="Nodes never used, on top of the blacklist (a "
-                               "list or a hostlist, e.g. 'gpu[017,203]'; import-sbatch takes the script's --exclude).")
+    exclude: list[str] = Field(default_factory=list, description="Nodes never used, on top of the "
+                               "blacklist (a list or a hostlist, e.g. 'gpu[017,203]'; "
+                               "import-sbatch takes the script's --exclude).")
     _nodes = field_validator("exclude", mode="before")(classmethod(lambda cls, v: node_list(v)))
 
     @field_validator("spare_nodes", mode="before")
     @classmethod
     def _spares_not_bool(cls, v: object) -> object:
-        """One clear line for every wrong value; YAML's yes/no/on/off are booleans, never 1/0 spares."""
+        """One clear line for every wrong value; YAML's yes/no/on/off are booleans, never 1/0
+        spares."""
         why = "spare_nodes must be a number from 0 to 64, or auto"
         if isinstance(v, bool):
             raise ValueError(why + " (not yes/no/true/false)")
@@ -110,10 +121,12 @@ class Resources(Section):
     def _extra(cls, v: dict[str, str]) -> dict[str, str]:
         for key, val in v.items():
             if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
-                raise ValueError(f"sbatch option name {key[:80]!r} must look like 'mail-type' (no leading dashes)")
+                raise ValueError(f"sbatch option name {key[:80]!r} must look like 'mail-type' (no "
+                                 "leading dashes)")
             # sbatch takes any unambiguous prefix of a long option: `outp` is --output
             if clash := [r for r in RESERVED_SBATCH if r.startswith(key)]:
-                raise ValueError(f"sbatch option {key!r} (--{clash[0]}) is managed by the orchestrator; remove it")
+                raise ValueError(f"sbatch option {key!r} (--{clash[0]}) is managed by the "
+                                 "orchestrator; remove it")
             if "\n" in str(val) or "\x00" in str(val):
                 raise ValueError(f"sbatch option {key!r} has a newline or NUL in its value")
         return v
@@ -125,13 +138,16 @@ class CheckpointCfg(Section):
     preset: Literal["megatron", "deepspeed", "hf", "lightning", "glob"] = Field(
         "megatron", description="Layout of the checkpoint directory."
     )
-    glob: str | None = Field(None, description="For preset glob: pattern of checkpoint entries, e.g. 'step_*'.")
-    marker: str | None = Field(None, description="For preset glob: file that marks an entry complete.")
+    glob: str | None = Field(None, description="For preset glob: pattern of checkpoint entries, "
+                                               "e.g. 'step_*'.")
+    marker: str | None = Field(None, description="For preset glob: file that marks an entry "
+                                                 "complete.")
     write_time_s: float = Field(120.0, ge=0.1, le=86400, allow_inf_nan=False, description=(
-        "How long one checkpoint takes to write; with the observed failure rate it gives the advised interval "
-        "({checkpoint_interval}, ORCH_CHECKPOINT_INTERVAL_S)."))
+        "How long one checkpoint takes to write; with the observed failure rate it gives the "
+        "advised interval ({checkpoint_interval}, ORCH_CHECKPOINT_INTERVAL_S)."))
     interval_s: float | None = Field(None, gt=0, le=31536000, allow_inf_nan=False, description=(
-        "The interval the training uses now, to compare with the advice in `status` (default: 1 hour)."))
+        "The interval the training uses now, to compare with the advice in `status` (default: 1 "
+        "hour)."))
 
     _path = field_validator("dir")(plain_path)
 
@@ -139,7 +155,8 @@ class CheckpointCfg(Section):
     @classmethod
     def _relative(cls, v: str | None) -> str | None:
         if v is not None and (v.startswith(("/", "~")) or ".." in v.split("/") or "\x00" in v):
-            raise ValueError(f"must be a pattern relative to checkpoint.dir (e.g. 'step_*'), not {v[:80]!r}")
+            raise ValueError("must be a pattern relative to checkpoint.dir (e.g. 'step_*'), not "
+                             f"{v[:80]!r}")
         return v
 
     @model_validator(mode="after")
@@ -152,101 +169,65 @@ class CheckpointCfg(Section):
 class Goal(Section):
     """When the run is done."""
     target_iteration: int | None = Field(
-        None, ge=1, description="Done when this iteration is reached; null: done when the command exits 0."
+        None, ge=1, description="Done when this iteration is reached; null: done when the command "
+                                "exits 0."
     )
 
 
 class Policy(Section):
     """Budgets, strikes, exclusions and waits: what the controller may do on its own."""
-    max_segments: int = Field(50, ge=1, le=1_000_000, description="Hard cap on segments submitted for this run.")
+    max_segments: int = Field(50, ge=1, le=1_000_000, description="Hard cap on segments submitted "
+                                                                  "for this run.")
     max_no_progress_segments: int = Field(
-        3, ge=1, le=1_000_000, description="Stop and alert after this many consecutive segments without progress."
+        3, ge=1, le=1_000_000, description="Stop and alert after this many consecutive segments "
+                                           "without progress."
     )
-    blacklist_expiry_h: float = Field(72.0, gt=0, le=87_600, description="Hours a blacklist entry stays active.")
-    strike_threshold: int = Field(2, ge=1, le=1_000_000, description="Soft strikes before a node is excluded.")
-    max_excluded_nodes: int = Field(16, ge=0, le=MAX_NODES, description="Never pass more nodes than this to --exclude.")
+    blacklist_expiry_h: float = Field(72.0, gt=0, le=87_600,
+                                      description="Hours a blacklist entry stays active.")
+    strike_threshold: int = Field(2, ge=1, le=1_000_000,
+                                  description="Soft strikes before a node is excluded.")
+    max_excluded_nodes: int = Field(16, ge=0, le=MAX_NODES,
+                                    description="Never pass more nodes than this to --exclude.")
     wait_before_resubmit_s: float = Field(
-        300.0, ge=0, le=YEAR_S, description="For wait_and_resubmit (e.g. filesystem outage): pause before resubmitting."
+        300.0, ge=0, le=YEAR_S, description="For wait_and_resubmit (e.g. filesystem outage): pause "
+                                            "before resubmitting."
     )
-    stop_on_user_bug: bool = Field(True, description="Stop and alert on user_bug instead of resubmitting.")
+    stop_on_user_bug: bool = Field(True, description="Stop and alert on user_bug instead of "
+                                                     "resubmitting.")
     shared_blacklist: Path | None = Field(
-        None, description="A blacklist file shared by several runs on one cluster (read and written with a lock)."
+        None, description="A blacklist file shared by several runs on one cluster (read and "
+                          "written with a lock)."
     )
     scheduler_outage_max_s: float = Field(
-        21600.0, gt=0, le=YEAR_S, description="Stop the run (after one alert) when sbatch cannot reach the "
-        "scheduler for longer than this."
+        21600.0, gt=0, le=YEAR_S, description="Stop the run (after one alert) when sbatch cannot "
+        "reach the scheduler for longer than this."
     )
     filesystem_stall_max_s: float = Field(
-        21600.0, gt=0, le=YEAR_S, description="Stop the run (after one alert) when the checkpoint file system "
-        "stalls or is missing for longer than this."
+        21600.0, gt=0, le=YEAR_S, description="Stop the run (after one alert) when the checkpoint "
+        "file system stalls or is missing for longer than this."
     )
     _shared = field_validator("shared_blacklist")(plain_path)
     drain_blacklisted: bool = Field(
-        False, description="Run `scontrol update NodeName=X State=DRAIN Reason=...` for hardware culprits "
-        "(needs the rights; otherwise the line is only printed by `status`)."
+        False, description="Run `scontrol update NodeName=X State=DRAIN Reason=...` for hardware "
+        "culprits (needs the rights; otherwise the line is only printed by `status`)."
     )
 
 
 class Watch(Section):
     """How often to look and how long silence may last."""
-    poll_interval_s: float = Field(30.0, gt=0, le=86_400, description="Seconds between polls of job state and logs.")
+    poll_interval_s: float = Field(30.0, gt=0, le=86_400,
+                                   description="Seconds between polls of job state and logs.")
     stall_timeout_s: float = Field(1200.0, gt=0, le=YEAR_S,
                                    description="No progress for this long: the segment is stalled.")
     startup_timeout_s: float = Field(3600.0, gt=0, le=YEAR_S,
                                      description="Longer stall timeout before the first progress.")
     cascade_grace_s: float = Field(
         30.0, ge=0, le=86_400,
-        description="After one node's training failed, wait this long for peers' errors, then cancel."
+        description="After one node's training failed, wait this long for peers' errors, then "
+                    "cancel."
     )
-    read_timeout_s: float = Field(10.0, gt=0, le=3600, description="Timeout for one read of the shared filesystem.")
-
-
-class LocalBackendCfg(Section):
-    """The embedded backend: virtual nodes on this machine."""
-    nodes: list[str] | int = Field(4, description="Virtual node names, or a count (node1..nodeN).")
-
-    def node_names(self) -> list[str]:
-        if isinstance(self.nodes, int):
-            return [f"node{i}" for i in range(1, self.nodes + 1)]
-        return list(self.nodes)
-
-    @field_validator("nodes")
-    @classmethod
-    def _names(cls, v: list[str] | int) -> list[str] | int:
-        if not 1 <= (v if isinstance(v, int) else len(v)) <= MAX_LOCAL_NODES:
-            raise ValueError(f"needs 1 to {MAX_LOCAL_NODES} virtual nodes")
-        if isinstance(v, int):
-            return v
-        for n in v:
-            if not SAFE_NAME.match(n):
-                raise ValueError(f"invalid node name {n!r}")
-        if len(set(v)) != len(v):
-            raise ValueError("node names repeat")
-        return v
-
-
-class SlurmBackendCfg(Section):
-    """Slurm commands and how long to wait for them."""
-    command_timeout_s: float = Field(30.0, gt=0, le=86_400, description="Timeout of one squeue/sacct/sbatch call.")
-    retry_max_s: float = Field(600.0, gt=0, le=YEAR_S, description="Give up retrying one Slurm call after this long.")
-    validate_exclude: bool = Field(True, description="Drop --exclude names that sinfo does not know.")
-    srun_args: list[str] = Field(default_factory=list, description="Extra arguments for srun.")
-    setup: list[str] = Field(default_factory=list, description="Shell lines run in the batch script first.")
-
-
-class BackendCfg(Section):
-    """Which backend runs the segments (no silent default)."""
-    kind: Literal["local", "slurm"] = Field(
-        description="slurm: a Slurm cluster; local: virtual nodes on this machine (demos, tests). Required.")
-    local: LocalBackendCfg = Field(default_factory=LocalBackendCfg)
-    slurm: SlurmBackendCfg = Field(default_factory=SlurmBackendCfg)
-
-    @model_validator(mode="after")
-    def _setup_needs_slurm(self) -> BackendCfg:
-        if self.kind == "local" and self.slurm.setup:
-            raise ValueError("backend.slurm.setup runs once in the batch script, and the local backend has none: "
-                             "its lines would not run; remove them or use backend.kind: slurm")
-        return self
+    read_timeout_s: float = Field(10.0, gt=0, le=3600,
+                                  description="Timeout for one read of the shared filesystem.")
 
 
 class UserSignature(Section):
@@ -264,8 +245,10 @@ class UserSignature(Section):
             re.compile(v)
         except re.error as exc:
             raise ValueError(f"not a valid regular expression: {exc}") from exc
-        if re.search(r"\(\?[aiLmsux]+\)", v):  # patterns are joined into one prefilter: flags must be scoped
-            raise ValueError("a global inline flag such as (?i) breaks the joined table; use (?i:...) instead")
+        # patterns are joined into one prefilter: flags must be scoped
+        if re.search(r"\(\?[aiLmsux]+\)", v):
+            raise ValueError("a global inline flag such as (?i) breaks the joined table; use "
+                             "(?i:...) instead")
         if why := catastrophic(v):
             raise ValueError(f"{why}; rewrite it without nesting (e.g. a+ instead of (a+)+)")
         if why := too_slow(v):
@@ -275,9 +258,12 @@ class UserSignature(Section):
 
 class NotifyCfg(Section):
     """Where alerts go (apprise URLs), de-duplicated and rate-limited."""
-    urls: list[str] = Field(default_factory=list, description="apprise URLs (slack://..., mailto://..., json://...).")
-    max_per_hour: int = Field(20, ge=1, le=1_000_000, description="At most this many notifications per hour.")
+    urls: list[str] = Field(default_factory=list, description="apprise URLs (slack://..., "
+                                                              "mailto://..., json://...).")
+    max_per_hour: int = Field(20, ge=1, le=1_000_000, description="At most this many notifications "
+                                                                  "per hour.")
     dedup_window_s: float = Field(3600.0, ge=0, le=YEAR_S,
-                                  description="An identical message within this window is not resent.")
+                                  description="An identical message within this window is not "
+                                              "resent.")
 
     _urls = field_validator("urls")(apprise_urls)

@@ -12,12 +12,14 @@ def apprise_urls(v: list[str]) -> list[str]:
     import apprise  # only when there are URLs: the import costs a few tenths of a second
 
     quiet = logging.getLogger("apprise")
-    level, quiet.level = quiet.level, logging.CRITICAL  # its own "Unsupported URL" line: we say it once
+    # its own "Unsupported URL" line: we say it once
+    level, quiet.level = quiet.level, logging.CRITICAL
     try:
         bad = [u for u in v if not apprise.Apprise().add(u)]
     finally:
         quiet.setLevel(level)
     if bad:
         shown = ", ".join(repr(u[:60]) for u in bad[:5])
-        raise ValueError(f"not a URL apprise can send to: {shown} (see the list of services apprise supports)")
+        raise ValueError(f"not a URL apprise can send to: {shown} (see the list of services "
+                         "apprise supports)")
     return v

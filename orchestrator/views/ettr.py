@@ -1,4 +1,5 @@
-"""Pure: how well a run used its wall time. Productive time, time lost per cause, rate, ETA, ETTR."""
+"""Pure: how well a run used its wall time. Productive time, time lost per cause, rate, ETA,
+ETTR."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from orchestrator.state import RunState, SegmentRecord
 
 
 def _rate(s: SegmentRecord) -> float | None:
-    """Iterations per second while the segment trained (between the first and last progress seen)."""
+    """Iterations per second while the segment trained (between the first and last progress
+    seen)."""
     if s.first_progress_at and s.last_progress_at and s.end_iteration is not None:
         span = (s.last_progress_at - s.first_progress_at).total_seconds()
         done = s.end_iteration - s.start_iteration
@@ -25,8 +27,9 @@ EXIT_BEFORE_GOAL = "exit 0 before the goal"
 
 
 def segment_label(s: SegmentRecord) -> str:
-    """What a segment's time was, for the views: its cause, except that a segment whose progress was thrown away
-    for want of a checkpoint, or that exited 0 short of the goal, is lost time, never 'success'."""
+    """What a segment's time was, for the views: its cause, except that a segment whose progress was
+    thrown away for want of a checkpoint, or that exited 0 short of the goal, is lost time, never
+    'success'."""
     if s.decision_rule == "no_checkpoint":
         return LOST_NO_CHECKPOINT
     if s.cause == Cause.SUCCESS and s.action is not None and s.action != Action.DONE:
@@ -37,8 +40,8 @@ def segment_label(s: SegmentRecord) -> str:
 def run_metrics(state: RunState, now: datetime) -> dict[str, Any]:
     segs = [s for s in state.segments if s.submitted_at]
     if not segs:
-        return {"wall_s": 0.0, "productive_s": 0.0, "ettr": None, "lost_s_by_cause": {}, "rate_per_h": None,
-                "eta_s": None}
+        return {"wall_s": 0.0, "productive_s": 0.0, "ettr": None, "lost_s_by_cause": {},
+                "rate_per_h": None, "eta_s": None}
     ended = [s.ended_at for s in segs if s.ended_at]
     end = now if state.status == RunStatus.RUNNING or not ended else max(ended)
     first = segs[0].submitted_at
@@ -54,7 +57,8 @@ def run_metrics(state: RunState, now: datetime) -> dict[str, Any]:
         span = max((span_end - s.submitted_at).total_seconds(), 0.0)
         rate = _rate(s)
         reached = s.end_iteration if s.end_iteration is not None else s.start_iteration
-        kept_to = min(nxt.start_iteration, reached) if nxt else reached  # later work lost to the crash
+        # later work lost to the crash
+        kept_to = min(nxt.start_iteration, reached) if nxt else reached
         useful = (max(kept_to - s.start_iteration, 0) / rate) if rate else 0.0
         useful = min(useful, span)
         productive += useful
@@ -68,7 +72,8 @@ def run_metrics(state: RunState, now: datetime) -> dict[str, Any]:
         "wall_s": round(wall, 1),
         "productive_s": round(productive, 1),
         "ettr": round(productive / wall, 4) if wall > 0 else None,
-        "lost_s_by_cause": {k: round(v, 1) for k, v in sorted(lost.items(), key=lambda kv: -kv[1]) if v > 0.05},
+        "lost_s_by_cause": {k: round(v, 1) for k, v in sorted(lost.items(), key=lambda kv: -kv[1])
+                            if v > 0.05},
         "rate_per_h": round(rate_now * 3600, 1) if rate_now else None,
         "eta_s": round(eta, 0) if eta is not None else None,
     }
@@ -81,4 +86,5 @@ def human(seconds: float | None) -> str:
     d, s = divmod(s, 86400)
     h, s = divmod(s, 3600)
     m, s = divmod(s, 60)
-    return (f"{d}d" if d else "") + (f"{h}h" if h or d else "") + f"{m:02d}m{s:02d}s" if (d or h or m) else f"{s}s"
+    return ((f"{d}d" if d else "") + (f"{h}h" if h or d else "") + f"{m:02d}m{s:02d}s"
+            if (d or h or m) else f"{s}s")

@@ -1,5 +1,6 @@
-"""The run as Prometheus metrics, rebuilt after every poll (`loop/exports.py` writes them to `run_dir/metrics.prom`
-for node_exporter's textfile collector, atomically, and serves them over HTTP when asked)."""
+"""The run as Prometheus metrics, rebuilt after every poll (`loop/exports.py` writes them to
+`run_dir/metrics.prom` for node_exporter's textfile collector, atomically, and serves them over HTTP
+when asked)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ METRICS_FILE = "metrics.prom"
 
 
 def registry(state: RunState, now: datetime, job_seen_at: datetime | None) -> CollectorRegistry:
-    """Every metric of one run, labelled run=<name> (a collector reading several runs' files tells them apart)."""
+    """Every metric of one run, labelled run=<name> (a collector reading several runs' files tells
+    them apart)."""
     reg = CollectorRegistry()
     m = run_metrics(state, now)
 
@@ -29,31 +31,36 @@ def registry(state: RunState, now: datetime, job_seen_at: datetime | None) -> Co
 
     gauge("iteration", "Newest training iteration seen.", state.best_iteration())
     gauge("goal_iteration", "The run's goal (goal.target_iteration).", state.target_iteration)
-    gauge("running", "1 while the run is running (not done or stopped).", float(state.status == RunStatus.RUNNING))
-    gauge("iterations_per_hour", "Training rate of the current (or last) segment.", m.get("rate_per_h"))
-    gauge("effective_training_time_ratio", "Productive time / wall time since the first segment.", m.get("ettr"))
+    gauge("running", "1 while the run is running (not done or stopped).",
+          float(state.status == RunStatus.RUNNING))
+    gauge("iterations_per_hour", "Training rate of the current (or last) segment.",
+          m.get("rate_per_h"))
+    gauge("effective_training_time_ratio", "Productive time / wall time since the first segment.",
+          m.get("ettr"))
     gauge("wall_seconds", "Wall time since the first segment was submitted.", m.get("wall_s"))
-    gauge("effective_training_seconds", "Productive training time since the first segment (kept progress).",
-          m.get("productive_s"))
+    gauge("effective_training_seconds", "Productive training time since the first segment (kept "
+                                        "progress).", m.get("productive_s"))
     gauge("eta_seconds", "Estimated time to the goal at the current rate.", m.get("eta_s"))
-    lost = Gauge("orchestrator_lost_seconds", "Time lost, by the cause of the segment that lost it.",
+    lost = Gauge("orchestrator_lost_seconds",
+                 "Time lost, by the cause of the segment that lost it.",
                  ["run", "cause"], registry=reg)
     for cause, seconds in sorted((m.get("lost_s_by_cause") or {}).items()):
         lost.labels(state.run, cause).set(seconds)
     gauge("segments", "Segments submitted so far.", len(state.segments))
-    kinds = Gauge("orchestrator_restarts", "Restarts after a fault, inside the job (spares) or as a new job.",
-                  ["run", "kind"], registry=reg)
+    kinds = Gauge("orchestrator_restarts", "Restarts after a fault, inside the job (spares) or as "
+                                           "a new job.", ["run", "kind"], registry=reg)
     for kind, row in summary(restarts(state)).items():
         kinds.labels(state.run, kind).set(row["count"])
     gauge("blacklisted_nodes", "Nodes on the run's blacklist that have not expired.",
           len(state.blacklist.prune(now).entries))
     gauge("last_update_timestamp_seconds", "When this file was written.", now.timestamp())
     if job_seen_at is not None:
-        gauge("job_seen_timestamp_seconds", "The last poll that could see the job (the scheduler answered).",
-              job_seen_at.timestamp())
+        gauge("job_seen_timestamp_seconds", "The last poll that could see the job (the scheduler "
+                                            "answered).", job_seen_at.timestamp())
     return reg
 
 
 def write_metrics(path: Path, state: RunState, now: datetime, job_seen_at: datetime | None) -> None:
-    """Atomic (a temporary file, then a rename): a reader, or a kill -9, never leaves half a file."""
+    """Atomic (a temporary file, then a rename): a reader, or a kill -9, never leaves half a
+    file."""
     write_to_textfile(str(path), registry(state, now, job_seen_at))

@@ -2,7 +2,8 @@
 
 The PNG (matplotlib, no display needed) shows segments as bars coloured by how they ended, and the
 iteration reached over wall time with the time lost shaded. The HTML embeds the PNG and repeats the
-timeline as elements with hover text (job, nodes, culprit, evidence), plus the segments and the blacklist.
+timeline as elements with hover text (job, nodes, culprit, evidence), plus the segments and the
+blacklist.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ COLOURS = {
     "gpu_lost": "#ad1457", "gpu_oom_startup": "#d84315", "node_fail": "#6a1b9a", "hang": "#ef6c00",
     "nccl_timeout": "#f9a825", "network": "#fbc02d", "filesystem": "#0277bd", "host_oom": "#8d6e63",
     "user_bug": "#212121", "user_oom": "#424242", "segfault": "#5d4037", "bus_error": "#4e342e",
-    "unknown": "#9e9e9e", "running": "#1e88e5", "lost: no checkpoint": "#b71c1c", "exit 0 before the goal": "#e57373",
+    "unknown": "#9e9e9e", "running": "#1e88e5", "lost: no checkpoint": "#b71c1c",
+    "exit 0 before the goal": "#e57373",
 }
 
 
@@ -47,7 +49,8 @@ def render_png(state: RunState, now: datetime) -> bytes:
 
     segs = [s for s in state.segments if s.submitted_at]
     with plt.rc_context({"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12}):
-        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(12, 7), sharex=True, gridspec_kw={"height_ratios": [1, 2]})
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(12, 7), sharex=True,
+                                       gridspec_kw={"height_ratios": [1, 2]})
         _segment_bars(ax1, segs, now)
         ax1.set_title(_totals(state, now), loc="left")
         _iterations(ax2, segs, now)
@@ -65,9 +68,10 @@ def _totals(state: RunState, now: datetime) -> str:
     goal = f" of {state.target_iteration}" if state.target_iteration else ""
     lost, _ = lost_text(m)
     again = summary_text(restarts(state))
-    return _no_math(f"run {clean(state.run)}: {state.status.value}, iteration {state.best_iteration()}{goal}, "
-            f"{len(state.segments)} segments\neffective training time {ettr} of {human(m['wall_s'])}; "
-            f"time lost: {lost}" + (f"\nrestarts: {again}" if again else ""))
+    return _no_math(f"run {clean(state.run)}: {state.status.value}, iteration "
+            f"{state.best_iteration()}{goal}, {len(state.segments)} segments\neffective training "
+            f"time {ettr} of {human(m['wall_s'])}; time lost: {lost}"
+                    + (f"\nrestarts: {again}" if again else ""))
 
 
 def _no_math(s: str) -> str:
@@ -76,14 +80,17 @@ def _no_math(s: str) -> str:
 
 
 def _segment_bars(ax: Any, segs: list[SegmentRecord], now: datetime) -> None:
-    """One bar per segment coloured by how it ended, labelled with its index and culprits; a legend."""
+    """One bar per segment coloured by how it ended, labelled with its index and culprits; a
+    legend."""
     from matplotlib.patches import Patch
 
     for s in segs:
         assert s.submitted_at is not None
         start, end = _num(s.submitted_at), _num(_end(s, now))
-        ax.barh(0, end - start, left=start, color=COLOURS.get(_cause(s), "#9e9e9e"), edgecolor="white",
-                hatch="//" if s.in_job_of is not None else None)  # a restart inside the job: no queue
+        ax.barh(0, end - start, left=start, color=COLOURS.get(_cause(s), "#9e9e9e"),
+                edgecolor="white",
+                # a restart inside the job: no queue
+                hatch="//" if s.in_job_of is not None else None)
         culprit = _no_math(f"\n{cut(','.join(s.culprit_nodes), 24)}") if s.culprit_nodes else ""
         ax.text((start + end) / 2, 0, f"{s.index}{culprit}", ha="center", va="center", fontsize=11,
                 color="white", fontweight="bold")
@@ -91,7 +98,8 @@ def _segment_bars(ax: Any, segs: list[SegmentRecord], now: datetime) -> None:
     causes = list(dict.fromkeys(_cause(s) for s in segs))
     handles = [Patch(color=COLOURS.get(c, "#9e9e9e"), label=c) for c in causes]
     if any(s.in_job_of is not None for s in segs):
-        handles.append(Patch(facecolor="#9e9e9e", hatch="//", edgecolor="white", label="restart inside the job"))
+        handles.append(Patch(facecolor="#9e9e9e", hatch="//", edgecolor="white",
+                             label="restart inside the job"))
     ax.legend(handles=handles, loc="upper left",
               bbox_to_anchor=(1.0, 1.0), title="how it ended", fontsize=10)
 
@@ -111,17 +119,19 @@ def _iterations(ax: Any, segs: list[SegmentRecord], now: datetime) -> None:
     ax.set_ylabel("iteration")
     ax.set_xlabel("wall time (UTC)")
     ax.set_title("iteration reached over wall time", loc="left")
-    ax.legend(handles=[Patch(color="#ef9a9a", alpha=0.35, label="time lost (no progress)")], loc="upper left",
-              bbox_to_anchor=(1.0, 1.0), fontsize=10)
+    ax.legend(handles=[Patch(color="#ef9a9a", alpha=0.35, label="time lost (no progress)")],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=10)
     ax.xaxis.set_major_formatter(_fmt("%m-%d %H:%M:%S"))
     ax.grid(alpha=0.3)
 
 
 STYLE = """
 body { font: 14px system-ui, sans-serif; margin: 24px; color: #222; }
-.timeline { position: relative; height: 42px; background: #eceff1; border-radius: 4px; margin: 12px 0 4px; }
+.timeline { position: relative; height: 42px; background: #eceff1; border-radius: 4px; \
+margin: 12px 0 4px; }
 .seg { position: absolute; top: 4px; height: 34px; color: #fff; font-size: 12px; overflow: hidden;
-        white-space: nowrap; border-radius: 3px; padding: 0 4px; line-height: 34px; box-sizing: border-box;
+        white-space: nowrap; border-radius: 3px; padding: 0 4px; line-height: 34px; \
+box-sizing: border-box;
         border-right: 2px solid #fff; }
 table { border-collapse: collapse; margin: 8px 0 20px; }
 td, th { border: 1px solid #cfd8dc; padding: 3px 8px; text-align: left; vertical-align: top; }
@@ -142,7 +152,8 @@ def render_html(state: RunState, now: datetime, png: bytes) -> str:
 <style>{STYLE}</style></head><body>
 <h1>run {e(state.run)}: {e(state.status.value)}</h1>
 <p>{e(state.stop_reason)}</p>
-<p>iteration {state.best_iteration()}{f" of {state.target_iteration}" if state.target_iteration else ""};
+<p>iteration {state.best_iteration()}\
+{f" of {state.target_iteration}" if state.target_iteration else ""};
 effective training time {ettr} of {human(m['wall_s'])} wall time; time lost: {e(lost)}</p>
 <h2>Timeline</h2>
 <div class="timeline" id="timeline">{_timeline_bars(segs, now)}</div>
@@ -153,14 +164,16 @@ effective training time {ettr} of {human(m['wall_s'])} wall time; time lost: {e(
 <th>culprit</th><th>action</th><th>reason</th></tr>{_segment_rows(segs)}</table>
 {restarts_html(state)}
 <h2>Blacklist</h2>
-<table><tr><th>node</th><th>cause</th><th>strikes</th><th>expires</th><th>evidence</th></tr>{_blacklist_rows(state)}</table>
+<table><tr><th>node</th><th>cause</th><th>strikes</th><th>expires</th><th>evidence</th></tr>\
+{_blacklist_rows(state)}</table>
 {f"<p>For an admin:</p><pre>{e(drains)}</pre>" if drains else ""}
 </body></html>
 """
 
 
 def _timeline_bars(segs: list[SegmentRecord], now: datetime) -> str:
-    """One positioned <div> per submitted segment, with hover text; widths are shares of the whole run."""
+    """One positioned <div> per submitted segment, with hover text; widths are shares of the whole
+    run."""
     e = html.escape
     t0 = segs[0].submitted_at if segs else now
     assert t0 is not None
@@ -170,8 +183,9 @@ def _timeline_bars(segs: list[SegmentRecord], now: datetime) -> str:
         assert s.submitted_at is not None
         left = (s.submitted_at - t0).total_seconds() / total * 100
         width = max((_end(s, now) - s.submitted_at).total_seconds() / total * 100, 0.4)
-        bars.append(f'<div class="seg" data-index="{s.index}" title="{e(_tooltip(s))}" style="left:{left:.3f}%;'
-                    f'width:{width:.3f}%;background:{COLOURS.get(_cause(s), "#9e9e9e")}">'
+        bars.append(f'<div class="seg" data-index="{s.index}" title="{e(_tooltip(s))}" '
+                    f'style="left:{left:.3f}%;width:{width:.3f}%;background:'
+                    f'{COLOURS.get(_cause(s), "#9e9e9e")}">'
                     f"{s.index} {e(_cause(s))}</div>")
     return "".join(bars)
 
@@ -179,9 +193,10 @@ def _timeline_bars(segs: list[SegmentRecord], now: datetime) -> str:
 def _tooltip(s: SegmentRecord) -> str:
     ev = next((x for x in s.evidence if x.role == Role.ROOT), None)
     job = job_cell(s) if s.in_job_of is not None else f"job {s.job_id}"
-    return (f"segment {s.index} {job}\nnodes {','.join(s.nodes)}\nexcluded {','.join(s.excluded) or '-'}"
-            f"\niterations {s.start_iteration}->{s.end_iteration}\ncause {_cause(s)}"
-            f"\nculprit {','.join(s.culprit_nodes) or '-'}\naction {s.action.value if s.action else '-'}"
+    return (f"segment {s.index} {job}\nnodes {','.join(s.nodes)}\nexcluded "
+            f"{','.join(s.excluded) or '-'}\niterations {s.start_iteration}->{s.end_iteration}\n"
+            f"cause {_cause(s)}\nculprit {','.join(s.culprit_nodes) or '-'}\naction "
+            f"{s.action.value if s.action else '-'}"
             + (f"\nevidence {ev.node}: {ev.text[:200]}" if ev else ""))
 
 
@@ -189,50 +204,61 @@ def _segment_rows(segs: list[SegmentRecord]) -> str:
     e = html.escape
     return "".join(
         f"<tr><td>{s.index}</td><td>{e(job_cell(s))}</td><td>{e(','.join(s.nodes))}</td>"
-        f"<td>{e(','.join(s.excluded) or '-')}</td><td>{s.start_iteration}&rarr;{s.end_iteration}</td>"
+        f"<td>{e(','.join(s.excluded) or '-')}</td>"
+        f"<td>{s.start_iteration}&rarr;{s.end_iteration}</td>"
         f"<td>{e(_cause(s))}</td><td>{e(','.join(s.culprit_nodes) or '-')}</td>"
-        f"<td>{e(s.action.value if s.action else '-')}</td><td>{e(s.reason[:160])}</td></tr>" for s in segs)
+        f"<td>{e(s.action.value if s.action else '-')}</td><td>{e(s.reason[:160])}</td></tr>"
+        for s in segs)
 
 
 def _where(r: RestartEvent) -> str:
     return f"inside job {r.job_id}" if r.in_job else f"new job {r.job_id or '-'}"
 
 
+def _swaps(r: RestartEvent) -> str:
+    return ', '.join(f'{b} for {a}' for a, b in zip(r.dropped, r.promoted, strict=False))
+
+
 def restarts_html(state: RunState) -> str:
-    """The restarts (inside the job or by a new submission, and how long each took) and the spares of every
-    job that held some; nothing for a run without restarts or spares."""
+    """The restarts (inside the job or by a new submission, and how long each took) and the spares
+    of every job that held some; nothing for a run without restarts or spares."""
     e, rows, jobs = html.escape, restarts(state), job_spares(state)
     if not rows and not jobs:
         return ""
     took = "".join(
-        f"<tr><td>{r.segment}</td><td>{r.after}</td><td>{e(r.cause)}</td><td>{e(','.join(r.culprits) or '-')}</td>"
-        f"<td>{e(_where(r))}</td>"
-        f"<td>{e(', '.join(f'{b} for {a}' for a, b in zip(r.dropped, r.promoted, strict=False)) or '-')}</td>"
+        f"<tr><td>{r.segment}</td><td>{r.after}</td><td>{e(r.cause)}</td>"
+        f"<td>{e(','.join(r.culprits) or '-')}</td><td>{e(_where(r))}</td>"
+        f"<td>{e(_swaps(r) or '-')}</td>"
         f"<td>{human(r.seconds)}</td></tr>" for r in rows)
     spares = "".join(
-        f"<tr><td>{e(j.job_id or '-')}</td><td>{j.submitted_by}</td><td>{e(','.join(map(str, j.segments)))}</td>"
-        f"<td>{e(','.join(j.spares) or f'{j.spare_count} asked for')}</td><td>{e(','.join(j.promoted) or '-')}</td>"
+        f"<tr><td>{e(j.job_id or '-')}</td><td>{j.submitted_by}</td><td>"
+        f"{e(','.join(map(str, j.segments)))}</td><td>"
+        f"{e(','.join(j.spares) or f'{j.spare_count} asked for')}</td><td>"
+        f"{e(','.join(j.promoted) or '-')}</td>"
         f"<td>{e(','.join(j.free) if j.allocation else '-')}</td></tr>" for j in jobs)
     return f"""<h2>Restarts</h2>
-<p>{e(summary_text(rows) or "none")}; time: from the failed segment's end to the next segment's first progress.</p>
+<p>{e(summary_text(rows) or "none")}; time: from the failed segment's end to the next segment's \
+first progress.</p>
 <table id="restarts"><tr><th>seg</th><th>after seg</th><th>cause</th><th>culprit</th><th>where</th>
 <th>spare promoted</th><th>time</th></tr>{took}</table>
 <h2>Spare nodes</h2>
-<table id="spares"><tr><th>job</th><th>submitted by seg</th><th>segments</th><th>spares</th><th>promoted</th>
+<table id="spares"><tr><th>job</th><th>submitted by seg</th><th>segments</th><th>spares</th>\
+<th>promoted</th>
 <th>free</th></tr>{spares}</table>"""
 
 
 def _blacklist_rows(state: RunState) -> str:
     e = html.escape
     return "".join(f"<tr><td>{e(b.node)}</td><td>{e(b.cause.value)}</td><td>{b.strikes}</td>"
-                   f"<td>{e(b.expires.isoformat(timespec='minutes'))}</td><td>{e(b.evidence[:200])}</td></tr>"
-                   for b in state.blacklist.entries)
+                   f"<td>{e(b.expires.isoformat(timespec='minutes'))}</td>"
+                   f"<td>{e(b.evidence[:200])}</td></tr>" for b in state.blacklist.entries)
 
 
 def write_report(state: RunState, now: datetime, out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     png = render_png(state, now)
-    stem = re.sub(r"[^A-Za-z0-9_.+-]", "_", state.run).lstrip(".") or "run"  # a tampered name stays in out_dir
+    # a tampered name stays in out_dir
+    stem = re.sub(r"[^A-Za-z0-9_.+-]", "_", state.run).lstrip(".") or "run"
     png_path, html_path = out_dir / f"{stem}-report.png", out_dir / f"{stem}-report.html"
     png_path.write_bytes(png)
     html_path.write_text(render_html(state, now, png), encoding="utf-8")

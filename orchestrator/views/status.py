@@ -12,10 +12,19 @@ from orchestrator.blacklist import compress
 from orchestrator.model import BlacklistEntry, EntrySource, EvidenceSource, Role
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import human, run_metrics, segment_label
-from orchestrator.views.restarts import job_cell, job_spares, restarts, spares_cell, summary, summary_text, uses_spares
+from orchestrator.views.restarts import (
+    job_cell,
+    job_spares,
+    restarts,
+    spares_cell,
+    summary,
+    summary_text,
+    uses_spares,
+)
 from orchestrator.views.text import cut, plain, shell_dq
 
-NOT_LOST = ("success", "in progress")  # start-up and load time of healthy segments: overhead, not a failure's cost
+# start-up and load time of healthy segments: overhead, not a failure's cost
+NOT_LOST = ("success", "in progress")
 
 
 def _ts(d: datetime | None) -> str | None:
@@ -32,7 +41,8 @@ def status_json(state: RunState, now: datetime) -> dict[str, Any]:
         "target_iteration": state.target_iteration,
         "current": None if state.current is None else _current_json(state.current),
         "last_decision": None if last is None else {
-            "segment": last.index, "action": last.action.value if last.action else None, "reason": last.reason,
+            "segment": last.index, "action": last.action.value if last.action else None,
+            "reason": last.reason,
         },
         "metrics": run_metrics(state, now),
         "restarts": _restarts_json(state),
@@ -45,17 +55,20 @@ def status_json(state: RunState, now: datetime) -> dict[str, Any]:
 def _current_json(cur: SegmentRecord) -> dict[str, Any]:
     return {
         "index": cur.index, "job_id": cur.job_id, "nodes": cur.nodes,
-        "job_state": cur.job_state.value if cur.job_state else ("SUBMITTED" if cur.job_id else "SUBMITTING"),
+        "job_state": cur.job_state.value if cur.job_state
+        else ("SUBMITTED" if cur.job_id else "SUBMITTING"),
         "queue": cur.queue_note, "in_job_of": cur.in_job_of, "spare_count": cur.spare_count,
         "allocation": cur.allocation,
     }
 
 
 def _restarts_json(state: RunState) -> dict[str, Any]:
-    """Restarts inside a job's allocation vs new submissions (count, seconds from the failed segment's end to
-    the next one's first progress), each restart, and the spares of every job that held some."""
+    """Restarts inside a job's allocation vs new submissions (count, seconds from the failed
+    segment's end to the next one's first progress), each restart, and the spares of every job that
+    held some."""
     rows = restarts(state)
-    return {**summary(rows), "list": [r.json() for r in rows], "jobs": [j.json() for j in job_spares(state)]}
+    return {**summary(rows), "list": [r.json() for r in rows],
+            "jobs": [j.json() for j in job_spares(state)]}
 
 
 def _segment_json(s: SegmentRecord) -> dict[str, Any]:
@@ -81,7 +94,8 @@ def _segment_json(s: SegmentRecord) -> dict[str, Any]:
         "first_progress_at": _ts(s.first_progress_at),
         "ended_at": _ts(s.ended_at),
         "evidence": [e.model_dump(mode="json") for e in s.evidence if e.role == Role.ROOT][:5],
-        "node_evidence": [e.model_dump(mode="json") for e in s.evidence if e.source == EvidenceSource.NODE][:5],
+        "node_evidence": [e.model_dump(mode="json") for e in s.evidence
+                          if e.source == EvidenceSource.NODE][:5],
     }
 
 
@@ -117,8 +131,10 @@ def drain_commands(state: RunState, now: datetime) -> list[str]:
     for e in state.blacklist.entries:
         if e.expires > now and e.source == EntrySource.AUTO:
             text = _evidence_line(e.evidence)
-            owner = "node_problem" if e.hard else "node_suspect"  # whose problem it is, for the admin reading sinfo -R
-            reason = cut(f"[{owner}] orchestrator {state.run}: {e.cause.value} job {e.job_id}: {text}".replace(
+            # whose problem it is, for the admin reading sinfo -R
+            owner = "node_problem" if e.hard else "node_suspect"
+            reason = cut(f"[{owner}] orchestrator {state.run}: {e.cause.value} job {e.job_id}: "
+                         f"{text}".replace(
                 "\n", " "), 200)
             reason = shell_dq(reason)
             out.append(f'scontrol update NodeName={e.node} State=DRAIN Reason="{reason}"')
@@ -126,7 +142,8 @@ def drain_commands(state: RunState, now: datetime) -> list[str]:
 
 
 def lost_text(m: dict[str, Any]) -> tuple[str, str]:
-    """('gpu_ecc 4m10s, hang 20m00s' or '-', start-up overhead of healthy segments or ''): success is not lost."""
+    """('gpu_ecc 4m10s, hang 20m00s' or '-', start-up overhead of healthy segments or ''): success
+    is not lost."""
     by = m["lost_s_by_cause"]
     lost = ", ".join(f"{k} {human(v)}" for k, v in by.items() if k not in NOT_LOST) or "-"
     overhead = sum(v for k, v in by.items() if k in NOT_LOST)
@@ -148,8 +165,9 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
     if controller is not None:
         row("controller", controller)
     if cur:
-        row("current segment", f"{cur.index} {'in ' if cur.in_job_of is not None else ''}job {cur.job_id or '-'} "
-                  f"{cur.job_state.value if cur.job_state else 'running'} on {','.join(cur.nodes) or '-'}"
+        row("current segment", f"{cur.index} {'in ' if cur.in_job_of is not None else ''}job "
+                  f"{cur.job_id or '-'} {cur.job_state.value if cur.job_state else 'running'} on "
+                  f"{','.join(cur.nodes) or '-'}"
                   + (f" ({cur.queue_note})" if cur.queue_note else ""))
         if spares := current_spares(state):
             row("spares", spares)
@@ -157,7 +175,8 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
     row("iteration", f"{state.best_iteration()}{goal}{quiet_note(cur, now)}")
     row("rate", f"{m['rate_per_h']} iterations/h" if m["rate_per_h"] else "-")
     row("ETA to goal", human(m["eta_s"]))
-    row("effective training time", f"{m['ettr']:.1%} of {human(m['wall_s'])}" if m["ettr"] is not None else "-")
+    row("effective training time", f"{m['ettr']:.1%} of {human(m['wall_s'])}"
+        if m["ettr"] is not None else "-")
     lost, overhead = lost_text(m)
     row("time lost", lost)
     if overhead:
@@ -169,7 +188,8 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
         row("checkpoint interval", advice)
     last = next((s for s in reversed(state.segments) if s.action), None)
     if last:
-        row("last decision", f"segment {last.index}: {last.action.value if last.action else '-'}: {last.reason}")
+        row("last decision", f"segment {last.index}: {last.action.value if last.action else '-'}: "
+                             f"{last.reason}")
     return t
 
 
@@ -182,8 +202,9 @@ def quiet_note(cur: SegmentRecord | None, now: datetime) -> str:
 
 
 def current_spares(state: RunState) -> str:
-    """'job 269 (5 nodes): spares node4,node5; promoted node4; free node5' for the current segment's job, or ''.
-    The spares are the job's spare nodes from its start; the job keeps a blamed node until it ends."""
+    """'job 269 (5 nodes): spares node4,node5; promoted node4; free node5' for the current segment's
+    job, or ''. The spares are the job's spare nodes from its start; the job keeps a blamed node
+    until it ends."""
     cur = state.current
     job = next((j for j in job_spares(state) if cur is not None and cur.index in j.segments), None)
     if job is None:
@@ -191,7 +212,8 @@ def current_spares(state: RunState) -> str:
     held = f" ({len(job.allocation)} nodes): spares {','.join(job.spares)}" if job.allocation else \
         f": {job.spare_count} spares asked for (the job's nodes are not known yet)"
     free = (",".join(job.free) or "none") if job.allocation else "-"
-    return f"job {job.job_id or '-'}{held}; promoted {','.join(job.promoted) or 'none'}; free {free}"
+    return (f"job {job.job_id or '-'}{held}; promoted {','.join(job.promoted) or 'none'}; free "
+            f"{free}")
 
 
 def _end_text(s: SegmentRecord) -> str:
@@ -202,14 +224,16 @@ def _end_text(s: SegmentRecord) -> str:
 
 def timeline_table(state: RunState, last: int | None = None) -> Table:
     """Every segment, or the `last` ones (a caption says how many are hidden)."""
-    shown = state.segments if last is None or len(state.segments) <= last else state.segments[-last:]
+    shown = (state.segments if last is None or len(state.segments) <= last
+             else state.segments[-last:])
     hidden = len(state.segments) - len(shown)
     t = Table(title=plain(f"run {state.run}: {state.status.value}"
                           + (f" ({state.stop_reason})" if state.stop_reason else "")),
               caption=plain(f"{hidden} earlier segments not shown") if hidden else None)
-    spares = uses_spares(state)  # a column only for runs with spare nodes: the others keep their table
-    for col in ("seg", "job", "nodes", *(("spares",) if spares else ()), "excluded", "resumed from", "iters", "end",
-                "cause", "culprit", "action"):
+    # a column only for runs with spare nodes: the others keep their table
+    spares = uses_spares(state)
+    for col in ("seg", "job", "nodes", *(("spares",) if spares else ()), "excluded", "resumed from",
+                "iters", "end", "cause", "culprit", "action"):
         t.add_column(col)
     for s in shown:
         t.add_row(*(plain(c) for c in (
@@ -232,11 +256,14 @@ def blacklist_table(state: RunState, now: datetime) -> Table:
     t = Table(title="blacklist")
     for col in ("node", "cause", "strikes", "since", "expires", "evidence"):
         t.add_column(col)
-    groups: dict[tuple[str, ...], list[str]] = {}  # entries alike but for the node: one row, a hostlist
+    # entries alike but for the node: one row, a hostlist
+    groups: dict[tuple[str, ...], list[str]] = {}
     for e in state.blacklist.entries:
         expires = (_ts(e.expires) or "") + ("" if e.expires > now else " (expired)")
-        key = (e.cause.value, str(e.strikes), _ts(e.since) or "", expires, cut(_short_evidence(e.evidence), 100))
+        key = (e.cause.value, str(e.strikes), _ts(e.since) or "", expires,
+               cut(_short_evidence(e.evidence), 100))
         groups.setdefault(key, []).append(e.node)
     for (cause, strikes, since, expires, evidence), nodes in groups.items():
-        t.add_row(*(plain(c) for c in (compress(nodes), cause, strikes, since, expires)), Text(evidence))
+        t.add_row(*(plain(c) for c in (compress(nodes), cause, strikes, since, expires)),
+                  Text(evidence))
     return t

@@ -1,7 +1,7 @@
 """Reads of the shared filesystem that may hang: directory listings and batches of log reads.
 
-A batch runs in one worker; when one file hangs the controller abandons the batch and the rest of it is
-read on the next poll, so a frozen file never blocks the others.
+A batch runs in one worker; when one file hangs the controller abandons the batch and the rest of it
+is read on the next poll, so a frozen file never blocks the others.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def scan_dir(directory: Path) -> Listing:
                     st = e.stat()
                 except OSError:
                     continue
-                # a FIFO or device in place of a log: size -1 makes the poll read it (and notice if it hangs)
+                # a FIFO or device in place of a log: size -1 makes the poll read it (and notice if
+                # it hangs)
                 out[e.name] = (st.st_size if stat.S_ISREG(st.st_mode) else -1, st.st_mtime)
     except (FileNotFoundError, NotADirectoryError):
         pass
@@ -71,7 +72,8 @@ class Batch(Generic[T]):
 
     def __init__(self, items: list[tuple[str, T]], budget: int = 1 << 62):
         self.items = items
-        self.budget = budget  # bytes: once it holds this much the batch stops and hands over what it read
+        # bytes: once it holds this much the batch stops and hands over what it read
+        self.budget = budget
         self.unread: list[tuple[str, T]] = []
         self.results: dict[str, list[tuple[int, bytes, int]]] = {}
         self.current: str | None = None
@@ -102,14 +104,17 @@ class Batch(Generic[T]):
 
 
 BATCH_BYTES = 8 << 20  # a batch hands over what it read once it holds this much
-IN_FLIGHT = 4  # batches read at once: a poll holds at most IN_FLIGHT * (BATCH_BYTES + one file's read) of logs
-POLL_BYTES = 1 << 30  # read per poll at most (the rest of a backlog next poll); a final poll reads everything
+# batches read at once: a poll holds at most IN_FLIGHT * (BATCH_BYTES + one file's read) of logs
+IN_FLIGHT = 4
+# read per poll at most (the rest of a backlog next poll); a final poll reads everything
+POLL_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
 class Bounds:
-    """The tuning knobs of `read_batched` (a test passes small ones to see them hold): logs per batch, the bytes a
-    batch holds before it hands over, the batches read at once, the bytes one (non-final) poll reads."""
+    """The tuning knobs of `read_batched` (a test passes small ones to see them hold): logs per
+    batch, the bytes a batch holds before it hands over, the batches read at once, the bytes one
+    (non-final) poll reads."""
     batch: int = BATCH
     batch_bytes: int = BATCH_BYTES
     in_flight: int = IN_FLIGHT
@@ -122,13 +127,15 @@ Blocks = list[tuple[int, bytes, int]]
 def read_batched(pool: DaemonPool, todo: list[tuple[str, T]], final: bool, timeout_s: float,
                  feed: Callable[[str, Blocks], None], stuck: Callable[[str, Batch[T]], None],
                  bounds: Bounds = Bounds()) -> None:
-    """Read the logs in `todo` in batches, a few at a time, handing each batch's blocks to `feed` (which scans and
-    drops them) before more are read: memory is bounded whatever the backlog. A batch whose read does not return
-    within `timeout_s` is abandoned: `stuck` gets the node it hangs on, the rest of it waits for the next poll."""
+    """Read the logs in `todo` in batches, a few at a time, handing each batch's blocks to `feed`
+    (which scans and drops them) before more are read: memory is bounded whatever the backlog. A
+    batch whose read does not return within `timeout_s` is abandoned: `stuck` gets the node it hangs
+    on, the rest of it waits for the next poll."""
     waiting, inflight, total = deque(todo), deque[tuple[Batch[T], Future[Any], float]](), 0
     while waiting or inflight:
         while waiting and len(inflight) < bounds.in_flight and (final or total < bounds.poll_bytes):
-            batch = Batch([waiting.popleft() for _ in range(min(bounds.batch, len(waiting)))], bounds.batch_bytes)
+            batch = Batch([waiting.popleft() for _ in range(min(bounds.batch, len(waiting)))],
+                          bounds.batch_bytes)
             inflight.append((batch, pool.submit(batch.run, final), time.monotonic()))
         if not inflight:
             return
@@ -151,12 +158,13 @@ def read_batched(pool: DaemonPool, todo: list[tuple[str, T]], final: bool, timeo
 
 
 class DaemonPool:
-    """`submit(fn, *args) -> Future` on at most `max_workers` daemon threads. Unlike ThreadPoolExecutor, whose
-    threads interpreter exit joins, a read blocked for ever (a FIFO, a hung mount) never keeps the controller
-    from exiting."""
+    """`submit(fn, *args) -> Future` on at most `max_workers` daemon threads. Unlike
+    ThreadPoolExecutor, whose threads interpreter exit joins, a read blocked for ever (a FIFO, a
+    hung mount) never keeps the controller from exiting."""
 
     def __init__(self, max_workers: int = 8):
-        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = \
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any],
+                                             tuple[Any, ...]] | None] = \
             queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._max = max_workers
@@ -181,14 +189,16 @@ class DaemonPool:
                 if fut.set_running_or_notify_cancel():
                     try:
                         fut.set_result(fn(*args))
-                    except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
+                    # handed to the caller through the future
+                    except BaseException as exc:  # noqa: BLE001
                         fut.set_exception(exc)
             finally:
                 with self._lock:
                     self._busy -= 1
 
     def shutdown(self, wait: bool = False, cancel_futures: bool = True) -> None:
-        """Cancel what has not started and let idle workers end; a blocked worker is abandoned (daemon)."""
+        """Cancel what has not started and let idle workers end; a blocked worker is abandoned
+        (daemon)."""
         while True:
             try:
                 item = self._queue.get_nowait()

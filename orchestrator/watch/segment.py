@@ -1,6 +1,6 @@
-"""Watching one running segment: per-node logs (incrementally), exit records, stack dumps, progress. Every read
-of the shared filesystem goes through a worker with a timeout, so a hung file (a frozen filesystem, a FIFO with no
-writer) never hangs the controller; the stall is recorded instead."""
+"""Watching one running segment: per-node logs (incrementally), exit records, stack dumps, progress.
+Every read of the shared filesystem goes through a worker with a timeout, so a hung file (a frozen
+filesystem, a FIFO with no writer) never hangs the controller; the stall is recorded instead."""
 
 from __future__ import annotations
 
@@ -23,26 +23,18 @@ from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.tail import LogTail
-from orchestrator.watch.reader import Batch, DaemonPool, Listing, pending, read_batched, scan_dir, submitit_logs
+from orchestrator.watch.node import NodeWatch
+from orchestrator.watch.reader import (
+    Batch,
+    DaemonPool,
+    Listing,
+    pending,
+    read_batched,
+    scan_dir,
+    submitit_logs,
+)
 from orchestrator.watch.roster import Roster
 from orchestrator.watch.stuck import frames, fs_suspect, stuck_detail
-
-
-@dataclass
-class NodeWatch:
-    """The controller's view of one node: its log tail and scan, exit record, heartbeat, dump."""
-    tail: LogTail
-    scan: NodeScan
-    progress_seen_at: datetime | None = None
-    last_iteration: int | None = None
-    exit_record: ExitRecord | None = None
-    dump: DumpRecord | None = None
-    exit_seen_at: datetime | None = None
-    pending_read: Any = None
-    heartbeat: str = ""
-    heartbeat_seen_at: datetime | None = None
-    dump_mtime: str = ""
-    names: tuple[str, str, str, str] = ("", "", "", "")  # its log, heartbeat, exit and dump file names, once
 
 
 @dataclass
@@ -58,11 +50,13 @@ class SegmentWatch:
     slurm_nodes: list[str] = field(default_factory=list)
     dumps_requested_at: datetime | None = None
     dump_request_id: str = ""
-    last_output_at: datetime | None = None  # when any node's log last grew (liveness without progress lines)
+    # when any node's log last grew (liveness without progress lines)
+    last_output_at: datetime | None = None
     scheduler_logs: dict[str, NodeWatch] = field(default_factory=dict)
     blind_since: datetime | None = None  # a read of the run directory has not returned since then
     roster: Roster = field(default_factory=Roster)
-    listing: Callable[[Path], Listing] = scan_dir  # one directory's entries (a test passes one that hangs)
+    # one directory's entries (a test passes one that hangs)
+    listing: Callable[[Path], Listing] = scan_dir
     _pool: DaemonPool = field(default_factory=lambda: DaemonPool(max_workers=8))
     prefilter: Prefilter = field(init=False)
 
@@ -78,19 +72,22 @@ class SegmentWatch:
         try:
             return True, fut.result(timeout=self.read_timeout_s)
         except FutureTimeout:
-            self.fs_stalls.append(f"read of {what} did not return within {self.read_timeout_s:.0f}s")
+            self.fs_stalls.append(f"read of {what} did not return within "
+                                  f"{self.read_timeout_s:.0f}s")
             return False, None
         except OSError as exc:
             return True, exc
 
     def _listing(self, directory: Path) -> dict[str, tuple[int, float]] | None:
-        """name -> (size, mtime) for one directory, in a worker with a timeout; None if it hangs or fails."""
+        """name -> (size, mtime) for one directory, in a worker with a timeout; None if it hangs or
+        fails."""
         ok, value = self._call(str(directory), self.listing, directory)
         return value if ok and isinstance(value, dict) else None
 
     def _discover(self, logs: dict[str, tuple[int, float]], records: dict[str, tuple[int, float]],
                   final: bool) -> None:
-        """New node logs: only the job's nodes count (watch/roster.py); a name that is no host name never does."""
+        """New node logs: only the job's nodes count (watch/roster.py); a name that is no host name
+        never does."""
         self.roster.scheduled(self.slurm_nodes)
         for node in self.roster.new_nodes(logs, records, self.nodes):
             p, path = self.paths, self.paths.log(node)
@@ -100,8 +97,9 @@ class SegmentWatch:
         self.roster.warn_strays(final)
 
     def _discover_scheduler_logs(self) -> dict[str, int]:
-        """submitit's per-task files (<job>/<job>_<task>_log.out) hold slurmstepd's and srun's own lines;
-        with one task per node, task t ran on the t-th node of the allocation. Returns every such file's size."""
+        """submitit's per-task files (<job>/<job>_<task>_log.out) hold slurmstepd's and srun's own
+        lines; with one task per node, task t ran on the t-th node of the allocation. Returns every
+        such file's size."""
         if not self.slurm_nodes:
             return {}
         ok, sizes = self._call("submitit logs", submitit_logs, self.paths.submitit)
@@ -114,11 +112,14 @@ class SegmentWatch:
             task = int(parts[1])
             if task < len(self.slurm_nodes):
                 self.scheduler_logs[key] = NodeWatch(
-                    tail=LogTail(Path(key)), scan=NodeScan(self.slurm_nodes[task], key, self.signatures, self.progress))
+                    tail=LogTail(Path(key)),
+                    scan=NodeScan(self.slurm_nodes[task], key, self.signatures, self.progress))
         return sizes
 
-    def _read_tail(self, label: str, nw: NodeWatch, final: bool) -> list[tuple[int, bytes, int]] | None:
-        """One file on its own (scheduler logs, few); a read that hangs is left pending, not repeated."""
+    def _read_tail(self, label: str, nw: NodeWatch,
+                   final: bool) -> list[tuple[int, bytes, int]] | None:
+        """One file on its own (scheduler logs, few); a read that hangs is left pending, not
+        repeated."""
         if nw.pending_read is not None and not nw.pending_read.done():
             return None
         fut = nw.pending_read or self._pool.submit(nw.tail.read_chunks, final)
@@ -127,14 +128,16 @@ class SegmentWatch:
             return list(fut.result(timeout=self.read_timeout_s))
         except FutureTimeout:
             nw.pending_read = fut
-            self.fs_stalls.append(f"{label}: read of {nw.tail.path} did not return within {self.read_timeout_s:.0f}s")
+            self.fs_stalls.append(f"{label}: read of {nw.tail.path} did not return within "
+                                  f"{self.read_timeout_s:.0f}s")
         except OSError:
             pass
         return None
 
     def _read_logs(self, todo: list[tuple[str, NodeWatch]], final: bool, now: datetime) -> None:
-        """Read and scan the changed node logs, a bounded number of bytes held at a time (watch/reader.py). A file
-        whose read hangs is recorded as a stall and left to its worker; the rest of its batch is read next poll."""
+        """Read and scan the changed node logs, a bounded number of bytes held at a time
+        (watch/reader.py). A file whose read hangs is recorded as a stall and left to its worker;
+        the rest of its batch is read next poll."""
         def feed(node: str, blocks: list[tuple[int, bytes, int]]) -> None:
             for first, block, newlines in blocks:
                 self.nodes[node].scan.feed_bytes(first, block, self.prefilter, newlines)
@@ -144,31 +147,36 @@ class SegmentWatch:
         def stuck(node: str, batch: Batch[NodeWatch]) -> None:
             nw = self.nodes[node]
             nw.pending_read = batch
-            self.fs_stalls.append(f"{node}: read of {nw.tail.path} did not return within {self.read_timeout_s:.0f}s")
+            self.fs_stalls.append(f"{node}: read of {nw.tail.path} did not return within "
+                                  f"{self.read_timeout_s:.0f}s")
 
         read_batched(self._pool, todo, final, self.read_timeout_s, feed, stuck)
 
     def poll(self, now: datetime, final: bool = False) -> None:
-        """Read what is new (`_poll`) and note whether the filesystem answered: while a read hangs the watch is
-        blind (`blind_since`), said once when it begins and once when it ends."""
+        """Read what is new (`_poll`) and note whether the filesystem answered: while a read hangs
+        the watch is blind (`blind_since`), said once when it begins and once when it ends."""
         before = len(self.fs_stalls)
         self._poll(now, final)
-        stuck = len(self.fs_stalls) > before or any(pending(nw.pending_read) for nw in self.nodes.values())
+        stuck = (len(self.fs_stalls) > before
+                 or any(pending(nw.pending_read) for nw in self.nodes.values()))
         if stuck and self.blind_since is None:
-            logger.warning("the run directory's filesystem does not answer ({}): blind to the node logs; no hang is "
-                           "judged until it answers", (self.fs_stalls[before:] or ["a read still pending"])[0])
+            logger.warning("the run directory's filesystem does not answer ({}): blind to the node "
+                           "logs; no hang is judged until it answers",
+                           (self.fs_stalls[before:] or ["a read still pending"])[0])
         elif not stuck and self.blind_since is not None:
             logger.info("the run directory's filesystem answers again after {:.0f}s",
                         (now - self.blind_since).total_seconds())
         self.blind_since = (self.blind_since or now) if stuck else None
 
     def judgeable(self, now: datetime, limit_s: float) -> bool:
-        """The segment's files can be judged: the filesystem answers, or has not for longer than `limit_s`."""
+        """The segment's files can be judged: the filesystem answers, or has not for longer than
+        `limit_s`."""
         return self.blind_since is None or (now - self.blind_since).total_seconds() > limit_s
 
     def _poll(self, now: datetime, final: bool = False) -> None:
-        """Read what is new on every node. Two directory listings tell which logs grew and which records
-        changed, so an idle poll reads no file; a node whose read hangs is skipped until it returns."""
+        """Read what is new on every node. Two directory listings tell which logs grew and which
+        records changed, so an idle poll reads no file; a node whose read hangs is skipped until it
+        returns."""
         logs = self._listing(self.paths.logs)
         records = self._listing(self.paths.nodes) or {}
         if logs is None:
@@ -205,8 +213,10 @@ class SegmentWatch:
 
     def _read_records(self, node: str, nw: NodeWatch, now: datetime,
                       records: dict[str, tuple[int, float]]) -> None:
-        """Heartbeats count by their mtime (no read); exit records and dumps are read once they exist."""
-        p, (_, hb_name, exit_name, dump_name) = self.paths, nw.names  # names made once: no Path per node per poll
+        """Heartbeats count by their mtime (no read); exit records and dumps are read once they
+        exist."""
+        # names made once: no Path per node per poll
+        p, (_, hb_name, exit_name, dump_name) = self.paths, nw.names
         hb = records.get(hb_name)
         if hb is not None and str(hb[1]) != nw.heartbeat:
             nw.heartbeat, nw.heartbeat_seen_at = str(hb[1]), now
@@ -215,7 +225,8 @@ class SegmentWatch:
             if nw.exit_record is not None:
                 nw.exit_seen_at = now
         dump_file = records.get(dump_name)
-        if nw.dump is None and self.dump_request_id and dump_file and str(dump_file[1]) != nw.dump_mtime:
+        if (nw.dump is None and self.dump_request_id and dump_file
+            and str(dump_file[1]) != nw.dump_mtime):
             nw.dump_mtime = str(dump_file[1])
             got = self._read(p.dump(node), DumpRecord)
             if got is not None and got.request == self.dump_request_id:
@@ -236,7 +247,8 @@ class SegmentWatch:
                 if nw.exit_record and nw.exit_record.exit_code != 0 and nw.exit_seen_at}
 
     def checkpoint_write_s(self) -> float | None:
-        times = sorted(t for nw in self.nodes.values() if nw.exit_record for t in nw.exit_record.checkpoint_write_s)
+        times = sorted(t for nw in self.nodes.values() if nw.exit_record
+                       for t in nw.exit_record.checkpoint_write_s)
         return times[len(times) // 2] if times else None  # the median
 
     def exit_code(self, node: str) -> int | None:
@@ -273,7 +285,7 @@ class SegmentWatch:
                 ev = NodeEvidence(node=node, matches=tuple(extra[node]))
             else:
                 ev = node_evidence(nw.scan, exit_code=code, stuck_detail=self._stuck(nw),
-                                            top_frames=frames(nw.dump), fs_suspect=fs_suspect(nw.dump))
+                                   top_frames=frames(nw.dump), fs_suspect=fs_suspect(nw.dump))
                 if node in extra:
                     ev = dataclasses.replace(ev, matches=ev.matches + tuple(extra[node]))
             out.append(ev)
@@ -283,5 +295,6 @@ class SegmentWatch:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _stuck(self, nw: NodeWatch) -> str:
-        return stuck_detail(nw, [o for o in self.nodes.values() if o is not nw], self.dumps_requested_at)
+        return stuck_detail(nw, [o for o in self.nodes.values() if o is not nw],
+                            self.dumps_requested_at)
 

@@ -16,16 +16,17 @@ class _Node(Protocol):
 
 
 def stuck_detail(nw: _Node, others: list[_Node], asked: datetime | None) -> str:
-    """A process in D state, or an agent that did not answer the dump request while its heartbeat stopped (the
-    whole node's job processes are frozen) while other agents answered. A node whose agent already exited had
-    nothing to answer."""
+    """A process in D state, or an agent that did not answer the dump request while its heartbeat
+    stopped (the whole node's job processes are frozen) while other agents answered. A node whose
+    agent already exited had nothing to answer."""
     if nw.dump is not None:
         return stuck_dump(nw.dump)
     if nw.exit_record is not None:
         return ""
     quiet = asked is not None and (nw.heartbeat_seen_at is None or nw.heartbeat_seen_at < asked)
     if quiet and any(o.dump is not None for o in others):
-        since = nw.heartbeat_seen_at.isoformat(timespec="seconds") if nw.heartbeat_seen_at else "start"
+        since = (nw.heartbeat_seen_at.isoformat(timespec="seconds") if nw.heartbeat_seen_at
+                 else "start")
         return f"the agent did not answer the stack-dump request; its heartbeat stopped at {since}"
     return ""
 

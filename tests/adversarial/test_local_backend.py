@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.backends.local import LocalBackend, LocalJobRecord
+from orchestrator.backends.local import LocalBackend
+from orchestrator.backends.local_jobs import LocalJobRecord
 from orchestrator.backends.procs import proc_stat
 from orchestrator.clock import FakeClock
 from orchestrator.model import JobRef, JobState

@@ -82,7 +82,8 @@ def test_fifos_in_place_of_the_lock_the_job_table_the_shared_blacklist_and_a_res
     """Issue 21, files opened as what they should be: every other file the controller or the CLI opens under a
     run directory (the run lock, the local job table, a job's result, the shared blacklist) is refused or read
     as missing when a FIFO stands in its place, within a bound, never waited on."""
-    from orchestrator.backends.local import LocalBackend, LocalJobRecord
+    from orchestrator.backends.local import LocalBackend
+    from orchestrator.backends.local_jobs import LocalJobRecord
     from orchestrator.clock import FakeClock
     from orchestrator.runlock import LockUnavailable, RunLock
     from orchestrator.shared_blacklist import SharedBlacklist

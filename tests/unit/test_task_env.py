@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.agent.main import srun_task_env
+from orchestrator.agent.taskenv import srun_task_env
 
 
 @pytest.mark.parametrize(("per_node", "agent_cpus", "rank_cpus"), [(8, "96", "12"), (1, "16", None), (4, "2", "1")])

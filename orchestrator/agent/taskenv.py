@@ -1,0 +1,45 @@
+"""What each training rank starts with, as srun would have started it: the per-task SLURM_*
+environment (the agent is in srun's place) and the argv, its $VARS expanded from that environment
+unless a shell launch expands them itself."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+
+def srun_task_env(node_rank: int, local_rank: int, per_node: int, nnodes: int,
+                  outer: Any) -> dict[str, str]:
+    """What srun tells each task it starts: the agent is in srun's place, so a launch line written
+    for srun (`--node_rank $SLURM_PROCID`, `RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID`) sees the
+    same values."""
+    world = per_node * nnodes
+    rank = node_rank * per_node + local_rank
+    env = {"SLURM_PROCID": str(rank), "SLURM_LOCALID": str(local_rank),
+           "SLURM_NODEID": str(node_rank), "SLURM_NTASKS": str(world), "SLURM_NPROCS": str(world),
+           "SLURM_NTASKS_PER_NODE": str(per_node), "SLURM_STEP_NUM_TASKS": str(world)}
+    if not outer.get("SLURM_JOB_NUM_NODES"):  # the local backend: no Slurm around the agent
+        env.update({"SLURM_JOB_NUM_NODES": str(nnodes), "SLURM_NNODES": str(nnodes)})
+    # each task's share, as srun gives it (the agent asked for them all)
+    if per_node > 1 and str(cpus := outer.get("SLURM_CPUS_PER_TASK", "")).isdigit():
+        env["SLURM_CPUS_PER_TASK"] = str(max(1, int(cpus) // per_node))
+    return env
+
+
+def training_argv(argv: tuple[str, ...], env: dict[str, str]) -> list[str]:
+    """The argv the agent starts. A shell launch (`bash -c SCRIPT ...`, what import-sbatch writes)
+    goes to bash as written: bash expands its own variables; otherwise $VARS of the rank's
+    environment are expanded here."""
+    if len(argv) >= 3 and Path(argv[0]).name in ("bash", "sh") and argv[1] == "-c":
+        return [argv[0], argv[1], argv[2], *expand_vars(argv[3:], env)]
+    return expand_vars(argv, env)
+
+
+ENV_REF = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def expand_vars(argv: tuple[str, ...], env: dict[str, str]) -> list[str]:
+    """$VAR and ${VAR} from the rank's environment (SLURM_*, MASTER_ADDR, RANK, ...), no shell
+    involved; a variable that is not set stays as written."""
+    return [ENV_REF.sub(lambda m: env.get(m.group(1) or m.group(2), m.group(0)), a) for a in argv]
