@@ -197,6 +197,7 @@ class ProcessDump(Record):
     stack: str = ""
     stack_summary: str = ""
     top_frame: str = ""
+    top_frame_again: str = ""  # the innermost frame in a second sample a second later ("": none)
 
 
 class DumpRecord(Record):

@@ -7,12 +7,15 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.contract import ProcessDump
 from orchestrator.timeout import call_with_timeout
 
 READ_TIMEOUT_S = 2.0
+AGAIN_AFTER_S = 1.0  # the second stack sample
 PYSPY_TIMEOUT_S = 10.0
 
 
@@ -66,12 +69,15 @@ FS_WCHAN = ("nfs", "rpc_wait", "fuse", "lustre", "ll_", "osc_", "gpfs", "mmfs", 
 
 
 def top_frame(stack: str) -> str:
-    """Innermost Python frame of the main thread in a py-spy dump, without the line number."""
+    """Innermost Python frame of the main thread in a py-spy dump (the first thread listed when
+    none is named MainThread), without the line number."""
     lines = stack.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("Thread ") and i + 1 < len(lines) and lines[i + 1].startswith("    "):
-            frame = lines[i + 1].strip()
-            return frame.split(":")[0] + ")" if ":" in frame else frame
+    heads = [i for i, line in enumerate(lines) if line.startswith("Thread ")
+             and i + 1 < len(lines) and lines[i + 1].startswith("    ")]
+    main = [i for i in heads if '"MainThread"' in lines[i]]
+    for i in main or heads:
+        frame = lines[i + 1].strip()
+        return frame.split(":")[0] + ")" if ":" in frame else frame
     return ""
 
 
@@ -79,7 +85,10 @@ def fs_suspect(wchan: str) -> bool:
     return any(w in wchan for w in FS_WCHAN)
 
 
-def dump_processes(pids: list[int]) -> list[ProcessDump]:
+def dump_processes(pids: list[int], again_after_s: float = AGAIN_AFTER_S,
+                   sleep: Callable[[float], None] = time.sleep) -> list[ProcessDump]:
+    """Every process under `pids`: state, wchan and stack; the stacks sampled a second time
+    `again_after_s` later (a hang shows the same innermost frame in both)."""
     records = []
     for pid in descendants(pids):
         st = read_stat(pid)
@@ -95,4 +104,8 @@ def dump_processes(pids: list[int]) -> list[ProcessDump]:
                                    fs_suspect=fs_suspect(wchan_s),
                                    stack=stack, stack_summary=summary[:200],
                                    top_frame=top_frame(stack)))
-    return records
+    if again_after_s <= 0 or not any(r.top_frame for r in records):
+        return records
+    sleep(again_after_s)
+    return [r.model_copy(update={"top_frame_again": top_frame(pyspy(r.pid))}) if r.top_frame
+            else r for r in records]

@@ -16,6 +16,15 @@ from orchestrator.settings import Watch
 
 DUMP_LEAD_S = 30.0  # stack dumps are requested this long before the stall limit
 DUMP_WAIT_S = 60.0  # after a rank failed: how long to wait for the dumps of the nodes still running
+# at the stall limit: how long after the request to wait for dumps still out (two py-spy samples
+# of every rank, each bounded by the agent's timeouts); a frozen node never answers
+STALL_DUMP_WAIT_S = 20.0
+# the early limit: this many times the run's own step cadence (a high percentile of the recent gaps
+# between progress lines), never under the floor; a hang is cancelled there only when the stacks
+# confirm it, else at stall_timeout_s
+CADENCE_MULTIPLE = 4.0
+EARLY_FLOOR_S = 20.0
+RESAMPLE_S = 30.0  # stacks that did not confirm a hang: sample again this long after
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,9 @@ class Seen:
     dumps_in: frozenset[str] = frozenset()  # nodes whose agent answered the current dump request
     # a read of the run directory hangs: no progress seen may be the controller's blindness
     blind: bool = False
+    cadence_s: float | None = None  # a high percentile of recent gaps between progress lines
+    pausing: bool = False  # a checkpoint save or an eval is running: no early limit
+    confirmed: str = ""  # the current dumps show a hang (a sentence naming it), or ""
 
 
 @dataclass(frozen=True)
@@ -82,10 +94,19 @@ def _failed(seen: Seen, now: datetime, w: Watch) -> Supervision:
     return Supervision()
 
 
+def early_limit(seen: Seen, w: Watch) -> float | None:
+    """The stall limit the run's own cadence gives, below stall_timeout_s; None without one."""
+    if seen.cadence_s is None or seen.pausing or seen.last_progress is None:
+        return None
+    limit = max(EARLY_FLOOR_S, CADENCE_MULTIPLE * seen.cadence_s)
+    return limit if limit < w.stall_timeout_s else None
+
+
 def _stall(seen: Seen, now: datetime, w: Watch) -> Supervision:
     """No progress for the stall limit (or, before any progress line, the start-up limit): a hang.
     When no line was ever recognised as progress but output keeps flowing, the output is the
-    liveness signal."""
+    liveness signal. Past the early limit (from the step cadence) the stacks decide: a hang they
+    confirm is cancelled there; otherwise the fixed limit stays the bound."""
     ref_time = seen.last_progress or seen.running_since
     assert ref_time is not None
     limit = w.stall_timeout_s if seen.last_progress else w.startup_timeout_s
@@ -94,14 +115,45 @@ def _stall(seen: Seen, now: datetime, w: Watch) -> Supervision:
         ref_time = max(seen.last_output, seen.running_since)
         limit = max(w.stall_timeout_s, w.startup_timeout_s)
     quiet = (now - ref_time).total_seconds()
+    early = early_limit(seen, w)
+    if early is not None and early / 2 <= quiet < limit:
+        return _early(seen, now, quiet, early)
+    return _fixed(seen, now, quiet, limit)
+
+
+def _early(seen: Seen, now: datetime, quiet: float, early: float) -> Supervision:
+    """Quiet for half the early limit: stacks are sampled; at the early limit a hang they confirm
+    is cancelled, stacks that show none are sampled again, and the fixed limit stays the bound."""
+    cadence = seen.cadence_s or 0.0
+    asked = seen.dumps_requested_at
+    if asked is None:
+        return Supervision(request_dumps=True, note=f"no progress for {quiet:.0f}s, "
+                           f"{quiet / max(cadence, 1e-9):.1f}x the step cadence ({cadence:.1f}s): "
+                           "asked every node for stack dumps")
+    if quiet >= early and seen.confirmed:
+        return Supervision(cancel=f"hang: no progress for {quiet:.0f}s (early limit {early:.0f}s, "
+                                  f"{CADENCE_MULTIPLE:.0f}x the step cadence of {cadence:.1f}s); "
+                                  f"{seen.confirmed}", reason=CancelReason.STALL)
+    answered = seen.nodes <= seen.dumps_in
+    if quiet >= early and answered and (now - asked).total_seconds() >= RESAMPLE_S:
+        return Supervision(request_dumps=True, note="the stacks showed no hang; sampling again")
+    return Supervision()
+
+
+def _fixed(seen: Seen, now: datetime, quiet: float, limit: float) -> Supervision:
+    """The fixed limit: dumps asked for ahead of it, the job cancelled at it once every node
+    answered (or a bound after asking: a frozen node never answers)."""
     # ask for stack dumps early so they are in when the limit hits
     lead = min(DUMP_LEAD_S, limit / 2)
     if quiet < limit - lead:
         return Supervision(clear_dumps=seen.dumps_requested_at is not None)
-    ask = seen.dumps_requested_at is None
+    asked = seen.dumps_requested_at
     note = (f"no progress for {quiet:.0f}s (stall limit {limit:.0f}s): asked every node for stack "
-            "dumps" if ask else "")
-    if quiet >= limit:
-        return Supervision(cancel=f"stall: no progress for {quiet:.0f}s (limit {limit:.0f}s)",
-                           request_dumps=ask, note=note, reason=CancelReason.STALL)
-    return Supervision(request_dumps=ask, note=note)
+            "dumps" if asked is None else "")
+    if asked is None or quiet < limit:
+        return Supervision(request_dumps=asked is None, note=note)
+    out = seen.nodes - seen.dumps_in
+    if out and (now - asked).total_seconds() < STALL_DUMP_WAIT_S:
+        return Supervision()  # the dumps still out are worth a few seconds
+    return Supervision(cancel=f"stall: no progress for {quiet:.0f}s (limit {limit:.0f}s)",
+                       reason=CancelReason.STALL)

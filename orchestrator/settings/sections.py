@@ -215,7 +215,7 @@ class Policy(Section):
 
 class Watch(Section):
     """How often to look and how long silence may last."""
-    poll_interval_s: float = Field(30.0, gt=0, le=86_400,
+    poll_interval_s: float = Field(5.0, gt=0, le=86_400,
                                    description="Seconds between polls of job state and logs.")
     stall_timeout_s: float = Field(1200.0, gt=0, le=YEAR_S,
                                    description="No progress for this long: the segment is stalled.")

@@ -93,6 +93,9 @@ def _segment_json(s: SegmentRecord) -> dict[str, Any]:
         "submitted_at": _ts(s.submitted_at),
         "first_progress_at": _ts(s.first_progress_at),
         "ended_at": _ts(s.ended_at),
+        # the controller cancelled it: why (a hang named early says so), and when
+        "cancelled": s.cancelled_by_controller or None,
+        "cancelled_at": _ts(s.cancelled_at),
         "evidence": [e.model_dump(mode="json") for e in s.evidence if e.role == Role.ROOT][:5],
         "node_evidence": [e.model_dump(mode="json") for e in s.evidence
                           if e.source == EvidenceSource.NODE][:5],

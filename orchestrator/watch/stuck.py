@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Protocol
 
 from orchestrator.contract import DumpRecord, ExitRecord
+from orchestrator.diagnose.culprits import stack_outliers
+from orchestrator.diagnose.rules import COLLECTIVE
+from orchestrator.evidence import NodeEvidence
+
+# an agent quiet this long after a dump request, while the others answered, is frozen (its
+# heartbeat comes every 5 s)
+SILENT_AFTER_S = 12.0
+# DistributedDataParallel's ranks wait for the gradient all-reduce inside autograd's backward
+IN_BACKWARD = re.compile(r"_engine_run_backward|\bbackward \(torch/autograd")
+# a rank outside the collective in these frames may be saving a checkpoint or evaluating: not an
+# early hang (one stuck in the kernel there shows as state D)
+SAVING = re.compile(r"save|checkpoint|serializ|pickle|write|flush|fsync|close|eval|valid",
+                    re.IGNORECASE)
 
 
 class _Node(Protocol):
@@ -40,8 +55,43 @@ def fs_suspect(dump: DumpRecord | None) -> bool:
 
 
 def stuck_dump(dump: DumpRecord) -> str:
+    """A training process in D state (stuck in the kernel) or stopped (T: a SIGSTOP, a debugger
+    or a frozen cgroup)."""
     for p in dump.processes:
         if p.state == "D":
             return (f"pid {p.pid} in uninterruptible sleep (state D, wchan={p.wchan or '?'}); "
                     f"py-spy: {p.stack_summary or 'n/a'}")
+    for p in dump.processes:
+        if p.state in ("T", "t"):
+            return f"pid {p.pid} stopped (state {p.state}, wchan={p.wchan or '?'})"
     return ""
+
+
+def hang_confirmed(nodes: Mapping[str, _Node], asked: datetime | None, now: datetime) -> str:
+    """Do the current dumps confirm a hang? A sentence naming it, or "" (no dumps yet, not all in,
+    or they show none). Confirmed: some nodes (not all) stuck in the kernel, stopped or silent
+    while the others answered; or the ranks of some nodes outside the collective every other rank
+    waits in, with the same innermost frame in both samples, and not saving or writing."""
+    if asked is None:
+        return ""
+    live = {n: nw for n, nw in nodes.items() if nw.exit_record is None}
+    late = (now - asked).total_seconds() >= SILENT_AFTER_S
+    if len(live) < 2 or not (late or all(nw.dump is not None for nw in live.values())):
+        return ""
+    stuck = {n: d for n, nw in live.items()
+             if (d := stuck_detail(nw, [o for o in live.values() if o is not nw], asked))}
+    if 0 < len(stuck) < len(live):
+        return "; ".join(f"{n}: {d}" for n, d in sorted(stuck.items()))
+    answered = {n: nw.dump for n, nw in live.items() if nw.dump is not None}
+    if len(answered) < len(live):
+        return ""
+    odd, common = stack_outliers([NodeEvidence(node=n, top_frames=frames(d))
+                                  for n, d in sorted(answered.items())])
+    if not odd or not (COLLECTIVE.search(common) or IN_BACKWARD.search(common)):
+        return ""
+    outside = [p for n in odd for p in answered[n].processes
+               if p.top_frame and p.top_frame != common]
+    if any(p.top_frame_again != p.top_frame or SAVING.search(p.top_frame) for p in outside):
+        return ""
+    return (f"{','.join(odd)} outside {common}, where every other rank waits, in both stack "
+            f"samples ({outside[0].top_frame})")

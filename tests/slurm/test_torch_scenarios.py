@@ -1,0 +1,54 @@
+"""The real PyTorch job (scripts/torch_train.py: DistributedDataParallel over Gloo, 3 nodes) on the test
+cluster, with the default watch settings: a rank stopped before its all-reduce is named from two stack
+samples at the run's own cadence, long before the 20-minute stall limit, and the job resumes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+from tests.slurm.conftest import make_config, orch, status, uniq
+
+pytestmark = pytest.mark.slurm
+
+
+def torch_available() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        if os.environ.get("ORCH_REQUIRE_SLURM") == "1":
+            pytest.fail("torch is not installed (scripts/test.sh installs torch==2.13.0)")
+        pytest.skip("torch is not installed")
+
+
+def torch_config(tmp_path: Path, name: str, iters: int, *extra: str, **over: Any) -> Path:
+    cfg = make_config(tmp_path, name, iters=iters, **over)
+    import yaml
+
+    data = yaml.safe_load(cfg.read_text())
+    data["command"] = ["{python}", str(REPO / "scripts" / "torch_train.py"), f"--iters={iters}", "--ckpt-every=50",
+                       "--ckpt-dir={run_dir}/checkpoints", "--resume={checkpoint}",
+                       "--sync-dir={run_dir}/sync/seg{segment}", "--step-time=0.05", *extra]
+    data["env"] = {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    data["watch"] = {}  # the defaults: 5 s poll, 20 min stall limit, 30 s grace
+    cfg.write_text(yaml.safe_dump(data))
+    return cfg
+
+
+def test_a_stopped_rank_is_named_at_the_runs_cadence_and_the_job_resumes(cluster: None, tmp_path: Path) -> None:
+    torch_available()
+    cfg = torch_config(tmp_path, uniq("tstop"), 860, "--fault=stop:node2:800", "--collective-timeout=1800")
+    res = orch("run", str(cfg), timeout=500)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    st = status(cfg)
+    s1 = st["segments"][0]
+    assert s1["cause"] == "hang" and s1["culprit_nodes"] == ["node2"], s1
+    # the early limit, confirmed by the stacks, not the 1200 s one
+    assert s1["cancelled"].startswith("hang: no progress for"), s1
+    assert "state T" in s1["cancelled"] or "outside" in s1["cancelled"]
+    assert st["segments"][1]["start_iteration"] == 750 and "node2" in st["segments"][1]["excluded"]
+    assert st["state"] == "done"
