@@ -88,6 +88,11 @@ class SegmentRecord(Ledger):
     placement: Placement = Field(default_factory=OwnJob)
     # median checkpoint write time timed from the training's lines
     checkpoint_write_s: float | None = None
+    # the job ran this many times slower than its own pace before, from `slowdown_since` (a
+    # lock-step job runs at its slowest node's pace); the sentence says from what to what
+    slowdown_factor: float | None = None
+    slowdown_since: datetime | None = None
+    slowdown_note: str = ""
 
     @model_validator(mode="before")
     @classmethod

@@ -9,6 +9,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck disable=SC1091
 . scripts/_venv.sh dev "[dev]"
+# the real PyTorch job of the Slurm scenarios (scripts/torch_train.py): the CPU build is enough; without
+# it those scenarios skip (under CI, with ORCH_REQUIRE_SLURM=1, they fail)
+if ! python -c "import torch" 2>/dev/null; then
+  echo "installing torch==${ORCH_TORCH_VERSION:-2.13.0} for the real PyTorch scenarios" >&2
+  python -m pip install -q --disable-pip-version-check "torch==${ORCH_TORCH_VERSION:-2.13.0}" >&2 \
+    || echo "torch could not be installed: the real PyTorch scenarios will skip" >&2
+fi
 echo "== ruff ==" && ruff check orchestrator tests scripts
 echo "== import layers ==" && lint-imports
 echo "== mypy ==" && mypy --strict orchestrator tests

@@ -87,6 +87,9 @@ def write_stubs(bindir: Path, workdir: Path) -> None:
     for name, text in files.items():
         (bindir / name).write_text(text)
         (bindir / name).chmod(0o755)
+    # `source activate ENV` (conda's, in nanotron's script) would otherwise find the virtualenv's own activate,
+    # which puts its bin first on PATH: a real torchrun (with torch installed) would shadow the stub
+    (bindir / "activate").write_text("# conda's activate, for the test: the stubs stay first on PATH\n")
     for rel in ("pt_fsdp/bin/torchrun", "scripts/run_with_environment.sh"):
         p = workdir / rel
         p.parent.mkdir(parents=True, exist_ok=True)

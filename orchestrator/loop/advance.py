@@ -185,6 +185,14 @@ def _checkpoint_seen(old: RunState, obs: o.CheckpointSeen, cfg: Settings | None,
             else _changed(old, now, checkpoint_seen=obs.path))
 
 
+def _slowed(old: RunState, obs: o.SlowedDown, cfg: Settings | None,
+            now: datetime) -> Transition:
+    t = _current(old, now, slowdown_factor=round(obs.factor, 3), slowdown_since=obs.since,
+                 slowdown_note=obs.note)
+    return replace(t, effects=(Alert(f"{old.run}: running {obs.factor:.2f}x slower", obs.note),)
+                   if t.changed else ())
+
+
 def _halted(old: RunState, obs: o.Halted, cfg: Settings | None, now: datetime) -> Transition:
     t = _changed(old, now, status=RunStatus.STOPPED, stop_reason=obs.reason)
     return replace(t, effects=(Alert(f"{old.run}: STOPPED, needs a human", obs.reason),))
@@ -238,7 +246,7 @@ HANDLERS: dict[type, Callable[[RunState, Any, Settings | None, datetime], Transi
     o.JobEnding: _job_ending, o.RestartedInJob: _restarted, o.CheckpointSeen: _checkpoint_seen,
     o.Halted: _halted,
     o.BlacklistEdited: _edited, o.Started: _started, o.FromScratch: _from_scratch,
-    o.CancelledByOperator: _cancelled_by_operator,
+    o.CancelledByOperator: _cancelled_by_operator, o.SlowedDown: _slowed,
 }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 from loguru import logger
@@ -42,14 +42,13 @@ from orchestrator.loop.submission import (
     shared_path,
     unloadable,
 )
-from orchestrator.loop.supervise import EARLY_FLOOR_S, Seen, supervise
+from orchestrator.loop.supervise import Seen, supervise
+from orchestrator.loop.vigil import Vigil, slowdown_note
 from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
 from orchestrator.settings import PROGRESS_REGEX, Settings
 from orchestrator.state import RunState, SegmentRecord, StateStore
-from orchestrator.watch.cadence import Cadence, written_since
 from orchestrator.watch.reader import Listing, scan_dir
 from orchestrator.watch.segment import SegmentWatch
-from orchestrator.watch.stuck import hang_confirmed
 
 
 class Controller(Keeper):
@@ -68,7 +67,7 @@ class Controller(Keeper):
         self.signatures = table_for(settings.signatures)
         self.progress = progress_pattern(settings.progress_regex, PROGRESS_REGEX)
         self._watch: SegmentWatch | None = None
-        self._cadence = Cadence()
+        self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch.read_timeout_s)
         self.notes = Notes(backend.queue_position)
         self.keep_job = True  # False with --cancel-on-exit: the caller cancels the job after run()
         self._stall = Outage("filesystem stall")
@@ -173,7 +172,7 @@ class Controller(Keeper):
         root = SegmentPaths.of(self.s.run_dir, seg.index).root
         self._watch = SegmentWatch(root, self.signatures, self.progress,
                                    self.s.watch.read_timeout_s, listing=self.listing)
-        self._cadence = Cadence()
+        self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch.read_timeout_s)
         # re-attached: the controller started while the job was already there
         self.notes.reset(reattached)
 
@@ -246,18 +245,16 @@ class Controller(Keeper):
         watch, seg = self._watch, self.state.current
         assert watch is not None and seg is not None
         codes = {n: c for n in watch.nodes if (c := watch.exit_code(n)) is not None}
-        last = watch.last_progress()
-        self._cadence.see(last)
-        cadence = self._cadence.value()
-        recent = now - timedelta(seconds=max(EARLY_FLOOR_S / 2, 2 * (cadence or 0.0)))
-        saving = (last is not None and last < recent and cadence is not None
-                  and written_since(self.s.checkpoint.dir, recent, self.s.watch.read_timeout_s))
-        seen = Seen(failed=watch.failed_nodes(), exit_codes=codes,
-                    last_progress=last, running_since=self.notes.running_since,
-                    dumps_requested_at=watch.dumps_requested_at, last_output=watch.last_output_at,
-                    nodes=frozenset(watch.nodes), dumps_in=watch.dumps_in(),
-                    blind=watch.blind_since is not None, cadence_s=cadence, pausing=saving,
-                    confirmed=hang_confirmed(watch.nodes, watch.dumps_requested_at, now))
+        seen = self._vigil.seen(watch, Seen(
+            failed=watch.failed_nodes(), exit_codes=codes, last_progress=watch.last_progress(),
+            running_since=self.notes.running_since, dumps_requested_at=watch.dumps_requested_at,
+            last_output=watch.last_output_at, nodes=frozenset(watch.nodes),
+            dumps_in=watch.dumps_in(), blind=watch.blind_since is not None), now)
+        if sd := self._vigil.new_slowdown():
+            note = slowdown_note(sd)
+            logger.warning(note)
+            self.effects.run(self.advance(o.SlowedDown(sd.factor, sd.since, note)).effects)
+            self.save()
         sv = supervise(seen, now, self.s.watch)
         if sv.clear_dumps:
             watch.clear_dumps()

@@ -8,6 +8,7 @@ Every line: {"schema": 1, "key", "event", "time", "run", ...}. Events:
 - segment_ended: segment, job_id, job_state, nodes, cause, culprit_nodes, action, reason, rule,
   decision_rule,
   confidence, start_iteration, end_iteration
+- slowdown: segment, job_id, factor, note (the job runs `factor` times slower than before)
 - node_blacklisted: node, cause, evidence (first 300 characters), strikes, hard, source, expires
 - run_ended: status, stop_reason, iteration
 """
@@ -40,6 +41,10 @@ def _segment_events(seg: SegmentRecord) -> list[tuple[str, str, datetime, dict[s
                     {"segment": seg.index, "job_id": seg.job_id, "excluded": seg.excluded,
                      "resumed_from": seg.resumed_from, "start_iteration": seg.start_iteration,
                      "in_job_of": seg.in_job_of}))
+    if seg.slowdown_since and seg.slowdown_factor:
+        out.append((f"segment:{seg.index}:slowdown:{seg.slowdown_factor}", "slowdown",
+                    seg.slowdown_since, {"segment": seg.index, "job_id": seg.job_id,
+                                         "factor": seg.slowdown_factor, "note": seg.slowdown_note}))
     if seg.ended_at and seg.action is not None:
         out.append((f"segment:{seg.index}:ended", "segment_ended", seg.ended_at,
                     {"segment": seg.index, "job_id": seg.job_id, "job_state": _value(seg.job_state),

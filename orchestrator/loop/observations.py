@@ -9,6 +9,7 @@ one).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from orchestrator.blacklist import Blacklist
 from orchestrator.evidence import NodeEvidence
@@ -136,6 +137,14 @@ class FromScratch:
 
 
 @dataclass(frozen=True)
+class SlowedDown:
+    """The job's pace fell: `factor` times slower than its baseline since `since`."""
+    factor: float
+    since: datetime
+    note: str
+
+
+@dataclass(frozen=True)
 class CancelledByOperator:
     """The operator's cancel (`--cancel-on-exit`, `orchestrator cancel`) of the current segment's
     job."""
@@ -145,4 +154,4 @@ class CancelledByOperator:
 Observation = (
     Planned | Submitted | Withdrawn | Polled | QueueNoted | Cancelling | Ended | AllocationKnown
     | JobEnding | RestartedInJob | CheckpointSeen | Halted | BlacklistEdited | Started | FromScratch
-    | CancelledByOperator)
+    | CancelledByOperator | SlowedDown)

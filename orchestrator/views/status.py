@@ -96,6 +96,8 @@ def _segment_json(s: SegmentRecord) -> dict[str, Any]:
         # the controller cancelled it: why (a hang named early says so), and when
         "cancelled": s.cancelled_by_controller or None,
         "cancelled_at": _ts(s.cancelled_at),
+        "slowdown": ({"factor": s.slowdown_factor, "since": _ts(s.slowdown_since),
+                      "detail": s.slowdown_note} if s.slowdown_factor else None),
         "evidence": [e.model_dump(mode="json") for e in s.evidence if e.role == Role.ROOT][:5],
         "node_evidence": [e.model_dump(mode="json") for e in s.evidence
                           if e.source == EvidenceSource.NODE][:5],

@@ -4,6 +4,7 @@ samples at the run's own cadence, long before the 20-minute stall limit, and the
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,7 @@ pytestmark = pytest.mark.slurm
 
 
 def torch_available() -> None:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("torch") is None:
         if os.environ.get("ORCH_REQUIRE_SLURM") == "1":
             pytest.fail("torch is not installed (scripts/test.sh installs torch==2.13.0)")
         pytest.skip("torch is not installed")

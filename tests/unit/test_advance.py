@@ -18,6 +18,7 @@ from orchestrator.clock import FakeClock
 from orchestrator.loop import observations as o
 from orchestrator.loop.advance import HANDLERS, Phase, advance, phase
 from orchestrator.loop.controller import Controller
+from orchestrator.loop.effects import Alert
 from orchestrator.model import CancelReason, JobRef, JobState, JobStatus, RunStatus
 from orchestrator.state import RunState, StateStore
 from tests.fakes import FakeCluster, Fault
@@ -124,3 +125,27 @@ def test_an_observation_that_changes_nothing_says_so(tmp_path: Path) -> None:
     assert [type(e).__name__ for e in t.effects] == ["Alert"]
     back = advance(t.ledger, o.Started(None), ctl.s, clock.now())
     assert back.ledger.status == RunStatus.RUNNING and "it stopped because: the scheduler" in back.note
+
+
+def test_a_slowdown_is_recorded_once_alerted_and_shown_in_status_and_events(tmp_path: Path) -> None:
+    from orchestrator.loop.events import events
+    from orchestrator.views.status import status_json
+
+    ctl, cluster, clock = plain.make(tmp_path)
+    from orchestrator.loop.submission import prepare
+
+    state = ctl.load_or_init()
+    prepared = prepare(ctl.s, state, cluster, clock.now(), "python")
+    for obs in (o.Planned(prepared.spec, "fake", prepared.blacklist),
+                o.Submitted(JobRef(job_id="7", submitted_at=clock.now(), backend="fake")),
+                o.Polled(JobStatus(state=JobState.RUNNING, nodes=("node1",)), ("node1",), ("node1",), 3)):
+        state = advance(state, obs, ctl.s, clock.now()).ledger
+    slow = o.SlowedDown(1.27, clock.now(), "the job runs 1.27x slower than before: ...")
+    t = advance(state, slow, ctl.s, clock.now())
+    alert = t.effects[0]
+    assert t.changed and len(t.effects) == 1 and isinstance(alert, Alert) and "1.27x" in alert.title
+    again = advance(t.ledger, slow, ctl.s, clock.now())
+    assert not again.changed and again.effects == ()  # the same slowdown: no second alert
+    seg = status_json(t.ledger, clock.now())["segments"][-1]
+    assert seg["slowdown"]["factor"] == 1.27 and seg["slowdown"]["since"]
+    assert [e[1] for e in events(t.ledger, clock.now())].count("slowdown") == 1

@@ -8,6 +8,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from orchestrator.agent import dump
 from orchestrator.contract import DumpRecord, ExitRecord, ProcessDump
 from orchestrator.loop.supervise import EARLY_FLOOR_S, RESAMPLE_S, STALL_DUMP_WAIT_S, Seen, early_limit, supervise
@@ -159,3 +161,39 @@ def test_real_ddp_gloo_stacks_confirm_the_rank_that_never_reached_the_all_reduce
     assert wait == "_engine_run_backward (torch/autograd/graph.py)" and stuck == "inject (scripts/torch_train.py)"
     nodes = {"node1": waiting("node1", wait), "node2": waiting("node2", stuck), "node3": waiting("node3", wait)}
     assert hang_confirmed(nodes, at(10), at(12)).startswith("node2 outside _engine_run_backward")
+
+
+def test_pace_finds_a_slowdown_and_when_it_began() -> None:
+    from orchestrator.watch.pace import Pace
+
+    pace, it, t = Pace(window_s=20), 0, 0.0
+    for _ in range(40):  # 10 it/s, polled every 5 s
+        t, it = t + 5, it + 50
+        pace.see(at(t), it)
+    assert pace.slowdown() is None
+    onset = t
+    for _ in range(12):  # one node 25% slower: the lock-step job at 8 it/s
+        t, it = t + 5, it + 40
+        pace.see(at(t), it)
+    sd = pace.slowdown()
+    assert sd is not None and 1.2 <= sd.factor <= 1.3
+    assert abs((sd.since - at(onset)).total_seconds()) <= 20  # within one window of the change
+    assert sd.baseline_s == pytest.approx(0.1)
+
+
+def test_pace_ignores_jitter_a_pause_that_resumes_and_a_restart() -> None:
+    from orchestrator.watch.pace import Pace
+
+    pace, it, t = Pace(window_s=20), 0, 0.0
+    for i in range(60):
+        t, it = t + 5, it + (45 if i % 3 == 0 else 52)  # +-8% jitter
+        pace.see(at(t), it)
+    assert pace.slowdown() is None
+    t += 40  # a 40 s checkpoint save, then the same pace
+    for _ in range(20):
+        t, it = t + 5, it + 50
+        pace.see(at(t), it)
+    assert pace.slowdown() is None
+    pace.see(at(t + 5), 10)  # a restart from an earlier checkpoint: a new first sighting, no negative rate
+    pace.see(at(t + 30), 260)
+    assert pace.slowdown() is None

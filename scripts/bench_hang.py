@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""How fast and how right hangs are named, on the test cluster, with the real PyTorch job
+(scripts/torch_train.py: DDP over Gloo on 3 nodes) and the default watch settings.
+
+Each trial runs one segment and injects one hang once the run has its cadence: a rank stopped
+(SIGSTOP), sleeping before its all-reduce, spinning in Python holding the GIL, a node's job frozen
+in D state (the testbed's cgroup freezer), or two ranks stopped at once. Onset is the fault's own
+log line (or the moment of the freeze); the controller's cancel and verdict times come from
+state.json. Healthy runs pause for evals (every rank, no progress lines) and slow checkpoint saves
+(rank 0 writing while the others wait in a barrier): any hang verdict there is a false one.
+
+Baseline, side by side: the fixed limit (watch.stall_timeout_s, 1200 s by default) that a hang
+waited for before the early limit existed, and PyTorch's default collective timeout (600 s).
+
+  scripts/slurm-testbed.sh start && export SLURM_CONF=/tmp/orch-testbed/etc/slurm.conf
+  python scripts/bench_hang.py --hangs 10 --healthy-min 10 --out /tmp/bench_hang.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+TESTBED = REPO / "scripts" / "slurm-testbed.sh"
+KINDS = ("stop", "sleep", "spin", "dstate", "two")
+NODES = ("node1", "node2", "node3")
+FIXED_LIMIT_S, COLLECTIVE_DEFAULT_S = 1200.0, 600.0
+
+
+def config(root: Path, name: str, iters: int, extra: list[str], minutes: int) -> Path:
+    cfg = {
+        "name": name, "run_dir": str(root / "run"), "workdir": str(REPO),
+        "command": ["{python}", str(REPO / "scripts" / "torch_train.py"), f"--iters={iters}", "--ckpt-every=100",
+                    "--ckpt-dir={run_dir}/checkpoints", "--resume={checkpoint}",
+                    "--sync-dir={run_dir}/sync/seg{segment}", "--step-time=0.05", "--collective-timeout=3600",
+                    *extra],
+        "env": {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"},
+        "resources": {"nodes": 3, "time_limit_min": minutes},
+        "checkpoint": {"dir": str(root / "run" / "checkpoints"), "preset": "megatron"},
+        "goal": {"target_iteration": iters},
+        "policy": {"max_segments": 1},
+        "backend": {"kind": "slurm", "slurm": {"command_timeout_s": 20}},
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    p = root / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+def orch(*args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "orchestrator", *args], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def ts(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def fault_onset(run: Path) -> datetime | None:
+    """The earliest `[fault]` line of any node's log: when the hang began."""
+    times = [ts(line.split(" ", 1)[0]) for log in (run / "segments" / "0001" / "logs").glob("*.log")
+             for line in log.read_text(errors="replace").splitlines() if "[fault]" in line]
+    return min(times) if times else None
+
+
+def iteration(run: Path) -> int:
+    try:
+        seg = json.loads((run / "state.json").read_text())["segments"][0]
+        return int(seg.get("end_iteration") or 0)
+    except (OSError, ValueError, KeyError, IndexError):
+        return 0
+
+
+def trial(root: Path, kind: str, nodes: list[str], at: int) -> dict[str, Any]:
+    name = f"bh-{kind}-{uuid.uuid4().hex[:6]}"
+    fault = "stop" if kind == "two" else kind
+    extra = [] if kind == "dstate" else [f"--fault={fault}:{n}:{at}" for n in nodes]
+    cfg = config(root, name, at + 400, extra, 10)
+    run, onset = root / "run", None
+    proc = orch("run", str(cfg))
+    try:
+        if kind == "dstate":
+            deadline = time.monotonic() + 300
+            while iteration(run) < at and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.5)
+            subprocess.run([str(TESTBED), "freeze-job", nodes[0]], check=False, capture_output=True)
+            onset = datetime.now().astimezone()
+        proc.wait(timeout=600)
+    finally:
+        if kind == "dstate":
+            subprocess.run([str(TESTBED), "thaw-job", nodes[0]], check=False, capture_output=True)
+        if proc.poll() is None:
+            proc.kill()
+    seg = json.loads((run / "state.json").read_text())["segments"][0]
+    onset = onset or fault_onset(run)
+    row: dict[str, Any] = {"kind": kind, "expected": sorted(nodes), "culprits": seg.get("culprit_nodes", []),
+                           "cause": seg.get("cause"), "cancel": seg.get("cancelled_by_controller", "")}
+    if onset and seg.get("cancelled_at"):
+        row["detect_s"] = (ts(seg["cancelled_at"]) - onset).total_seconds()
+    if onset and seg.get("ended_at"):
+        row["name_s"] = (ts(seg["ended_at"]) - onset).total_seconds()
+    row["right"] = row["cause"] == "hang" and sorted(row["culprits"]) == row["expected"]
+    row["healthy_blamed"] = sorted(set(row["culprits"]) - set(nodes))
+    return row
+
+
+def healthy(root: Path, minutes: int) -> dict[str, Any]:
+    """A run with eval and slow-save pauses until its time limit: every hang verdict is false."""
+    name = f"bh-healthy-{uuid.uuid4().hex[:6]}"
+    pauses = ["--eval-every=600", "--eval-time=45", "--save-time=30", "--ckpt-every=500"]
+    cfg = config(root, name, 10_000_000, pauses, minutes)
+    config_run = root / "run"
+    t0 = time.monotonic()
+    orch("run", str(cfg)).wait(timeout=minutes * 60 + 300)
+    seg = json.loads((config_run / "state.json").read_text())["segments"][0]
+    return {"minutes": (time.monotonic() - t0) / 60, "cause": seg.get("cause"),
+            "false_hang": seg.get("cause") == "hang" or bool(seg.get("cancelled_by_controller")),
+            "culprits": seg.get("culprit_nodes", []), "cancel": seg.get("cancelled_by_controller", "")}
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def report(rows: list[dict[str, Any]], calm: list[dict[str, Any]]) -> dict[str, Any]:
+    detect = [r["detect_s"] for r in rows if "detect_s" in r]
+    named = [r["name_s"] for r in rows if "name_s" in r]
+    out = {"hangs": len(rows), "top1": sum(r["right"] for r in rows) / max(1, len(rows)),
+           "healthy_excluded": sum(len(r["healthy_blamed"]) for r in rows),
+           "detect_median_s": statistics.median(detect) if detect else None, "detect_p95_s": pct(detect, 0.95),
+           "name_median_s": statistics.median(named) if named else None, "name_p95_s": pct(named, 0.95),
+           "healthy_minutes": sum(c["minutes"] for c in calm), "false_hangs": sum(c["false_hang"] for c in calm),
+           "by_kind": {k: {"n": len(ks), "right": sum(r["right"] for r in ks),
+                           "detect_median_s": statistics.median([r["detect_s"] for r in ks if "detect_s" in r] or [0])}
+                       for k in KINDS if (ks := [r for r in rows if r["kind"] == k])}}
+    print(f"hangs {out['hangs']}: top-1 {out['top1']:.0%}, healthy nodes excluded {out['healthy_excluded']}")
+    print(f"onset -> cancel: median {out['detect_median_s']} s, p95 {out['detect_p95_s']} s; "
+          f"onset -> verdict: median {out['name_median_s']} s, p95 {out['name_p95_s']} s")
+    print(f"baseline (same settings, no early limit): >= {FIXED_LIMIT_S:.0f} s (stall_timeout_s), or "
+          f"{COLLECTIVE_DEFAULT_S:.0f} s when the peers' collective timeout fires first; ratio of the p95 to the "
+          f"fixed limit: {out['detect_p95_s'] / FIXED_LIMIT_S:.3f}")
+    print(f"healthy runs: {out['healthy_minutes']:.0f} min with eval and save pauses, false hang verdicts "
+          f"{out['false_hangs']}")
+    for k, v in out["by_kind"].items():
+        print(f"  {k:7s} n={v['n']:3d} right={v['right']:3d} median onset->cancel {v['detect_median_s']:.0f} s")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hangs", type=int, default=10)
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--healthy-min", type=int, default=0, help="minutes of healthy run (0: none)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    kinds = args.kinds.split(",")
+    rows, calm = [], []
+    base = Path(subprocess.run(["mktemp", "-d"], capture_output=True, text=True, check=True).stdout.strip())
+    for i in range(args.hangs):
+        kind = kinds[i % len(kinds)]
+        nodes = rng.sample(NODES, 2 if kind == "two" else 1)
+        row = trial(base / f"t{i:03d}", kind, nodes, rng.randint(700, 1000))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.healthy_min:
+        calm.append(healthy(base / "healthy", args.healthy_min))
+        print(json.dumps(calm[-1]), flush=True)
+    out = report(rows, calm)
+    if args.out:
+        args.out.write_text(json.dumps({"summary": out, "hangs": rows, "healthy": calm}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
