@@ -116,6 +116,38 @@ def trial(root: Path, kind: str, nodes: list[str], at: int) -> dict[str, Any]:
     return row
 
 
+def flagged_at(run: Path) -> datetime | None:
+    """When the controller logged the slowdown (its log line's own time)."""
+    log = run / "controller.log"
+    for line in (log.read_text(errors="replace").splitlines() if log.exists() else []):
+        if "the job runs" in line and "slower than before" in line:
+            return ts(line.split(" ", 1)[0])
+    return None
+
+
+def slow_trial(root: Path, node: str, at: int, factor: float, wait_s: float = 240) -> dict[str, Any]:
+    """One node slowed by `factor` from iteration `at`: when is the job's slowdown flagged?"""
+    name = f"bh-slow-{uuid.uuid4().hex[:6]}"
+    cfg = config(root, name, 1_000_000, [f"--fault=slow:{node}:{at}", f"--slow-factor={factor}"], 15)
+    run, proc = root / "run", orch("run", str(cfg))
+    deadline, onset, flag = time.monotonic() + 300 + wait_s, None, None
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(2)
+            onset = onset or fault_onset(run)
+            flag = flagged_at(run)
+            if flag or (onset and (datetime.now().astimezone() - onset).total_seconds() > wait_s):
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+        subprocess.run(["scancel", "-n", f"{name}.seg0001"], check=False, capture_output=True)
+    row: dict[str, Any] = {"kind": f"slow{factor}", "node": node, "flagged": flag is not None}
+    if onset and flag:
+        row["flag_s"] = (flag - onset).total_seconds()
+    return row
+
+
 def healthy(root: Path, minutes: int) -> dict[str, Any]:
     """A run with eval and slow-save pauses until its time limit: every hang verdict is false."""
     name = f"bh-healthy-{uuid.uuid4().hex[:6]}"
@@ -126,6 +158,7 @@ def healthy(root: Path, minutes: int) -> dict[str, Any]:
     orch("run", str(cfg)).wait(timeout=minutes * 60 + 300)
     seg = json.loads((config_run / "state.json").read_text())["segments"][0]
     return {"minutes": (time.monotonic() - t0) / 60, "cause": seg.get("cause"),
+            "false_slowdown": flagged_at(config_run) is not None,
             "false_hang": seg.get("cause") == "hang" or bool(seg.get("cancelled_by_controller")),
             "culprits": seg.get("culprit_nodes", []), "cancel": seg.get("cancelled_by_controller", "")}
 
@@ -133,6 +166,14 @@ def healthy(root: Path, minutes: int) -> dict[str, Any]:
 def pct(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def report_slow(slow: list[dict[str, Any]]) -> None:
+    for kind in sorted({r["kind"] for r in slow}):
+        ks = [r for r in slow if r["kind"] == kind]
+        lat = [r["flag_s"] for r in ks if "flag_s" in r]
+        print(f"  {kind:8s} n={len(ks)} flagged={sum(r['flagged'] for r in ks)} onset -> flag median "
+              f"{statistics.median(lat) if lat else float('nan'):.0f} s, max {max(lat) if lat else float('nan'):.0f} s")
 
 
 def report(rows: list[dict[str, Any]], calm: list[dict[str, Any]]) -> dict[str, Any]:
@@ -164,6 +205,7 @@ def main() -> int:
     ap.add_argument("--hangs", type=int, default=10)
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--healthy-min", type=int, default=0, help="minutes of healthy run (0: none)")
+    ap.add_argument("--slow", type=int, default=0, help="slow-node trials (10%%, 25%%, 4x in turn)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -177,12 +219,18 @@ def main() -> int:
         row = trial(base / f"t{i:03d}", kind, nodes, rng.randint(700, 1000))
         rows.append(row)
         print(json.dumps(row), flush=True)
+    slow = []
+    for i in range(args.slow):
+        factor = (1.1, 1.25, 4.0)[i % 3]
+        slow.append(slow_trial(base / f"s{i:03d}", rng.choice(NODES), rng.randint(1400, 1600), factor))
+        print(json.dumps(slow[-1]), flush=True)
     if args.healthy_min:
         calm.append(healthy(base / "healthy", args.healthy_min))
         print(json.dumps(calm[-1]), flush=True)
     out = report(rows, calm)
+    report_slow(slow)
     if args.out:
-        args.out.write_text(json.dumps({"summary": out, "hangs": rows, "healthy": calm}, indent=1))
+        args.out.write_text(json.dumps({"summary": out, "hangs": rows, "slow": slow, "healthy": calm}, indent=1))
     return 0
 
 

@@ -13,7 +13,7 @@ Faults (--fault KIND:NODE:ARG, repeatable, on the ranks of NODE; once per run un
   sleep:NODE:ITER   the rank sleeps (interruptible) before the collective of ITER
   spin:NODE:ITER    the rank spins in Python holding the GIL before the collective of ITER
   kill:NODE:ITER    the rank is killed (SIGKILL) at ITER: the peers' Gloo timeout fires
-  slow:NODE:FACTOR  every step on NODE takes FACTOR times as long (from the first step, always)
+  slow:NODE:ITER    from ITER on, every step on NODE takes --slow-factor times as long (1.25: 25% slower)
 Pauses a healthy run makes: --eval-every N --eval-time S (every rank evaluates for S seconds, then an
 all-reduce of the metric), --save-time S (rank 0 spends S seconds writing each checkpoint while the
 others wait in a barrier).
@@ -132,6 +132,7 @@ def options() -> argparse.Namespace:
     ap.add_argument("--eval-every", type=int, default=0)
     ap.add_argument("--eval-time", type=float, default=0.0)
     ap.add_argument("--save-time", type=float, default=0.0)
+    ap.add_argument("--slow-factor", type=float, default=1.25)
     ap.add_argument("--fault", action="append", default=[])
     return ap.parse_args()
 
@@ -154,16 +155,21 @@ def main() -> int:
     dist.barrier()
     gen = torch.Generator().manual_seed(rank)
     markers = args.sync_dir.parent
-    slow = mine.get("slow", 1.0) or 1.0
+    slow_from = int(mine.get("slow", 0)) or None
     for it in range(start + 1, args.iters + 1):
         t0 = time.monotonic()
+        if it == slow_from:
+            print(f"[fault] slow on {node} at iteration {it}: {args.slow_factor}x per step", flush=True)
+        slow = args.slow_factor if slow_from is not None and it >= slow_from else 1.0
         x = torch.randn(64, DIM, generator=gen)
         loss = (model(x).squeeze(1) - x.sum(1).tanh()).pow(2).mean()
         opt.zero_grad()
-        time.sleep(args.step_time * slow)  # the rest of a real step's compute
+        time.sleep(args.step_time)  # the rest of a real step's compute
         inject(mine, it, markers, node)
         loss.backward()  # DDP's all-reduce of the gradients (Gloo)
         opt.step()
+        if slow > 1:  # a slow node: its whole step takes `slow` times as long (its peers wait for it)
+            time.sleep((slow - 1) * (time.monotonic() - t0))
         ms = (time.monotonic() - t0) * 1000
         print(f" iteration {it:8d}/{args.iters:8d} | consumed samples: {it * 64 * world:10d} | "
               f"elapsed time per iteration (ms): {ms:.1f} | learning rate: 1.000E-02 | "
