@@ -16,8 +16,10 @@ and 1 minutes at 2,048 nodes, 3.79/1000 node-days and a 60-minute queue. See doc
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from pathlib import Path
 
 from scripts.ettr_sim import Params, Result, closed_form, simulate
 from scripts.ettr_spares import SPARE_POLICIES, simulate_spares
@@ -71,9 +73,18 @@ def main() -> None:
     ap.add_argument("--days", type=float, default=30)
     ap.add_argument("--step-restart-min", type=float, default=2.0,
                     help="minutes from a relaunch inside the allocation to training again (default 2)")
+    ap.add_argument("--hang-detect-s", type=float, default=None,
+                    help="the orchestrator's onset-to-verdict seconds for a hang (default: the p95 in --hang-bench, "
+                         "else the 1200 s stall limit)")
+    ap.add_argument("--hang-bench", type=Path, default=None, help="the JSON of scripts/bench_hang.py --out")
     ap.add_argument("--no-sensitivity", action="store_true", help="skip the relaunch-cost sensitivity block")
     ap.add_argument("--sensitivity-seeds", type=int, default=20, help="seeds of the sensitivity block (default 20)")
     args = ap.parse_args()
+    hang_s = args.hang_detect_s
+    if hang_s is None and args.hang_bench is not None:
+        hang_s = json.loads(args.hang_bench.read_text())["summary"]["name_p95_s"]
+    hang_h = (hang_s if hang_s is not None else 1200.0) / 3600
+    print(f"hang detection: {hang_h * 3600:.0f} s for the orchestrator (resubmit-only: the 1200 s stall limit)")
     t0 = time.time()
     print(f"{'nodes':>6} {'rate':>5} {'queue':>6} " + " ".join(f"{SHOWN.get(p, p):>12}" for p in POLICIES)
           + f" {'orch-oracle':>12} {'sp+int-orch':>12} {'orsp-sp+int':>12}")
@@ -84,7 +95,8 @@ def main() -> None:
                 ettr = {}
                 for pol in POLICIES:
                     ettr[pol] = mean_ettr(Params(nodes=nodes, rate_per_1000_node_days=rate, horizon_h=24 * args.days,
-                                                 queue_h=queue_min / 60, step_restart_h=args.step_restart_min / 60),
+                                                 queue_h=queue_min / 60, step_restart_h=args.step_restart_min / 60,
+                                                 orch_hang_h=hang_h),
                                           pol, args.seeds)
                 gap = ettr["oracle"] - ettr["orchestrator"]
                 worst_gap = max(worst_gap, gap)

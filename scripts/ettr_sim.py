@@ -50,6 +50,9 @@ class Params:
     nccl_timeout_h: float = 10 / 60     # peers notice a dead rank (blind array, resubmit-only)
     orch_detect_h: float = 1 / 60       # poll + cascade grace
     stall_timeout_h: float = 20 / 60
+    # the orchestrator's onset-to-verdict time for a hang (bench_hang.py measures it; the fixed stall
+    # limit when not given)
+    orch_hang_h: float = 20 / 60
     seed: int = 1
 
 
@@ -163,7 +166,7 @@ class Run:
             self.productive += self._useful(at - run_start, lost_tail=True)
         detect = {
             "oracle": 0.0,
-            "orchestrator": p.stall_timeout_h if kind == "hang" else p.orch_detect_h,
+            "orchestrator": p.orch_hang_h if kind == "hang" else p.orch_detect_h,
             "resubmit": p.stall_timeout_h if kind == "hang" else p.nccl_timeout_h,
             "blind": (self.t + p.time_limit_h - at) if kind == "hang" else p.nccl_timeout_h,
         }[self.policy]

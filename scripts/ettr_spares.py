@@ -93,7 +93,7 @@ class SparesRun(Run):
             self.seen_failures += 1
             self.seen_node_hours += ttf * len(running)
             self.productive += self._useful(ttf, lost_tail=True)
-            detect = 0.0 if self.policy == "oracle" else (p.stall_timeout_h if kind == "hang" else p.orch_detect_h)
+            detect = 0.0 if self.policy == "oracle" else (p.orch_hang_h if kind == "hang" else p.orch_detect_h)
             self.t = min(start + ttf + detect, p.horizon_h)
             if not self._restart(running, spares, failed, kind):
                 return

@@ -11,7 +11,7 @@ from pathlib import Path
 from orchestrator.timeout import call_with_timeout
 
 KEEP = 64  # the most recent gaps between progress sightings
-LEAST = 8  # fewer gaps than this: no cadence yet (the fixed limit alone)
+LEAST = 6  # fewer gaps than this: no cadence yet (the fixed limit alone): 30 s at a 5 s poll
 PERCENTILE = 0.95
 LISTED = 256  # entries of the checkpoint directory looked at, at most, per level
 
