@@ -15,6 +15,9 @@ KEEP = 90  # windows kept (30 min at 20 s)
 WARM = 3  # windows before any baseline: start-up and compilation are not the pace
 SLOW_FACTOR = 1.2  # this much slower than the baseline is slow
 CONFIRM = 2  # consecutive slow windows before a slowdown is reported
+# a gap between progress sightings this many times the median gap is a pause (an eval, a checkpoint
+# save): the window holding it says nothing about the pace and is dropped
+PAUSE_GAP = 3.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class Pace:
         self._windows: deque[tuple[datetime, float]] = deque(maxlen=KEEP)  # (start, s/it)
         self._open: tuple[datetime, int] | None = None
         self._last: tuple[datetime, int] | None = None
+        self._gaps: deque[float] = deque(maxlen=64)
+        self._paused = False  # the open window holds a pause
 
     def see(self, now: datetime, iteration: int | None) -> None:
         """One poll's newest iteration. A window closes once it spans `window_s` with progress."""
@@ -44,12 +49,17 @@ class Pace:
             return
         if iteration == self._last[1]:
             return
+        gap = (now - self._last[0]).total_seconds()
+        usual = sorted(self._gaps)[len(self._gaps) // 2] if self._gaps else None
+        self._paused |= usual is not None and gap > PAUSE_GAP * usual
+        self._gaps.append(gap)
         self._last = (now, iteration)
         start, it0 = self._open
         span = (now - start).total_seconds()
         if span >= self._window_s and iteration > it0:
-            self._windows.append((start, span / (iteration - it0)))
-            self._open = (now, iteration)
+            if not self._paused:
+                self._windows.append((start, span / (iteration - it0)))
+            self._open, self._paused = (now, iteration), False
 
     def slowdown(self) -> Slowdown | None:
         """The last CONFIRM windows all slower than SLOW_FACTOR x the fastest earlier window."""

@@ -197,3 +197,27 @@ def test_pace_ignores_jitter_a_pause_that_resumes_and_a_restart() -> None:
     pace.see(at(t + 5), 10)  # a restart from an earlier checkpoint: a new first sighting, no negative rate
     pace.see(at(t + 30), 260)
     assert pace.slowdown() is None
+
+
+def test_pace_drops_windows_with_an_eval_or_a_save_pause_as_in_the_healthy_bench_run() -> None:
+    """bench_hang's healthy run (2026-12-02): a 45 s eval then a 30 s save in a row made two slow windows, a false
+    '6.32x slower'. A window holding a gap of 3x the usual one is a pause, not the pace."""
+    from orchestrator.watch.pace import Pace
+
+    pace, it, t = Pace(window_s=20), 0, 0.0
+    for cycle in range(6):
+        for _ in range(12):
+            t, it = t + 5, it + 50
+            pace.see(at(t), it)
+        t += 45  # every rank evaluates: no progress line
+        pace.see(at(t), it + 1)
+        it += 1
+        t += 30  # rank 0 writes a checkpoint, the others wait in a barrier
+        pace.see(at(t), it + 1)
+        it += 1
+        assert pace.slowdown() is None, cycle
+    for _ in range(12):  # then a node really slows the job down 25%
+        t, it = t + 5, it + 40
+        pace.see(at(t), it)
+    sd = pace.slowdown()
+    assert sd is not None and 1.2 <= sd.factor <= 1.3
