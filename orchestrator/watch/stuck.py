@@ -9,7 +9,7 @@ from typing import Protocol
 
 from orchestrator.contract import DumpRecord, ExitRecord
 from orchestrator.diagnose.culprits import stack_outliers
-from orchestrator.diagnose.rules import COLLECTIVE
+from orchestrator.diagnose.rules import COLLECTIVE, PROGRAM_WAIT
 from orchestrator.evidence import NodeEvidence
 
 # an agent quiet this long after a dump request, while the others answered, is frozen (its
@@ -17,10 +17,12 @@ from orchestrator.evidence import NodeEvidence
 SILENT_AFTER_S = 12.0
 # DistributedDataParallel's ranks wait for the gradient all-reduce inside autograd's backward
 IN_BACKWARD = re.compile(r"_engine_run_backward|\bbackward \(torch/autograd")
-# a rank outside the collective in these frames may be saving a checkpoint or evaluating: not an
-# early hang (one stuck in the kernel there shows as state D)
-SAVING = re.compile(r"save|checkpoint|serializ|pickle|write|flush|fsync|close|eval|valid",
-                    re.IGNORECASE)
+# a rank outside the collective in these frames may be saving a checkpoint, evaluating, reading
+# its data or waiting in its own code (a queue, a lock): not an early hang, as a slow shard or a
+# filesystem hiccup of a minute would exclude a node or stop the run; the fixed limit judges those
+# (one stuck in the kernel shows as state D)
+SAVING = re.compile(r"save|checkpoint|serializ|pickle|write|flush|fsync|close|eval|valid|"
+                    r"\bread\b|\bopen\b|\bstat\b|\bos\.|\bio\.", re.IGNORECASE)
 
 
 class _Node(Protocol):
@@ -91,7 +93,8 @@ def hang_confirmed(nodes: Mapping[str, _Node], asked: datetime | None, now: date
         return ""
     outside = [p for n in odd for p in answered[n].processes
                if p.top_frame and p.top_frame != common]
-    if any(p.top_frame_again != p.top_frame or SAVING.search(p.top_frame) for p in outside):
+    if any(p.top_frame_again != p.top_frame or SAVING.search(p.top_frame)
+           or PROGRAM_WAIT.search(p.top_frame) for p in outside):
         return ""
     return (f"{','.join(odd)} outside {common}, where every other rank waits, in both stack "
             f"samples ({outside[0].top_frame})")

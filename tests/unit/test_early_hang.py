@@ -96,6 +96,9 @@ def test_a_rank_outside_the_collective_in_both_samples_confirms_the_hang() -> No
     assert hang_confirmed(moved, at(10), at(12)) == ""  # it moved between the samples: working
     saving = {**nodes, "node2": waiting("node2", "save (torch/serialization.py)")}
     assert hang_confirmed(saving, at(10), at(12)) == ""  # rank 0 writing a checkpoint
+    for frame in ("get (queue.py)", "_next_data (torch/utils/data/dataloader.py)", "read (fsspec/spec.py)"):
+        slow_data = {**nodes, "node2": waiting("node2", frame)}
+        assert hang_confirmed(slow_data, at(10), at(12)) == "", frame  # the fixed limit judges those
     same = {n: waiting(n, "evaluate (train.py)") for n in NODES}
     assert hang_confirmed(same, at(10), at(12)) == ""  # everyone in the same place: an eval
 
