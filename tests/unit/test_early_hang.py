@@ -4,6 +4,9 @@ the bound (no clock, no sleeps: times are arguments)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -149,12 +152,22 @@ def test_top_frame_prefers_the_main_thread_and_the_second_sample_is_taken() -> N
     text = ('Thread 0x7F01 (idle): "pt_elastic"\n    _wait (threading.py:320)\n'
             'Thread 0x7F00 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2501)\n')
     assert dump.top_frame(text) == ALLREDUCE
-    slept: list[float] = []
-    recs = dump.dump_processes([os.getpid()], again_after_s=0.5, sleep=slept.append)
-    assert recs and recs[0].pid == os.getpid()
-    if any(r.top_frame for r in recs):  # py-spy there and allowed to attach
-        assert slept == [0.5] and all(r.top_frame_again for r in recs if r.top_frame)
-
+    code = ("import time\ndef wait_in_collective():\n    print('ready', flush=True)\n    while True:\n"
+            "        time.sleep(0.01)\nwait_in_collective()\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 60
+        while True:  # under load py-spy may time out: try again until a sample has the frame
+            slept: list[float] = []
+            recs = dump.dump_processes([child.pid], again_after_s=0.5, sleep=slept.append)
+            if (recs and recs[0].top_frame and recs[0].top_frame_again) or time.monotonic() > deadline:
+                break
+        assert slept == [0.5]  # one pause between the two samples, through the injected sleep
+        assert recs[0].top_frame == recs[0].top_frame_again == "wait_in_collective (<string>)", recs[0].stack
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_real_ddp_gloo_stacks_confirm_the_rank_that_never_reached_the_all_reduce() -> None:
