@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,6 +12,7 @@ from orchestrator.diagnose.classify import Context, classify
 from orchestrator.diagnose.offline import action_without_history
 from orchestrator.evidence import NodeEvidence
 from orchestrator.model import Cause, JobState, JobStatus
+from tests.waiter import waiting_process
 
 
 def test_gpu_check_without_nvml_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,11 +50,7 @@ def test_user_check_commands(tmp_path: Path) -> None:
 
 
 def test_dump_reads_state_and_stack_of_a_live_process() -> None:
-    code = ("import sys, time\ndef wait_in_collective():\n    print('ready', flush=True)\n    while True:\n"
-            "        time.sleep(0.01)\nwait_in_collective()\n")
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    with waiting_process() as p:
         deadline = time.monotonic() + 60
         while True:  # under load py-spy may time out; a dump that got the frames is what we check
             recs = dump.dump_processes([p.pid])
@@ -64,9 +59,6 @@ def test_dump_reads_state_and_stack_of_a_live_process() -> None:
                 break
         if "not installed" not in recs[0].stack:
             assert recs[0].top_frame.startswith("wait_in_collective ("), recs[0].stack
-    finally:
-        p.kill()
-        p.wait()
     assert dump.read_stat(p.pid) is None  # gone: no hang, no exception
 
 

@@ -4,8 +4,6 @@ the bound (no clock, no sleeps: times are arguments)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -20,6 +18,7 @@ from orchestrator.model import CancelReason
 from orchestrator.settings import Watch
 from orchestrator.watch.cadence import Cadence, written_since
 from orchestrator.watch.stuck import SILENT_AFTER_S, hang_confirmed
+from tests.waiter import waiting_process
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 W = Watch(poll_interval_s=1, stall_timeout_s=1200, startup_timeout_s=3600, cascade_grace_s=5)
@@ -152,11 +151,7 @@ def test_top_frame_prefers_the_main_thread_and_the_second_sample_is_taken() -> N
     text = ('Thread 0x7F01 (idle): "pt_elastic"\n    _wait (threading.py:320)\n'
             'Thread 0x7F00 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2501)\n')
     assert dump.top_frame(text) == ALLREDUCE
-    code = ("import time\ndef wait_in_collective():\n    print('ready', flush=True)\n    while True:\n"
-            "        time.sleep(0.01)\nwait_in_collective()\n")
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    with waiting_process() as child:
         deadline = time.monotonic() + 60
         while True:  # under load py-spy may time out: try again until a sample has the frame
             slept: list[float] = []
@@ -165,9 +160,6 @@ def test_top_frame_prefers_the_main_thread_and_the_second_sample_is_taken() -> N
                 break
         assert slept == [0.5]  # one pause between the two samples, through the injected sleep
         assert recs[0].top_frame == recs[0].top_frame_again == "wait_in_collective (<string>)", recs[0].stack
-    finally:
-        child.kill()
-        child.wait()
 
 
 def test_real_ddp_gloo_stacks_confirm_the_rank_that_never_reached_the_all_reduce() -> None:
