@@ -1,9 +1,6 @@
 """The agent <-> controller contract: where a segment's files live, the marker lines the agent
-prints, the exit codes it uses and the JSON records it writes.
-
-One place that the agent, the watcher, the backends and the test fakes all use; change a name here
-and every side follows.
-"""
+prints, the exit codes it uses and the JSON records it writes. One place that the agent, the
+watcher, the backends and the test fakes all use; change a name here and every side follows."""
 
 from __future__ import annotations
 
@@ -24,6 +21,7 @@ LOG_SUFFIX = ".log"
 HEARTBEAT_SUFFIX = ".heartbeat.json"
 EXIT_SUFFIX = ".exit.json"
 DUMP_SUFFIX = ".dump.json"
+PROFILE_SUFFIX = ".profile.json"  # where each rank spent a few seconds (a slow-node search)
 FACTS_SUFFIX = ".facts.json"
 
 # Marker lines the agent writes into each node's log (the rank column says "agent").
@@ -75,6 +73,10 @@ class SegmentPaths:
         return self.root / "dump-request"
 
     @property
+    def profile_request(self) -> Path:
+        return self.root / "profile-request"
+
+    @property
     def submitit(self) -> Path:
         return self.root / "submitit"
 
@@ -89,6 +91,9 @@ class SegmentPaths:
 
     def dump(self, node: str) -> Path:
         return self.nodes / f"{node}{DUMP_SUFFIX}"
+
+    def profile(self, node: str) -> Path:
+        return self.nodes / f"{node}{PROFILE_SUFFIX}"
 
     def facts(self, node: str, reason: str = "exit") -> Path:
         """The node's own evidence at the segment's end (reason "exit") or at a stall dump
@@ -198,10 +203,13 @@ class ProcessDump(Record):
     stack_summary: str = ""
     top_frame: str = ""
     top_frame_again: str = ""  # the innermost frame in a second sample a second later ("": none)
+    # a profile (py-spy record): its main thread's samples, and those inside a collective
+    samples: int = 0
+    waiting: int = 0
 
 
 class DumpRecord(Record):
-    """The agent's answer to one dump request (the request id tells fresh dumps from old ones)."""
+    """The agent's answer to one dump or profile request (its id tells fresh answers from old)."""
     node: str
     time: str = ""
     request: str = ""

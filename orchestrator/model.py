@@ -31,6 +31,7 @@ class Cause(StrEnum):
     USER_BUG = "user_bug"
     SEGFAULT = "segfault"
     BUS_ERROR = "bus_error"
+    SLOW_NODE = "slow_node"  # one node slowed the lock-step job: swapped for a spare
     SUCCESS = "success"
     UNKNOWN = "unknown"
 
@@ -63,7 +64,7 @@ def default_owner(cause: Cause, blame: bool) -> Owner:
         return Owner.JOB
     if cause == Cause.FILESYSTEM:
         return Owner.SHARED
-    if cause in HARDWARE_CAUSES or cause == Cause.HANG:
+    if cause in HARDWARE_CAUSES or cause in (Cause.HANG, Cause.SLOW_NODE):
         return Owner.NODE if blame else Owner.NOBODY
     if cause in SUSPECT_CAUSES:
         return Owner.NODE_SUSPECT if blame else Owner.NOBODY
@@ -113,6 +114,7 @@ class CancelReason(StrEnum):
     PREFLIGHT = "preflight"  # a node failed its start-up checks: no training can run there
     PEER_FAILED = "peer_failed"  # a rank failed; its peers would wait forever
     OPERATOR = "operator"  # --cancel-on-exit or `orchestrator cancel`
+    SLOW_NODE = "slow_node"  # a node slows the job and a spare can take its place
 
 
 class SegmentSpec(Frozen):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from orchestrator.model import HARDWARE_CAUSES, Cause, Decision, Verdict
 
 IN_ALLOCATION = HARDWARE_CAUSES | {Cause.HANG, Cause.SEGFAULT, Cause.BUS_ERROR, Cause.HOST_OOM,
-                                   Cause.NETWORK}
+                                   Cause.NETWORK, Cause.SLOW_NODE}
 MAX_SPARES = 64
 
 
@@ -27,6 +27,18 @@ def poisson_tail(mean: float, k: int) -> float:
         term *= mean / i
         cdf += term
     return max(0.0, 1.0 - cdf)
+
+
+def swap_gain_s(factor: float, remaining_s: float) -> float:
+    """Seconds a swap saves: at `factor` times slower, that share of the time left is waiting for
+    the slow node (the spare is assumed to keep the healthy pace)."""
+    return max(0.0, remaining_s * (1.0 - 1.0 / factor)) if factor > 1 else 0.0
+
+
+def worth_swapping(factor: float, remaining_s: float, restart_cost_s: float) -> bool:
+    """Swap a slow node for a spare when the time saved over the rest of the segment is more than a
+    restart costs (the start-up and the work since the last checkpoint)."""
+    return swap_gain_s(factor, remaining_s) > restart_cost_s
 
 
 def spares_needed(rate_per_node_hour: float, nodes: int, hours: float, target: float = 0.01) -> int:

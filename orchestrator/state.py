@@ -52,6 +52,15 @@ class Ledger(BaseModel):
                         "loop.advance")
 
 
+class SlowNodeRecord(Ledger):
+    """A node found slowing the job (its ranks wait least in collectives), and what was done."""
+    node: str
+    factor: float
+    since: datetime  # when the slowdown began
+    evidence: str = ""
+    action: str = ""  # "swapped for a spare" or "struck"
+
+
 class SegmentRecord(Ledger):
     """One segment in the run ledger: its job, nodes, progress, how it ended and what was
     decided."""
@@ -93,6 +102,7 @@ class SegmentRecord(Ledger):
     slowdown_factor: float | None = None
     slowdown_since: datetime | None = None
     slowdown_note: str = ""
+    slow_nodes: list[SlowNodeRecord] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod

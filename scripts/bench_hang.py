@@ -132,26 +132,44 @@ def flagged_at(run: Path) -> datetime | None:
     return None
 
 
+def named_slow(run: Path) -> tuple[datetime, str] | None:
+    """When the controller named the slow node (or logged that it named nobody: node "")."""
+    log = run / "controller.log"
+    for line in (log.read_text(errors="replace").splitlines() if log.exists() else []):
+        if " slow node " in line and "WARNING slow node" in line:
+            return ts(line.split(" ", 1)[0]), line.split("WARNING slow node ", 1)[1].split(":", 1)[0]
+        if "no slow node named" in line:
+            return ts(line.split(" ", 1)[0]), ""
+    return None
+
+
 def slow_trial(root: Path, node: str, at: int, factor: float, wait_s: float = 240) -> dict[str, Any]:
-    """One node slowed by `factor` from iteration `at`: when is the job's slowdown flagged?"""
+    """One node slowed by `factor` from iteration `at`: when is the job's slowdown flagged, and which node do
+    the profiles name?"""
     name = f"bh-slow-{uuid.uuid4().hex[:6]}"
     cfg = config(root, name, 1_000_000, [f"--fault=slow:{node}:{at}", f"--slow-factor={factor}"], 15)
     run, proc = root / "run", orch("run", str(cfg))
-    deadline, onset, flag = time.monotonic() + 300 + wait_s, None, None
+    deadline, onset, flag, named = time.monotonic() + 300 + wait_s, None, None, None
     try:
         while time.monotonic() < deadline and proc.poll() is None:
             time.sleep(2)
             onset = onset or fault_onset(run)
-            flag = flagged_at(run)
-            if flag or (onset and (datetime.now().astimezone() - onset).total_seconds() > wait_s):
+            flag, named = flagged_at(run), named_slow(run)
+            # the profiles take 5 s and the answers are waited for 30 s at most
+            if named or (flag and (datetime.now().astimezone() - flag).total_seconds() > 60):
+                break
+            if onset and not flag and (datetime.now().astimezone() - onset).total_seconds() > wait_s:
                 break
     finally:
         proc.kill()
         proc.wait()
         subprocess.run(["scancel", "-n", f"{name}.seg0001"], check=False, capture_output=True)
-    row: dict[str, Any] = {"kind": f"slow{factor}", "node": node, "flagged": flag is not None}
+    row: dict[str, Any] = {"kind": f"slow{factor}", "node": node, "flagged": flag is not None,
+                           "named": named[1] if named else None, "right": bool(named and named[1] == node)}
     if onset and flag:
         row["flag_s"] = (flag - onset).total_seconds()
+    if onset and named:
+        row["name_s"] = (named[0] - onset).total_seconds()
     return row
 
 
@@ -166,6 +184,7 @@ def healthy(root: Path, minutes: int) -> dict[str, Any]:
     seg = json.loads((config_run / "state.json").read_text())["segments"][0]
     return {"minutes": (time.monotonic() - t0) / 60, "cause": seg.get("cause"),
             "false_slowdown": flagged_at(config_run) is not None,
+            "false_slow_node": bool((found := named_slow(config_run)) and found[1]),
             "false_hang": seg.get("cause") == "hang" or bool(seg.get("cancelled_by_controller")),
             "culprits": seg.get("culprit_nodes", []), "cancel": seg.get("cancelled_by_controller", "")}
 
@@ -179,8 +198,13 @@ def report_slow(slow: list[dict[str, Any]]) -> None:
     for kind in sorted({r["kind"] for r in slow}):
         ks = [r for r in slow if r["kind"] == kind]
         lat = [r["flag_s"] for r in ks if "flag_s" in r]
+        name = [r["name_s"] for r in ks if "name_s" in r]
         print(f"  {kind:8s} n={len(ks)} flagged={sum(r['flagged'] for r in ks)} onset -> flag median "
-              f"{statistics.median(lat) if lat else float('nan'):.0f} s, max {max(lat) if lat else float('nan'):.0f} s")
+              f"{statistics.median(lat) if lat else float('nan'):.0f} s, max {max(lat) if lat else float('nan'):.0f} s;"
+              f" right node named {sum(r.get('right', False) for r in ks)}, a wrong one "
+              f"{sum(bool(r.get('named')) and not r.get('right') for r in ks)}, nobody "
+              f"{sum(r.get('named') == '' for r in ks)}; onset -> named max "
+              f"{max(name) if name else float('nan'):.0f} s")
 
 
 def report(rows: list[dict[str, Any]], calm: list[dict[str, Any]]) -> dict[str, Any]:
@@ -212,7 +236,8 @@ def main() -> int:
     ap.add_argument("--hangs", type=int, default=10)
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--healthy-min", type=int, default=0, help="minutes of healthy run (0: none)")
-    ap.add_argument("--slow", type=int, default=0, help="slow-node trials (10%%, 25%%, 4x in turn)")
+    ap.add_argument("--slow", type=int, default=0, help="slow-node trials")
+    ap.add_argument("--slow-factors", default="1.1,1.25,4", help="the slowdowns, in turn")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -229,7 +254,8 @@ def main() -> int:
         print(json.dumps(row), flush=True)
     slow = []
     for i in range(args.slow):
-        factor = (1.1, 1.25, 4.0)[i % 3]
+        factors = [float(f) for f in args.slow_factors.split(",")]
+        factor = factors[i % len(factors)]
         slow.append(slow_trial(base / f"s{i:03d}", rng.choice(NODES), rng.randint(1400, 1600), factor))
         print(json.dumps(slow[-1]), flush=True)
     if args.healthy_min:

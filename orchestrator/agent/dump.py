@@ -49,9 +49,13 @@ def descendants(pids: list[int]) -> list[int]:
     return seen
 
 
-def pyspy(pid: int) -> str:
+def pyspy_exe() -> str | None:
     beside = Path(sys.executable).parent / "py-spy"  # installed in the same virtualenv
-    exe = str(beside) if beside.is_file() else shutil.which("py-spy")
+    return str(beside) if beside.is_file() else shutil.which("py-spy")
+
+
+def pyspy(pid: int) -> str:
+    exe = pyspy_exe()
     if not exe:
         return "py-spy not installed"
     try:

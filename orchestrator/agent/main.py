@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.agent import dump, nodefacts, preflight
+from orchestrator.agent import dump, nodefacts, preflight, profile
 from orchestrator.agent.ckpt_timer import CheckpointTimer
 from orchestrator.agent.taskenv import srun_task_env, training_argv
 from orchestrator.contract import (
@@ -181,13 +181,15 @@ class NodeAgent:
 
     def _watch(self) -> None:
         """Heartbeat every few seconds and answer dump requests until all ranks exit."""
-        handled = ""
+        handled = {"dump": "", "profile": ""}
         while any(p.poll() is None for p in self.procs):
             self.heartbeat(force=time.monotonic() - self._last_hb > 5.0)
-            request = _read_small(self.paths.dump_request)
-            if request and request != handled:
-                handled = request
-                threading.Thread(target=self._dump, args=(request,), daemon=True).start()
+            for kind, path, answer in (("dump", self.paths.dump_request, self._dump),
+                                       ("profile", self.paths.profile_request, self._profile)):
+                request = _read_small(path)
+                if request and request != handled[kind]:
+                    handled[kind] = request
+                    threading.Thread(target=answer, args=(request,), daemon=True).start()
             if self._outputs_closed.is_set():  # every rank closed its output: the exit is near
                 time.sleep(0.02)
             else:
@@ -201,6 +203,12 @@ class NodeAgent:
         for r in records:
             self.emit("agent", f"{DUMP_MARKER} pid={r.pid} state={r.state} wchan={r.wchan} "
                                f"stack={r.stack_summary}")
+
+    def _profile(self, request: str) -> None:
+        """Where every rank spends its time for a few seconds (the controller saw a slowdown)."""
+        records = profile.profile_processes([p.pid for p in self.procs if p.poll() is None])
+        write_record(self.paths.profile(self.node),
+                     DumpRecord(node=self.node, time=_now(), request=request, processes=records))
 
     def run(self) -> int:
         self.paths.logs.mkdir(parents=True, exist_ok=True)

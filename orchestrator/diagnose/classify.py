@@ -24,6 +24,7 @@ from orchestrator.diagnose.verdicts import Context, evs, verdict
 from orchestrator.evidence import NodeEvidence
 from orchestrator.model import (
     HARDWARE_CAUSES,
+    CancelReason,
     Cause,
     Evidence,
     JobState,
@@ -135,6 +136,17 @@ def _printed_its_end(f: Facts) -> Verdict | None:
                    + (f"; {said} after it" if said else ""), "printed_its_end", Owner.FINISHED)
 
 
+def _slow_node(f: Facts) -> Verdict | None:
+    """Cancelled to swap a slow node for a spare: the node, unless a hardware error says more."""
+    node = f.ctx.slow_node
+    if f.ctx.cancel_reason != CancelReason.SLOW_NODE or not node or f.hardware_roots:
+        return None
+    found = Evidence(node=node, text=f.ctx.slow_evidence, cause=Cause.SLOW_NODE)
+    return verdict(Cause.SLOW_NODE, [node], True, 0.8, [found, *evs(f.roots + f.secondary,
+                                                                    Role.SECONDARY)],
+                   f"{node} slowed the job: {f.ctx.slow_evidence}"[:300], "slow_node", Owner.NODE)
+
+
 def _stalled(f: Facts) -> Verdict | None:
     if f.roots or not (f.ctx.stalled or any(n.stuck_detail for n in f.nodes)):
         return None
@@ -196,6 +208,7 @@ Rule = tuple[str, Callable[[Facts], Verdict | None]]
 RULES: tuple[Rule, ...] = (
     ("all_exited_0", _all_exited_0),
     ("printed_its_end", _printed_its_end),
+    ("slow_node", _slow_node),  # cancelled to swap a slow node for a spare
     # no root error and the controller saw a stall (or a rank is stuck): who stalled it
     ("stalled", _stalled), ("preempted", _spot),
     ("stopped_before_walltime", _stopped_before_walltime),

@@ -24,6 +24,8 @@ RUNTIME_OOM = re.compile(r"CUDA error: out of memory|cudaErrorMemoryAllocation|C
 PROGRAM_WAIT = re.compile(r"queue|_try_get_data|_get_data|dataloader|\block\b|acquire|Condition|"
                           r"Semaphore|\bwait \(threading|\bjoin \(|selectors|\bselect \(|\bpoll "
                           r"\(|Barrier \(threading", re.IGNORECASE)
+# DistributedDataParallel's ranks wait for the gradient all-reduce inside autograd's backward
+IN_BACKWARD = re.compile(r"_engine_run_backward|\bbackward \(torch/autograd")
 COLLECTIVE = re.compile(r"all_?reduce|barrier|broadcast|all_?gather|reduce_scatter|all_to_all|"
                         r"_?wait\b.*distributed|distributed_c10d|c10d|nccl|gloo|monitored_barrier|"
                         r"recv|send", re.IGNORECASE)

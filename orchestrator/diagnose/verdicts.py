@@ -26,6 +26,8 @@ class Context:
     fs_stalls: tuple[str, ...] = ()
     lost: tuple[str, ...] = ()
     job_id: str = ""
+    slow_node: str = ""  # cancelled to swap this slow node for a spare (and the evidence why)
+    slow_evidence: str = ""
 
 
 def ev(n: NodeEvidence, m: Match, role: Role) -> Evidence:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -21,10 +21,10 @@ from orchestrator.loop import observations as o
 from orchestrator.loop import progress
 from orchestrator.loop.conclude import Outcome, conclude
 from orchestrator.loop.effects import Alert, Effect
-from orchestrator.model import CancelReason, JobState, RunStatus, SegmentSpec
+from orchestrator.model import CancelReason, Cause, JobState, RunStatus, SegmentSpec
 from orchestrator.placement import InAllocation, OwnJob
 from orchestrator.settings import Goal, Policy, Settings
-from orchestrator.state import MAX_ACKED, RunState, SegmentRecord
+from orchestrator.state import MAX_ACKED, RunState, SegmentRecord, SlowNodeRecord
 
 
 class Phase(StrEnum):
@@ -193,6 +193,25 @@ def _slowed(old: RunState, obs: o.SlowedDown, cfg: Settings | None,
                    if t.changed else ())
 
 
+def _slow_node(old: RunState, obs: o.SlowNodeFound, cfg: Settings | None,
+               now: datetime) -> Transition:
+    """A slow node recorded in the segment; without a swap it gets a (soft) strike now."""
+    seg = old.current
+    assert seg is not None and cfg is not None
+    found = SlowNodeRecord(node=obs.node, factor=round(obs.factor, 3), since=obs.since,
+                           evidence=obs.evidence,
+                           action="swapped for a spare" if obs.swap else "struck")
+    bl = old.blacklist if obs.swap else old.blacklist.record(
+        obs.node, Cause.SLOW_NODE, obs.evidence, seg.job_id or "", now, hard=False,
+        expiry=timedelta(hours=cfg.policy.blacklist_expiry_h))
+    t = _changed(old, now, segments=[*old.segments[:-1],
+                                     seg.evolve(slow_nodes=[*seg.slow_nodes, found])],
+                 blacklist=bl)
+    what = "swapped for a spare" if obs.swap else "a strike; the job runs on"
+    return replace(t, effects=(Alert(f"{old.run}: {obs.node} slows the job ({what})",
+                                     obs.evidence),))
+
+
 def _halted(old: RunState, obs: o.Halted, cfg: Settings | None, now: datetime) -> Transition:
     t = _changed(old, now, status=RunStatus.STOPPED, stop_reason=obs.reason)
     return replace(t, effects=(Alert(f"{old.run}: STOPPED, needs a human", obs.reason),))
@@ -247,6 +266,7 @@ HANDLERS: dict[type, Callable[[RunState, Any, Settings | None, datetime], Transi
     o.Halted: _halted,
     o.BlacklistEdited: _edited, o.Started: _started, o.FromScratch: _from_scratch,
     o.CancelledByOperator: _cancelled_by_operator, o.SlowedDown: _slowed,
+    o.SlowNodeFound: _slow_node,
 }
 
 

@@ -37,6 +37,13 @@ def recent_hardware(events: list[HardwareEvent], now: datetime) -> frozenset[str
     return frozenset(h.node for h in events if now - h.time < HARDWARE_MEMORY)
 
 
+def _slow(seg: SegmentRecord) -> dict[str, str]:
+    """The slow node the step was cancelled to swap out, and why."""
+    if seg.cancel_reason != CancelReason.SLOW_NODE or not seg.slow_nodes:
+        return {}
+    return {"slow_node": seg.slow_nodes[-1].node, "slow_evidence": seg.slow_nodes[-1].evidence}
+
+
 def judge(status: JobStatus, evidence: list[NodeEvidence], fs_stalls: list[str], seg: SegmentRecord,
           recent: frozenset[str], lost: tuple[str, ...] = ()) -> Verdict:
     """The verdict on one segment: the classifier's rules, finished by the reads of the segment's
@@ -44,7 +51,7 @@ def judge(status: JobStatus, evidence: list[NodeEvidence], fs_stalls: list[str],
     ctx = Context(recent_hardware=recent, start_iteration=seg.start_iteration,
                   stalled=seg.cancel_reason == CancelReason.STALL, cancel_reason=seg.cancel_reason,
                   fs_stalls=tuple(fs_stalls), lost=tuple(n for n in lost if n in seg.nodes),
-                  job_id=seg.job_id or "")
+                  job_id=seg.job_id or "", **_slow(seg))
     return classify(status, evidence, ctx)
 
 

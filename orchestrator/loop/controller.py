@@ -42,9 +42,9 @@ from orchestrator.loop.submission import (
     shared_path,
     unloadable,
 )
-from orchestrator.loop.supervise import Seen, supervise
-from orchestrator.loop.vigil import Vigil, slowdown_note
-from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
+from orchestrator.loop.supervise import Seen, Supervision, supervise
+from orchestrator.loop.vigil import Vigil, swap_terms
+from orchestrator.model import CancelReason, JobRef, JobState, JobStatus, RunStatus
 from orchestrator.settings import PROGRESS_REGEX, Settings
 from orchestrator.state import RunState, SegmentRecord, StateStore
 from orchestrator.watch.reader import Listing, scan_dir
@@ -67,7 +67,7 @@ class Controller(Keeper):
         self.signatures = table_for(settings.signatures)
         self.progress = progress_pattern(settings.progress_regex, PROGRESS_REGEX)
         self._watch: SegmentWatch | None = None
-        self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch.read_timeout_s)
+        self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch)
         self.notes = Notes(backend.queue_position)
         self.keep_job = True  # False with --cancel-on-exit: the caller cancels the job after run()
         self._stall = Outage("filesystem stall")
@@ -162,8 +162,7 @@ class Controller(Keeper):
         self.new_watch(seg, reattached)
 
     def mode(self, seg: SegmentRecord) -> Mode:
-        """The executor of the segment's placement: the one place that tells a job of its own from a
-        step."""
+        """The executor of the segment's placement (the one place that tells a job from a step)."""
         return self.steps if in_allocation(seg) else self.own
 
     def new_watch(self, seg: SegmentRecord, reattached: bool = False) -> None:
@@ -172,7 +171,7 @@ class Controller(Keeper):
         root = SegmentPaths.of(self.s.run_dir, seg.index).root
         self._watch = SegmentWatch(root, self.signatures, self.progress,
                                    self.s.watch.read_timeout_s, listing=self.listing)
-        self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch.read_timeout_s)
+        self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch, root)
         # re-attached: the controller started while the job was already there
         self.notes.reset(reattached)
 
@@ -180,7 +179,6 @@ class Controller(Keeper):
         """The controller died between submitting and recording the job id: find the job by name."""
         try:
             live = self.backend.find_jobs(seg.job_name)
-        # the same outage as a refused sbatch: bounded by the same limit
         except SchedulerUnavailable as exc:
             self._held(self._outage, self.s.policy.scheduler_outage_max_s, str(exc))
             return
@@ -250,12 +248,17 @@ class Controller(Keeper):
             running_since=self.notes.running_since, dumps_requested_at=watch.dumps_requested_at,
             last_output=watch.last_output_at, nodes=frozenset(watch.nodes),
             dumps_in=watch.dumps_in(), blind=watch.blind_since is not None), now)
-        if sd := self._vigil.new_slowdown():
-            note = slowdown_note(sd)
-            logger.warning(note)
-            self.effects.run(self.advance(o.SlowedDown(sd.factor, sd.since, note)).effects)
+        slow = self._vigil.slow(watch, now, swap_terms(
+            self.s, self.state, seg, len(self.mode(seg).free(seg, now)), self.notes.running_since,
+            watch.max_iteration(), now))
+        for ob in slow.observations:
+            self.effects.run(self.advance(ob).effects)
             self.save()
+        for line in slow.notes:
+            logger.warning(line)
         sv = supervise(seen, now, self.s.watch)
+        if slow.swap and not sv.cancel:
+            sv = Supervision(cancel=slow.swap, reason=CancelReason.SLOW_NODE)
         if sv.clear_dumps:
             watch.clear_dumps()
         if sv.request_dumps:

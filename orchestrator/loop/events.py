@@ -9,6 +9,7 @@ Every line: {"schema": 1, "key", "event", "time", "run", ...}. Events:
   decision_rule,
   confidence, start_iteration, end_iteration
 - slowdown: segment, job_id, factor, note (the job runs `factor` times slower than before)
+- slow_node: segment, job_id, node, factor, evidence, action (swapped for a spare, or struck)
 - node_blacklisted: node, cause, evidence (first 300 characters), strikes, hard, source, expires
 - run_ended: status, stop_reason, iteration
 """
@@ -45,6 +46,10 @@ def _segment_events(seg: SegmentRecord) -> list[tuple[str, str, datetime, dict[s
         out.append((f"segment:{seg.index}:slowdown:{seg.slowdown_factor}", "slowdown",
                     seg.slowdown_since, {"segment": seg.index, "job_id": seg.job_id,
                                          "factor": seg.slowdown_factor, "note": seg.slowdown_note}))
+    for f in seg.slow_nodes:
+        out.append((f"segment:{seg.index}:slow_node:{f.node}", "slow_node", f.since,
+                    {"segment": seg.index, "job_id": seg.job_id, "node": f.node,
+                     "factor": f.factor, "evidence": f.evidence, "action": f.action}))
     if seg.ended_at and seg.action is not None:
         out.append((f"segment:{seg.index}:ended", "segment_ended", seg.ended_at,
                     {"segment": seg.index, "job_id": seg.job_id, "job_state": _value(seg.job_state),

@@ -35,6 +35,10 @@ class Mode(Protocol):
         it)."""
         ...
 
+    def free(self, seg: SegmentRecord, now: datetime) -> list[str]:
+        """Spare nodes free to take a node's place inside the job now."""
+        ...
+
 
 class OwnJob:
     """A segment with a job of its own: the job's status is the segment's, a cancel ends the job
@@ -52,3 +56,6 @@ class OwnJob:
 
     def after(self, out: Outcome, now: datetime) -> None:
         return None
+
+    def free(self, seg: SegmentRecord, now: datetime) -> list[str]:
+        return []

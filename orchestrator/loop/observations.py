@@ -145,6 +145,17 @@ class SlowedDown:
 
 
 @dataclass(frozen=True)
+class SlowNodeFound:
+    """The profiles name the node that slows the job; `swap`: a spare takes its place (the step
+    is cancelled and judged), else the node gets a strike and the job runs on."""
+    node: str
+    factor: float
+    since: datetime
+    evidence: str
+    swap: bool
+
+
+@dataclass(frozen=True)
 class CancelledByOperator:
     """The operator's cancel (`--cancel-on-exit`, `orchestrator cancel`) of the current segment's
     job."""
@@ -154,4 +165,4 @@ class CancelledByOperator:
 Observation = (
     Planned | Submitted | Withdrawn | Polled | QueueNoted | Cancelling | Ended | AllocationKnown
     | JobEnding | RestartedInJob | CheckpointSeen | Halted | BlacklistEdited | Started | FromScratch
-    | CancelledByOperator | SlowedDown)
+    | CancelledByOperator | SlowedDown | SlowNodeFound)

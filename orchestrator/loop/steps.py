@@ -140,10 +140,7 @@ class Steps:
         job_ended = self.job_state is None or self.job_state.state.terminal
         rec, held = self.record, self.held or seg.allocation
         step_ok = rec is not None and bool(rec.ended) and rec.exit_code == 0
-        bl = merged_blacklist(self.host.s,
-                              state.blacklist).excluding(now, self.host.s.policy.strike_threshold)
-        banned = {e.node for e in bl} | state.blamed_in_job(seg)  # other runs' blacklist included
-        spares = free_spares(seg, held, self.lost, banned)
+        spares = self.free(seg, now)
         nxt = after_step(state, seg, out.verdict, out.decision, spares, job_ended, step_ok, held)
         log = logger.bind(run=state.run, segment=seg.index, job=seg.job_id)
         if nxt.cancel_job:
@@ -151,6 +148,15 @@ class Steps:
             self._end_job(seg, nxt.cancel_job)
         elif nxt.restart.ok:
             self.restart(seg, nxt, spares, now)
+
+    def free(self, seg: SegmentRecord, now: datetime) -> list[str]:
+        """The spares of the segment's job free now: held, not lost, not excluded by any run's
+        blacklist nor blamed in this job."""
+        state = self.host.state
+        bl = merged_blacklist(self.host.s,
+                              state.blacklist).excluding(now, self.host.s.policy.strike_threshold)
+        banned = {e.node for e in bl} | state.blamed_in_job(seg)  # other runs' blacklist included
+        return free_spares(seg, self.held or seg.allocation, self.lost, banned)
 
     def _end_job(self, seg: SegmentRecord, why: str) -> None:
         """End the segment's job (a new segment follows); the segment's reason says why not in the

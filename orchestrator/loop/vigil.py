@@ -1,27 +1,62 @@
 """What the watchdog knows beyond one poll's snapshot, kept across the polls of one segment: the
 step cadence (its early stall limit), whether a checkpoint is being written, whether the current
-stacks confirm a hang, and the job's pace (a slowdown and when it began)."""
+stacks confirm a hang, the job's pace (a slowdown and when it began) and, once it slowed, the
+profiles that name the slow node and whether swapping it for a spare is worth a restart."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from orchestrator.loop import observations as o
+from orchestrator.loop.injob import job_submitted_at
 from orchestrator.loop.supervise import EARLY_FLOOR_S, Seen
+from orchestrator.settings import Settings, Watch
+from orchestrator.spares import swap_gain_s, worth_swapping
+from orchestrator.state import RunState, SegmentRecord
 from orchestrator.watch.cadence import Cadence, written_since
 from orchestrator.watch.pace import Pace, Slowdown
 from orchestrator.watch.segment import SegmentWatch
+from orchestrator.watch.slownode import Profiles
 from orchestrator.watch.stuck import hang_confirmed
+
+DEFAULT_STARTUP_S = 120.0  # a restart's start-up when this segment's own is unknown
+# never less: a step's teardown, a new step's launch, imports, rendezvous and the checkpoint's load
+# (the segment's own start-up is measured from when the controller saw it run: that can be late)
+MIN_STARTUP_S = 30.0
+
+
+@dataclass(frozen=True)
+class SwapTerms:
+    """What a swap for a spare would cost and gain: free spares, the seconds left of the job's time
+    limit, the iterations left to the goal, the segment's start-up and its newest checkpoint (the
+    work after it is lost at a restart)."""
+    spares: int = 0
+    remaining_s: float = 0.0
+    iterations_left: int | None = None
+    startup_s: float | None = None
+    checkpoint: str | None = None
+
+
+@dataclass(frozen=True)
+class SlowStep:
+    """What the pace and the profiles say at one poll: observations for the ledger, a line for the
+    log, and (non-empty) the sentence for cancelling the step to swap the slow node."""
+    observations: tuple[o.Observation, ...] = ()
+    notes: tuple[str, ...] = ()
+    swap: str = ""
 
 
 class Vigil:
     """The cadence and pace of one segment, fed once per poll."""
 
-    def __init__(self, checkpoint_dir: Path, read_timeout_s: float) -> None:
-        self.cadence, self.pace = Cadence(), Pace()
-        self._dir, self._timeout = checkpoint_dir, read_timeout_s
+    def __init__(self, checkpoint_dir: Path, w: Watch, segment_dir: Path | None = None) -> None:
+        self.cadence, self.pace = Cadence(), Pace(w.pace_window_s)
+        self._dir, self._timeout = checkpoint_dir, w.read_timeout_s
         self.reported: Slowdown | None = None  # the slowdown last reported
+        self.profiles = Profiles(segment_dir, w.read_timeout_s) if segment_dir else None
+        self._ckpt: tuple[str | None, datetime] | None = None  # the newest checkpoint, seen when
 
     def seen(self, watch: SegmentWatch, base: Seen, now: datetime) -> Seen:
         """`base` with the cadence, a checkpoint save in progress and the stacks' confirmation."""
@@ -43,6 +78,59 @@ class Vigil:
             return None
         self.reported = sd
         return sd
+
+
+    def slow(self, watch: SegmentWatch, now: datetime, terms: SwapTerms) -> SlowStep:
+        """A new slowdown is reported and the agents asked for profiles; once they answered, the
+        slow node is named (or why nobody is), and swapped when a spare is free and the time it
+        saves over the rest of the segment exceeds a restart's cost, else struck."""
+        obs: tuple[o.Observation, ...] = ()
+        notes: tuple[str, ...] = ()
+        if self._ckpt is None or self._ckpt[0] != terms.checkpoint:
+            self._ckpt = (terms.checkpoint, now)
+        if sd := self.new_slowdown():
+            obs = (o.SlowedDown(sd.factor, sd.since, slowdown_note(sd)),)
+            notes = (slowdown_note(sd),)
+            if self.profiles is not None:
+                self.profiles.request(now)
+        live = frozenset(n for n, nw in watch.nodes.items() if nw.exit_record is None)
+        found = self.profiles.verdict(live, now) if self.profiles is not None else None
+        if found is None or self.reported is None:
+            return SlowStep(obs, notes)
+        if not found.node:
+            return SlowStep(obs, (*notes, f"the job slowed; no slow node named: {found.evidence}"))
+        sd = self.reported
+        startup = DEFAULT_STARTUP_S if terms.startup_s is None else max(MIN_STARTUP_S,
+                                                                        terms.startup_s)
+        cost = startup + (now - self._ckpt[1]).total_seconds()
+        left = terms.remaining_s
+        if terms.iterations_left is not None:
+            left = min(left, terms.iterations_left * sd.now_s)
+        gain = swap_gain_s(sd.factor, left)
+        swap = terms.spares > 0 and worth_swapping(sd.factor, left, cost)
+        why = (f"; a swap saves ~{gain:.0f}s of the {left:.0f}s left against a restart's "
+               f"~{cost:.0f}s" + ("" if terms.spares else " (no free spare)"))
+        evidence = found.evidence + why
+        obs += (o.SlowNodeFound(found.node, sd.factor, sd.since, evidence, swap),)
+        return SlowStep(obs, (*notes, f"slow node {found.node}: {evidence}"),
+                        swap=f"slow node {found.node} ({sd.factor:.2f}x): swapped for a spare: "
+                             f"{evidence}" if swap else "")
+
+
+def swap_terms(s: Settings, state: RunState, seg: SegmentRecord, spares: int,
+               running_since: datetime | None, iteration: int | None, now: datetime) -> SwapTerms:
+    """The terms of a swap from the ledger: the job's time limit counts from its submission (an
+    overestimate of the time used, so a swap is never over-sold)."""
+    start = job_submitted_at(state, seg) or now
+    target = state.target_iteration or s.goal.target_iteration
+    began = running_since or seg.submitted_at
+    return SwapTerms(
+        spares=spares,
+        remaining_s=s.resources.time_limit_min * 60 - (now - start).total_seconds(),
+        iterations_left=target - iteration if target and iteration is not None else None,
+        startup_s=((seg.first_progress_at - began).total_seconds()
+                   if seg.first_progress_at and began else None),
+        checkpoint=state.checkpoint_seen)
 
 
 def slowdown_note(sd: Slowdown) -> str:

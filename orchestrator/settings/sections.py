@@ -228,6 +228,10 @@ class Watch(Section):
     )
     read_timeout_s: float = Field(10.0, gt=0, le=3600,
                                   description="Timeout for one read of the shared filesystem.")
+    pace_window_s: float = Field(
+        20.0, ge=2, le=3600,
+        description="Seconds of progress per pace window: a slowdown is 2 slow windows after 3 "
+                    "to learn the pace (then the agents profile the ranks to name the slow node).")
 
 
 class UserSignature(Section):

@@ -163,6 +163,7 @@ effective training time {ettr} of {human(m['wall_s'])} wall time; time lost: {e(
 <table><tr><th>seg</th><th>job</th><th>nodes</th><th>excluded</th><th>iterations</th><th>cause</th>
 <th>culprit</th><th>action</th><th>reason</th></tr>{_segment_rows(segs)}</table>
 {restarts_html(state)}
+{_slow_html(state)}
 <h2>Blacklist</h2>
 <table><tr><th>node</th><th>cause</th><th>strikes</th><th>expires</th><th>evidence</th></tr>\
 {_blacklist_rows(state)}</table>
@@ -245,6 +246,17 @@ first progress.</p>
 <table id="spares"><tr><th>job</th><th>submitted by seg</th><th>segments</th><th>spares</th>\
 <th>promoted</th>
 <th>free</th></tr>{spares}</table>"""
+
+
+def _slow_html(state: RunState) -> str:
+    """The nodes found slowing the job (none: nothing)."""
+    e = html.escape
+    rows = "".join(f"<tr><td>{s.index}</td><td>{e(f.node)}</td><td>{f.factor:.2f}x</td>"
+                   f"<td>{e(f.since.isoformat(timespec='seconds'))}</td>"
+                   f"<td>{e(f.action)}</td><td>{e(f.evidence[:300])}</td></tr>"
+                   for s in state.segments for f in s.slow_nodes)
+    return ("<h2>Slow nodes</h2>\n<table id=\"slow\"><tr><th>seg</th><th>node</th><th>slowdown</th>"
+            f"<th>since</th><th>action</th><th>evidence</th></tr>{rows}</table>" if rows else "")
 
 
 def _blacklist_rows(state: RunState) -> str:

@@ -48,8 +48,16 @@ def status_json(state: RunState, now: datetime) -> dict[str, Any]:
         "restarts": _restarts_json(state),
         "drain_commands": drain_commands(state, now),
         "segments": [_segment_json(s) for s in state.segments],
+        "slow_nodes": slow_nodes_json(state),
         "blacklist": [_blacklist_entry_json(e, now) for e in state.blacklist.entries],
     }
+
+
+def slow_nodes_json(state: RunState) -> list[dict[str, Any]]:
+    """Every node found slowing the job, newest last: node, slowdown, since, evidence, action."""
+    return [{"node": f.node, "slowdown": f.factor, "since": f.since.isoformat(),
+             "evidence": f.evidence, "action": f.action, "segment": s.index, "job_id": s.job_id}
+            for s in state.segments for f in s.slow_nodes]
 
 
 def _current_json(cur: SegmentRecord) -> dict[str, Any]:
@@ -176,6 +184,9 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
                   + (f" ({cur.queue_note})" if cur.queue_note else ""))
         if spares := current_spares(state):
             row("spares", spares)
+        if cur.slowdown_factor:
+            row("slowdown", f"{cur.slowdown_factor:.2f}x since {_ts(cur.slowdown_since)}"
+                + "".join(f"; {f.node} {f.action}" for f in cur.slow_nodes))
     goal = f" / {state.target_iteration}" if state.target_iteration else ""
     row("iteration", f"{state.best_iteration()}{goal}{quiet_note(cur, now)}")
     row("rate", f"{m['rate_per_h']} iterations/h" if m["rate_per_h"] else "-")

@@ -9,14 +9,12 @@ from typing import Protocol
 
 from orchestrator.contract import DumpRecord, ExitRecord
 from orchestrator.diagnose.culprits import stack_outliers
-from orchestrator.diagnose.rules import COLLECTIVE, PROGRAM_WAIT
+from orchestrator.diagnose.rules import COLLECTIVE, IN_BACKWARD, PROGRAM_WAIT
 from orchestrator.evidence import NodeEvidence
 
 # an agent quiet this long after a dump request, while the others answered, is frozen (its
 # heartbeat comes every 5 s)
 SILENT_AFTER_S = 12.0
-# DistributedDataParallel's ranks wait for the gradient all-reduce inside autograd's backward
-IN_BACKWARD = re.compile(r"_engine_run_backward|\bbackward \(torch/autograd")
 # a rank outside the collective in these frames may be saving a checkpoint, evaluating, reading
 # its data or waiting in its own code (a queue, a lock): not an early hang, as a slow shard or a
 # filesystem hiccup of a minute would exclude a node or stop the run; the fixed limit judges those

@@ -1,0 +1,72 @@
+"""Where each training process spends its time, for the slow-node search: `py-spy record` of every
+rank at once for a few seconds (non-blocking, idle samples included), each sample of the main
+thread counted as waiting when its stack is inside a collective (DDP's backward included: the
+gradient all-reduce runs there). In a lock-step job the slowest rank waits least: its peers wait for
+it. The launcher (torchrun's agent) is no rank and is left out."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from orchestrator.agent.dump import descendants, pyspy_exe, read_stat
+from orchestrator.contract import ProcessDump
+from orchestrator.diagnose.rules import COLLECTIVE, IN_BACKWARD
+
+DURATION_S = 5
+RATE_HZ = 50
+GRACE_S = 10.0  # py-spy's own start and exit, beyond the duration
+LAUNCHER = re.compile(r"torch/distributed/(?:elastic|run\.py|launch)|deepspeed/launcher|"
+                      r"accelerate/")
+THREAD = re.compile(r"^thread \(\w+\): (?P<name>[^;]*);")
+
+
+def count(raw: str) -> tuple[int, int, bool]:
+    """(samples, waiting samples, a launcher) from py-spy's raw (collapsed) output: a line a stack,
+    `frame;frame;... N`, with `thread (TID): NAME;` first under --threads. Only the main thread
+    counts when threads are named (a loader or logging thread's samples say nothing of the step)."""
+    rows = []
+    for line in raw.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if stack and n.isdigit():
+            rows.append((stack, int(n)))
+    named = [(s, n) for s, n in rows if (m := THREAD.match(s)) and m["name"] == "MainThread"]
+    rows = named or rows
+    samples = sum(n for _, n in rows)
+    waiting = sum(n for s, n in rows if COLLECTIVE.search(s) or IN_BACKWARD.search(s))
+    return samples, waiting, any(LAUNCHER.search(s) for s, _ in rows)
+
+
+def profile_processes(pids: list[int], duration_s: int = DURATION_S) -> list[ProcessDump]:
+    """Every live process under `pids` sampled at once; those py-spy could read and that are no
+    launcher, with their sample counts (none where py-spy is missing)."""
+    exe = pyspy_exe()
+    if not exe:
+        return []
+    procs = [(p, st) for p in descendants(pids) if (st := read_stat(p)) and st[0] not in "ZX"]
+    with tempfile.TemporaryDirectory(prefix="orch-profile-") as tmp:
+        running = []
+        for pid, _ in procs:
+            out = Path(tmp) / f"{pid}.txt"
+            argv = [exe, "record", "--pid", str(pid), "--duration", str(duration_s), "--rate",
+                    str(RATE_HZ), "--format", "raw", "--nonblocking", "--idle", "--threads",
+                    "--output", str(out)]
+            running.append((pid, out, subprocess.Popen(  # noqa: S603
+                argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+        deadline = time.monotonic() + duration_s + GRACE_S
+        records = []
+        for (pid, out, proc), (_, st) in zip(running, procs, strict=True):
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                continue
+            samples, waiting, launcher = count(out.read_text(errors="replace")
+                                               if out.is_file() else "")
+            if samples and not launcher:
+                records.append(ProcessDump(pid=pid, state=st[0], ppid=st[1], samples=samples,
+                                           waiting=waiting))
+    return records
