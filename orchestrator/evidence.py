@@ -43,6 +43,8 @@ class NodeEvidence:
     tail: tuple[tuple[int, str], ...] = ()
     stuck_detail: str = ""  # e.g. "pid 123 state D wchan=..." from a stall dump
     top_frames: tuple[str, ...] = ()  # innermost Python frame of each training process (py-spy)
+    # the flight recorders: this node's ranks enqueued fewer collectives than the others (why)
+    flight_detail: str = ""
     addresses: frozenset[str] = frozenset()  # IP addresses this host announced in NCCL INFO lines
     # the stuck process waits in filesystem code, or the fs probe timed out
     fs_suspect: bool = False

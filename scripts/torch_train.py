@@ -146,6 +146,12 @@ def main() -> int:
     store = dist.FileStore(str(args.sync_dir / "store"), world)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                             timeout=dt.timedelta(seconds=args.collective_timeout))
+    try:  # the flight recorder written on the orchestrator's dump request (a no-op outside it)
+        from orchestrator.flight import dump_on_request
+    except ImportError:
+        pass
+    else:
+        dump_on_request()
     torch.manual_seed(1234)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(DIM, DIM), nn.Tanh(), nn.Linear(DIM, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

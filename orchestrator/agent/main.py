@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from orchestrator.agent import dump, nodefacts, preflight, profile
 from orchestrator.agent.ckpt_timer import CheckpointTimer
-from orchestrator.agent.taskenv import srun_task_env, training_argv
+from orchestrator.agent.taskenv import flight_env, srun_task_env, training_argv
 from orchestrator.contract import (
     CANNOT_START_EXIT,
     DUMP_MARKER,
@@ -36,6 +36,7 @@ from orchestrator.contract import (
     write_record,
 )
 from orchestrator.diagnose.linear import progress_pattern
+from orchestrator.flight import FLIGHT_DIR
 from orchestrator.model import SegmentSpec
 from orchestrator.settings import PROGRESS_REGEX, last_iteration
 
@@ -129,6 +130,7 @@ class NodeAgent:
         })
         env.update(srun_task_env(self.node_rank, local_rank, s.tasks_per_node, self.nnodes,
                                  os.environ))
+        env.update(flight_env(s.segment_dir, self.node, env))
         nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
         if nodelist:
             import hostlist
@@ -213,6 +215,7 @@ class NodeAgent:
     def run(self) -> int:
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         self.paths.nodes.mkdir(parents=True, exist_ok=True)
+        (self.paths.root / FLIGHT_DIR).mkdir(exist_ok=True)  # torch writes there, creates nothing
         self._log = self.paths.log(self.node).open("a", encoding="utf-8")
         self.emit("agent",
                   start_line(self.spec.index, self.job_id, self.node, self.node_rank,

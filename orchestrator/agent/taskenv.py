@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from orchestrator.flight import FLIGHT_DIR
+
 
 def srun_task_env(node_rank: int, local_rank: int, per_node: int, nnodes: int,
                   outer: Any) -> dict[str, str]:
@@ -25,6 +27,21 @@ def srun_task_env(node_rank: int, local_rank: int, per_node: int, nnodes: int,
     if per_node > 1 and str(cpus := outer.get("SLURM_CPUS_PER_TASK", "")).isdigit():
         env["SLURM_CPUS_PER_TASK"] = str(max(1, int(cpus) // per_node))
     return env
+
+
+# PyTorch's flight recorder: the last collectives of every process group, on every backend (Gloo
+# included); NCCL writes it on a collective timeout, `orchestrator.flight` on the controller's dump
+# request. A user's own setting wins.
+FLIGHT_ENTRIES = "2000"
+
+
+def flight_env(segment_dir: str, node: str, outer: Any) -> dict[str, str]:
+    """The flight recorder's variables for one node's ranks (torch appends the rank to the file)."""
+    wanted = {"TORCH_FR_BUFFER_SIZE": FLIGHT_ENTRIES,
+              "TORCH_NCCL_TRACE_BUFFER_SIZE": FLIGHT_ENTRIES, "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+              "TORCH_FR_DUMP_TEMP_FILE": str(Path(segment_dir) / FLIGHT_DIR / f"{node}.rank-"),
+              "ORCH_DUMP_REQUEST": str(Path(segment_dir) / "dump-request")}
+    return {k: v for k, v in wanted.items() if not outer.get(k)}
 
 
 def training_argv(argv: tuple[str, ...], env: dict[str, str]) -> list[str]:

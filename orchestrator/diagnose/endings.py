@@ -60,21 +60,8 @@ def who_stalled(nodes: list[NodeEvidence], secondary: list[Evidence],
                        Owner.NODE)
     if stuck_only:
         return None
-    odd, common = stack_outliers(nodes)
-    if odd:
-        frames = [f for n in nodes if n.node in odd for f in n.top_frames if f and f != common]
-        found = [Evidence(node=n.node, file=n.file, text="innermost frames "
-                       f"{', '.join(n.top_frames)}; the others wait in {common}", cause=Cause.HANG)
-                 for n in nodes if n.node in odd]
-        if frames and not any(DEVICE_FRAME.search(f) for f in frames) and any(PROGRAM_WAIT.search(f)
-                                                                             for f in frames):
-            return verdict(Cause.HANG, [], False, 0.7, found + secondary,
-                            f"the rank outside {common} waits in the program's own code "
-                            f"({frames[0]}): a deadlock or a stuck data loader, not a node",
-                           "hang_in_program_code", Owner.JOB)
-        return verdict(Cause.HANG, odd, True, 0.8, found + secondary,
-                        f"ranks on {','.join(odd)} are not in {common}, where all the others wait",
-                        "outside_collective", Owner.NODE)
+    if (outlier := _outside(nodes, secondary)) is not None:
+        return outlier
     shared = {f for n in nodes for f in n.top_frames if f}
     only = next(iter(shared)) if len(shared) == 1 else ""
     if (only and PROGRAM_WAIT.search(only) and not COLLECTIVE.search(only)
@@ -87,6 +74,41 @@ def who_stalled(nodes: list[NodeEvidence], secondary: list[Evidence],
         return verdict(Cause.HANG, behind, True, 0.6, secondary, "progress stopped first on "
                        + ",".join(behind), "progress_stopped_first", Owner.NODE)
     return None
+
+
+def _outside(nodes: list[NodeEvidence], secondary: list[Evidence]) -> Verdict | None:
+    """Ranks outside the collective the others wait in, from two sources: the stacks (an odd
+    innermost frame) and the flight recorders (fewer collectives enqueued). One source, or both
+    agreeing, names the nodes; two that name different nodes name nobody."""
+    odd, common = stack_outliers(nodes)
+    behind = [n.node for n in nodes if n.flight_detail]
+    flight = [Evidence(node=n.node, file=n.file, text=n.flight_detail, cause=Cause.HANG)
+              for n in nodes if n.flight_detail]
+    if odd and behind and set(odd) != set(behind):
+        return verdict(Cause.HANG, [], False, 0.5, flight + secondary,
+                       f"the sources disagree: the stacks put {','.join(odd)} outside {common}, "
+                       f"the flight recorders {','.join(behind)} behind: nobody named",
+                       "sources_disagree", Owner.NOBODY)
+    if not odd and not behind:
+        return None
+    if not odd:
+        return verdict(Cause.HANG, behind, True, 0.75, flight + secondary,
+                       f"ranks on {','.join(behind)} never enqueued the collective the others wait "
+                       "in (flight recorder)", "behind_in_collectives", Owner.NODE)
+    frames = [f for n in nodes if n.node in odd for f in n.top_frames if f and f != common]
+    found = [Evidence(node=n.node, file=n.file, text="innermost frames "
+                   f"{', '.join(n.top_frames)}; the others wait in {common}", cause=Cause.HANG)
+             for n in nodes if n.node in odd]
+    if frames and not any(DEVICE_FRAME.search(f) for f in frames) and any(PROGRAM_WAIT.search(f)
+                                                                         for f in frames):
+        return verdict(Cause.HANG, [], False, 0.7, found + flight + secondary,
+                       f"the rank outside {common} waits in the program's own code "
+                       f"({frames[0]}): a deadlock or a stuck data loader, not a node",
+                       "hang_in_program_code", Owner.JOB)
+    return verdict(Cause.HANG, odd, True, 0.9 if behind else 0.8, found + flight + secondary,
+                   f"ranks on {','.join(odd)} are not in {common}, where all the others wait"
+                   + (" (the flight recorders agree)" if behind else ""), "outside_collective",
+                   Owner.NODE)
 
 
 def scheduler_end(job: JobStatus, cause: Cause, nodes: list[NodeEvidence], roots: list[NodeMatch],

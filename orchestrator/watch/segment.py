@@ -4,7 +4,6 @@ filesystem, a FIFO with no writer) never hangs the controller; the stall is reco
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 from collections.abc import Callable
@@ -17,12 +16,14 @@ from typing import Any
 from loguru import logger
 
 from orchestrator.contract import DumpRecord, ExitRecord, R, SegmentPaths, read_record
-from orchestrator.diagnose.nodes import node_evidence
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import Signature
-from orchestrator.evidence import Match, NodeEvidence
+from orchestrator.evidence import NodeEvidence
+from orchestrator.flight import FLIGHT_DIR
 from orchestrator.tail import LogTail
+from orchestrator.watch.evidence import node_evidences
+from orchestrator.watch.flight import read_flight
 from orchestrator.watch.node import NodeWatch
 from orchestrator.watch.reader import (
     Batch,
@@ -34,7 +35,7 @@ from orchestrator.watch.reader import (
     submitit_logs,
 )
 from orchestrator.watch.roster import Roster
-from orchestrator.watch.stuck import frames, fs_suspect, stuck_detail
+from orchestrator.watch.stuck import stuck_detail
 
 
 @dataclass
@@ -273,23 +274,12 @@ class SegmentWatch:
         return frozenset(n for n, nw in self.nodes.items() if nw.dump is not None)
 
     def evidence(self) -> list[NodeEvidence]:
-        out = []
-        extra: dict[str, list[Match]] = {}
-        for sw in self.scheduler_logs.values():
-            extra.setdefault(sw.scan.node, []).extend(sw.scan.matches)
-        names = sorted(set(self.nodes) | set(extra))
-        for node in names:
-            nw = self.nodes.get(node)
-            code = nw.exit_record.exit_code if nw and nw.exit_record else None
-            if nw is None:
-                ev = NodeEvidence(node=node, matches=tuple(extra[node]))
-            else:
-                ev = node_evidence(nw.scan, exit_code=code, stuck_detail=self._stuck(nw),
-                                   top_frames=frames(nw.dump), fs_suspect=fs_suspect(nw.dump))
-                if node in extra:
-                    ev = dataclasses.replace(ev, matches=ev.matches + tuple(extra[node]))
-            out.append(ev)
-        return out
+        """Every node's evidence: its scan, exit, stuck state, stacks, the scheduler's lines about
+        it and, where the ranks wrote their flight recorders, whether its ranks are behind."""
+        ok, late = self._call("flight recorders", read_flight, self.paths.root / FLIGHT_DIR,
+                              self.dump_request_id)
+        return node_evidences(self.nodes, self.scheduler_logs.values(), self._stuck,
+                              late if ok and isinstance(late, dict) else {})
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,34 @@
+"""Assembling a segment's evidence from its node watches: each node's scan, exit code, stuck state
+and stacks, the scheduler's lines about it, and the flight recorders' word on who is behind."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+
+from orchestrator.diagnose.nodes import node_evidence
+from orchestrator.evidence import Match, NodeEvidence
+from orchestrator.watch.node import NodeWatch
+from orchestrator.watch.stuck import frames, fs_suspect
+
+
+def node_evidences(nodes: Mapping[str, NodeWatch], scheduler: Iterable[NodeWatch],
+                   stuck: Callable[[NodeWatch], str],
+                   behind: Mapping[str, str]) -> list[NodeEvidence]:
+    """One NodeEvidence per node with a log or a scheduler file, sorted by node."""
+    extra: dict[str, list[Match]] = {}
+    for sw in scheduler:
+        extra.setdefault(sw.scan.node, []).extend(sw.scan.matches)
+    out = []
+    for node in sorted(set(nodes) | set(extra)):
+        nw = nodes.get(node)
+        if nw is None:
+            ev = NodeEvidence(node=node, matches=tuple(extra[node]))
+        else:
+            code = nw.exit_record.exit_code if nw.exit_record else None
+            ev = node_evidence(nw.scan, exit_code=code, stuck_detail=stuck(nw),
+                               top_frames=frames(nw.dump), fs_suspect=fs_suspect(nw.dump))
+            if node in extra:
+                ev = dataclasses.replace(ev, matches=ev.matches + tuple(extra[node]))
+        out.append(dataclasses.replace(ev, flight_detail=behind[node]) if node in behind else ev)
+    return out
