@@ -64,7 +64,25 @@ def pyspy(pid: int) -> str:
     except subprocess.TimeoutExpired:
         return f"py-spy timed out after {PYSPY_TIMEOUT_S:.0f}s"
     text = (res.stdout + res.stderr).decode(errors="replace")
-    return text[-4000:]
+    return (text[-4000:] + ptrace_hint(text))[-4400:]
+
+
+YAMA = Path("/proc/sys/kernel/yama/ptrace_scope")
+
+
+def ptrace_hint(text: str, yama: Path = YAMA) -> str:
+    """Why py-spy may not attach, when it says so: under Yama's ptrace_scope 1 (Ubuntu's default)
+    only a process's ancestors may trace it, and the agent's py-spy is a sibling of the ranks."""
+    if not any(w in text for w in ("Permission Denied", "Permission denied", "not permitted")):
+        return ""
+    try:
+        scope = yama.read_text().strip()
+    except OSError:
+        scope = "?"
+    return (f"\n[orchestrator] py-spy was refused (kernel.yama.ptrace_scope={scope}; at 1 only a "
+            "process's ancestors may trace it): call orchestrator.flight.dump_on_request() in the "
+            "training script (it lets the user's own processes trace it), give py-spy "
+            "cap_sys_ptrace, or set kernel.yama.ptrace_scope=0")
 
 
 FS_WCHAN = ("nfs", "rpc_wait", "fuse", "lustre", "ll_", "osc_", "gpfs", "mmfs", "cifs", "smb",

@@ -40,8 +40,8 @@ def localize(records: dict[str, DumpRecord], nodes: frozenset[str]) -> SlowNode:
     """Pure: the node whose ranks wait least in collectives, if it stands apart."""
     shares = {n: s for n, rec in records.items() if n in nodes and (s := share(rec)) is not None}
     if missing := sorted(nodes - set(shares)):
-        return SlowNode("", f"no profile from {','.join(missing)} (py-spy missing, or no answer): "
-                            "the slow node may be one of them")
+        return SlowNode("", f"no profile from {','.join(missing)} (py-spy missing or refused, or "
+                            "no answer): the slow node may be one of them")
     if len(shares) < 2:
         return SlowNode("", "one node: nothing to compare")
     ranked = sorted(shares.items(), key=lambda kv: kv[1])

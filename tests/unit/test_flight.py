@@ -122,3 +122,20 @@ def test_the_hook_writes_the_real_recorder_on_the_dump_request(tmp_path: Path) -
         p.kill()
         p.wait()
     assert got is not None and got.request == "req-1" and got.enqueued == 5 and got.collective == "gloo:all_reduce"
+
+
+def test_a_refused_py_spy_says_why_and_what_to_do(tmp_path: Path) -> None:
+    from orchestrator.agent.dump import ptrace_hint
+    from orchestrator.flight import allow_tracing
+
+    scope = tmp_path / "ptrace_scope"
+    scope.write_text("1\n")
+    # py-spy 0.3/0.4's own words (benfred/py-spy#804, #459)
+    refused = "Error: Failed to open process - check if it is running.\nReason: Operation not permitted (os error 1)"
+    hint = ptrace_hint(refused, scope)
+    assert "kernel.yama.ptrace_scope=1" in hint and "dump_on_request()" in hint and "cap_sys_ptrace" in hint
+    assert ptrace_hint("Permission Denied: Try running again with elevated permissions", tmp_path / "none").count(
+        "ptrace_scope=?") == 1
+    assert ptrace_hint("Thread 0x7F (idle): \"MainThread\"\n    wait (x.py:1)", scope) == ""
+    yama = Path("/proc/sys/kernel/yama/ptrace_scope").exists()
+    assert allow_tracing() is yama  # the prctl takes where Yama is, and is refused (harmlessly) where it is not
