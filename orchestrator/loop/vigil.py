@@ -37,6 +37,7 @@ class SwapTerms:
     iterations_left: int | None = None
     startup_s: float | None = None
     checkpoint: str | None = None
+    batch_host: str = ""  # a step cannot restart without it (the supervisor runs there)
 
 
 @dataclass(frozen=True)
@@ -107,9 +108,12 @@ class Vigil:
         if terms.iterations_left is not None:
             left = min(left, terms.iterations_left * sd.now_s)
         gain = swap_gain_s(sd.factor, left)
-        swap = terms.spares > 0 and worth_swapping(sd.factor, left, cost)
+        host = found.node == terms.batch_host
+        swap = terms.spares > 0 and not host and worth_swapping(sd.factor, left, cost)
         why = (f"; a swap saves ~{gain:.0f}s of the {left:.0f}s left against a restart's "
-               f"~{cost:.0f}s" + ("" if terms.spares else " (no free spare)"))
+               f"~{cost:.0f}s" + (" (no free spare)" if not terms.spares else
+                                  " (it is the batch host: no restart inside the job)" if host
+                                  else ""))
         evidence = found.evidence + why
         obs += (o.SlowNodeFound(found.node, sd.factor, sd.since, evidence, swap),)
         return SlowStep(obs, (*notes, f"slow node {found.node}: {evidence}"),
@@ -130,7 +134,7 @@ def swap_terms(s: Settings, state: RunState, seg: SegmentRecord, spares: int,
         iterations_left=target - iteration if target and iteration is not None else None,
         startup_s=((seg.first_progress_at - began).total_seconds()
                    if seg.first_progress_at and began else None),
-        checkpoint=state.checkpoint_seen)
+        checkpoint=state.checkpoint_seen, batch_host=seg.allocation[0] if seg.allocation else "")
 
 
 def slowdown_note(sd: Slowdown) -> str:

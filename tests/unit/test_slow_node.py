@@ -137,6 +137,8 @@ def answer(tmp_path: Path, waits: dict[str, int]) -> None:
     (SwapTerms(spares=1, remaining_s=60, startup_s=60, checkpoint="c1"), False),  # the time limit is near
     # a start-up measured as nothing (the controller saw the job run late) still costs MIN_STARTUP_S
     (SwapTerms(spares=1, remaining_s=40, startup_s=0, checkpoint="c1"), False),
+    # the batch host runs the step's supervisor: no restart inside the job without it (a new job would follow)
+    (SwapTerms(spares=1, remaining_s=3000, startup_s=60, checkpoint="c1", batch_host="node3"), False),
 ])
 def test_the_vigil_asks_for_profiles_names_the_node_and_swaps_only_when_it_pays(
         tmp_path: Path, terms: SwapTerms, swapped: bool) -> None:
