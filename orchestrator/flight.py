@@ -40,30 +40,31 @@ def write_trace(out: Path, request: str, rank: int) -> None:
     os.replace(tmp, out)
 
 
-PR_SET_PTRACER, PR_SET_PTRACER_ANY = 0x59616D61, -1  # linux/prctl.h (Yama)
+PR_SET_PTRACER = 0x59616D61  # linux/prctl.h (Yama)
 
 
-def allow_tracing() -> bool:
-    """Let any process of this user trace this one (py-spy's stack dumps): under Yama's
-    ptrace_scope 1, the default on Ubuntu, only ancestors could, and the agent's py-spy is none.
-    False where the kernel has no Yama (nothing to allow) or this is no Linux."""
+def allow_tracing(tracer: int) -> bool:
+    """Let `tracer` and its descendants trace this process (the agent, whose py-spy takes the stack
+    dumps): under Yama's ptrace_scope 1, the default on Ubuntu, only ancestors could, and the
+    agent's py-spy is none. False where the kernel has no Yama (nothing to allow) or no Linux."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(PR_SET_PTRACER, ctypes.c_ulong(PR_SET_PTRACER_ANY), 0, 0, 0) == 0)
+        return bool(libc.prctl(PR_SET_PTRACER, ctypes.c_ulong(tracer), 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 
 
 def dump_on_request(poll_s: float = POLL_S) -> threading.Thread | None:
-    """Allow py-spy to attach, and start the watcher (None outside a segment: no request file or
-    dump path set)."""
-    allow_tracing()
+    """Let the agent's py-spy attach, and start the watcher (None outside a segment: no request
+    file or dump path set, and nothing done)."""
     request_file, prefix = os.environ.get("ORCH_DUMP_REQUEST"), os.environ.get(
         "TORCH_FR_DUMP_TEMP_FILE")
     if not request_file or not prefix:
         return None
+    if (agent := os.environ.get("ORCH_AGENT_PID", "")).isdigit():
+        allow_tracing(int(agent))
     rank = int(os.environ.get("RANK", "0"))
     out, request = Path(f"{prefix}{rank}.json"), Path(request_file)
 

@@ -127,6 +127,7 @@ class NodeAgent:
             "ORCH_LOCAL_RANK": str(local_rank), "LOCAL_RANK": str(local_rank),
             "ORCH_WORLD_SIZE": str(world), "WORLD_SIZE": str(world),
             "ORCH_SEGMENT_DIR": s.segment_dir, "ORCH_JOB_ID": self.job_id, "PYTHONUNBUFFERED": "1",
+            "ORCH_AGENT_PID": str(os.getpid()),  # the tracer a rank may allow (orchestrator.flight)
         })
         env.update(srun_task_env(self.node_rank, local_rank, s.tasks_per_node, self.nnodes,
                                  os.environ))

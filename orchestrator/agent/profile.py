@@ -2,7 +2,7 @@
 rank at once for a few seconds (non-blocking, idle samples included), each sample of the main
 thread counted as waiting when its stack is inside a collective (DDP's backward included: the
 gradient all-reduce runs there). In a lock-step job the slowest rank waits least: its peers wait for
-it. The launcher (torchrun's agent) is no rank and is left out."""
+it. Launchers (torchrun's agent) and workers (the DataLoader's) are no ranks and are left out."""
 
 from __future__ import annotations
 
@@ -19,15 +19,24 @@ from orchestrator.diagnose.rules import COLLECTIVE, IN_BACKWARD
 DURATION_S = 5
 RATE_HZ = 50
 GRACE_S = 10.0  # py-spy's own start and exit, beyond the duration
-LAUNCHER = re.compile(r"torch/distributed/(?:elastic|run\.py|launch)|deepspeed/launcher|"
-                      r"accelerate/")
+# no rank: a launcher (torchrun's agent, DeepSpeed's, Accelerate's), told by the outermost frames
+# (a rank's main() wrapped in torch's @record, or calling accelerate every step, is still a rank;
+# so is one started by torch.multiprocessing.spawn) ...
+LAUNCHER = re.compile(r"\(torchrun:|torch/distributed/(?:run|launch)\.py|accelerate/commands/|"
+                      r"deepspeed/launcher/")
+ROOT_FRAMES = 4
+# ... or a worker (the DataLoader's, compile workers), by any frame; any other process that never
+# waits in a collective is left out too: a rank of a lock-step job always spends some time there
+WORKER = re.compile(r"torch/utils/data/_utils/worker|torch/_inductor/compile_worker|"
+                    r"concurrent/futures/process\.py")
 THREAD = re.compile(r"^thread \(\w+\): (?P<name>[^;]*);")
 
 
 def count(raw: str) -> tuple[int, int, bool]:
-    """(samples, waiting samples, a launcher) from py-spy's raw (collapsed) output: a line a stack,
-    `frame;frame;... N`, with `thread (TID): NAME;` first under --threads. Only the main thread
-    counts when threads are named (a loader or logging thread's samples say nothing of the step)."""
+    """(samples, waiting samples, no rank: a launcher or a worker) from py-spy's raw (collapsed)
+    output: a line a stack, `frame;frame;... N`, with `thread (TID): NAME;` first under --threads.
+    Only the main thread counts when threads are named (a loader or logging thread's samples say
+    nothing of the step)."""
     rows = []
     for line in raw.splitlines():
         stack, _, n = line.rpartition(" ")
@@ -37,12 +46,15 @@ def count(raw: str) -> tuple[int, int, bool]:
     rows = named or rows
     samples = sum(n for _, n in rows)
     waiting = sum(n for s, n in rows if COLLECTIVE.search(s) or IN_BACKWARD.search(s))
-    return samples, waiting, any(LAUNCHER.search(s) for s, _ in rows)
+    roots = [";".join(THREAD.sub("", s).split(";")[:ROOT_FRAMES]) for s, _ in rows]
+    return samples, waiting, (any(LAUNCHER.search(r) for r in roots)
+                              or any(WORKER.search(s) for s, _ in rows))
 
 
 def profile_processes(pids: list[int], duration_s: int = DURATION_S) -> list[ProcessDump]:
-    """Every live process under `pids` sampled at once; those py-spy could read and that are no
-    launcher, with their sample counts (none where py-spy is missing)."""
+    """Every live process under `pids` sampled at once; those py-spy could read that are ranks (no
+    launcher or worker, and some time in a collective: a rank of a lock-step job always spends
+    some), with their sample counts (none where py-spy is missing)."""
     exe = pyspy_exe()
     if not exe:
         return []
@@ -64,9 +76,9 @@ def profile_processes(pids: list[int], duration_s: int = DURATION_S) -> list[Pro
             except subprocess.TimeoutExpired:
                 proc.kill()
                 continue
-            samples, waiting, launcher = count(out.read_text(errors="replace")
-                                               if out.is_file() else "")
-            if samples and not launcher:
+            samples, waiting, other = count(out.read_text(errors="replace")
+                                            if out.is_file() else "")
+            if samples and waiting and not other:
                 records.append(ProcessDump(pid=pid, state=st[0], ppid=st[1], samples=samples,
                                            waiting=waiting))
     return records

@@ -78,8 +78,10 @@ def who_stalled(nodes: list[NodeEvidence], secondary: list[Evidence],
 
 def _outside(nodes: list[NodeEvidence], secondary: list[Evidence]) -> Verdict | None:
     """Ranks outside the collective the others wait in, from two sources: the stacks (an odd
-    innermost frame) and the flight recorders (fewer collectives enqueued). One source, or both
-    agreeing, names the nodes; two that name different nodes name nobody."""
+    innermost frame) and the flight recorders (fewer collectives enqueued). Both agreeing, or the
+    stacks alone, name the nodes; the recorders alone name them as suspects (a strike: a rank stuck
+    in its own data loader is behind too, and only its stack would tell); two sources that name
+    different nodes name nobody."""
     odd, common = stack_outliers(nodes)
     behind = [n.node for n in nodes if n.flight_detail]
     flight = [Evidence(node=n.node, file=n.file, text=n.flight_detail, cause=Cause.HANG)
@@ -94,7 +96,7 @@ def _outside(nodes: list[NodeEvidence], secondary: list[Evidence]) -> Verdict | 
     if not odd:
         return verdict(Cause.HANG, behind, True, 0.75, flight + secondary,
                        f"ranks on {','.join(behind)} never enqueued the collective the others wait "
-                       "in (flight recorder)", "behind_in_collectives", Owner.NODE)
+                       "in (flight recorder)", "behind_in_collectives", Owner.NODE_SUSPECT)
     frames = [f for n in nodes if n.node in odd for f in n.top_frames if f and f != common]
     found = [Evidence(node=n.node, file=n.file, text="innermost frames "
                    f"{', '.join(n.top_frames)}; the others wait in {common}", cause=Cause.HANG)

@@ -195,13 +195,15 @@ def _slowed(old: RunState, obs: o.SlowedDown, cfg: Settings | None,
 
 def _slow_node(old: RunState, obs: o.SlowNodeFound, cfg: Settings | None,
                now: datetime) -> Transition:
-    """A slow node recorded in the segment; without a swap it gets a (soft) strike now."""
+    """A slow node recorded in the segment; without a swap it gets a (soft) strike now, once a
+    segment (a slowdown that grows is profiled again: the same evidence must not exclude it)."""
     seg = old.current
     assert seg is not None and cfg is not None
+    again = any(f.node == obs.node for f in seg.slow_nodes)
     found = SlowNodeRecord(node=obs.node, factor=round(obs.factor, 3), since=obs.since,
                            evidence=obs.evidence,
                            action="swapped for a spare" if obs.swap else "struck")
-    bl = old.blacklist if obs.swap else old.blacklist.record(
+    bl = old.blacklist if obs.swap or again else old.blacklist.record(
         obs.node, Cause.SLOW_NODE, obs.evidence, seg.job_id or "", now, hard=False,
         expiry=timedelta(hours=cfg.policy.blacklist_expiry_h))
     t = _changed(old, now, segments=[*old.segments[:-1],

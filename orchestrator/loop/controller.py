@@ -248,16 +248,16 @@ class Controller(Keeper):
             running_since=self.notes.running_since, dumps_requested_at=watch.dumps_requested_at,
             last_output=watch.last_output_at, nodes=frozenset(watch.nodes),
             dumps_in=watch.dumps_in(), blind=watch.blind_since is not None), now)
-        slow = self._vigil.slow(watch, now, swap_terms(
+        slow = self._vigil.slow(watch, now, self.state.checkpoint_seen, lambda: swap_terms(
             self.s, self.state, seg, len(self.mode(seg).free(seg, now)), self.notes.running_since,
             watch.max_iteration(), now))
-        for ob in slow.observations:
+        sv = supervise(seen, now, self.s.watch)
+        for ob in (slow := slow.unless(sv.cancel)).observations:
             self.effects.run(self.advance(ob).effects)
             self.save()
         for line in slow.notes:
             logger.warning(line)
-        sv = supervise(seen, now, self.s.watch)
-        if slow.swap and not sv.cancel:
+        if slow.swap:
             sv = Supervision(cancel=slow.swap, reason=CancelReason.SLOW_NODE)
         if sv.clear_dumps:
             watch.clear_dumps()

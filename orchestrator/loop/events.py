@@ -46,8 +46,8 @@ def _segment_events(seg: SegmentRecord) -> list[tuple[str, str, datetime, dict[s
         out.append((f"segment:{seg.index}:slowdown:{seg.slowdown_factor}", "slowdown",
                     seg.slowdown_since, {"segment": seg.index, "job_id": seg.job_id,
                                          "factor": seg.slowdown_factor, "note": seg.slowdown_note}))
-    for f in seg.slow_nodes:
-        out.append((f"segment:{seg.index}:slow_node:{f.node}", "slow_node", f.since,
+    for i, f in enumerate(seg.slow_nodes):
+        out.append((f"segment:{seg.index}:slow_node:{i}:{f.node}", "slow_node", f.since,
                     {"segment": seg.index, "job_id": seg.job_id, "node": f.node,
                      "factor": f.factor, "evidence": f.evidence, "action": f.action}))
     if seg.ended_at and seg.action is not None:

@@ -5,6 +5,7 @@ profiles that name the slow node and whether swapping it for a spare is worth a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -31,12 +32,11 @@ MIN_STARTUP_S = 30.0
 class SwapTerms:
     """What a swap for a spare would cost and gain: free spares, the seconds left of the job's time
     limit, the iterations left to the goal, the segment's start-up and its newest checkpoint (the
-    work after it is lost at a restart)."""
+    work after it is lost at a restart: the vigil knows when it saw it)."""
     spares: int = 0
     remaining_s: float = 0.0
     iterations_left: int | None = None
     startup_s: float | None = None
-    checkpoint: str | None = None
     batch_host: str = ""  # a step cannot restart without it (the supervisor runs there)
 
 
@@ -47,6 +47,13 @@ class SlowStep:
     observations: tuple[o.Observation, ...] = ()
     notes: tuple[str, ...] = ()
     swap: str = ""
+
+    def unless(self, cancel: str) -> SlowStep:
+        """No swap when the job is being cancelled for another reason: the node is struck."""
+        if not cancel or not self.swap:
+            return self
+        return SlowStep(tuple(replace(ob, swap=False) if isinstance(ob, o.SlowNodeFound) else ob
+                              for ob in self.observations), self.notes)
 
 
 class Vigil:
@@ -81,14 +88,15 @@ class Vigil:
         return sd
 
 
-    def slow(self, watch: SegmentWatch, now: datetime, terms: SwapTerms) -> SlowStep:
+    def slow(self, watch: SegmentWatch, now: datetime, checkpoint: str | None,
+             terms_now: Callable[[], SwapTerms]) -> SlowStep:
         """A new slowdown is reported and the agents asked for profiles; once they answered, the
         slow node is named (or why nobody is), and swapped when a spare is free and the time it
         saves over the rest of the segment exceeds a restart's cost, else struck."""
         obs: tuple[o.Observation, ...] = ()
         notes: tuple[str, ...] = ()
-        if self._ckpt is None or self._ckpt[0] != terms.checkpoint:
-            self._ckpt = (terms.checkpoint, now)
+        if self._ckpt is None or self._ckpt[0] != checkpoint:
+            self._ckpt = (checkpoint, now)
         if sd := self.new_slowdown():
             obs = (o.SlowedDown(sd.factor, sd.since, slowdown_note(sd)),)
             notes = (slowdown_note(sd),)
@@ -100,7 +108,7 @@ class Vigil:
             return SlowStep(obs, notes)
         if not found.node:
             return SlowStep(obs, (*notes, f"the job slowed; no slow node named: {found.evidence}"))
-        sd = self.reported
+        sd, terms = self.reported, terms_now()  # only now: the spares read the shared blacklist
         startup = DEFAULT_STARTUP_S if terms.startup_s is None else max(MIN_STARTUP_S,
                                                                         terms.startup_s)
         cost = startup + (now - self._ckpt[1]).total_seconds()
@@ -134,7 +142,7 @@ def swap_terms(s: Settings, state: RunState, seg: SegmentRecord, spares: int,
         iterations_left=target - iteration if target and iteration is not None else None,
         startup_s=((seg.first_progress_at - began).total_seconds()
                    if seg.first_progress_at and began else None),
-        checkpoint=state.checkpoint_seen, batch_host=seg.allocation[0] if seg.allocation else "")
+        batch_host=seg.allocation[0] if seg.allocation else "")
 
 
 def slowdown_note(sd: Slowdown) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from orchestrator.contract import NODE_NAME
 
 MAX_BYTES = 32 << 20  # 2,000 entries with stacks stay well under this
+MAX_TOTAL = 256 << 20  # all files of one segment: past this, the rest is not read
 TIMEOUT = "timeout"  # the set NCCL wrote on its own
 
 
@@ -78,9 +79,16 @@ def behind(traces: list[RankTrace], request: str) -> dict[str, str]:
 
 def read_flight(directory: Path, request: str) -> dict[str, str]:
     """The nodes behind, from the files in `directory` (none: {})."""
-    traces = []
+    traces, total = [], 0
     for f in sorted(directory.iterdir()) if directory.is_dir() else []:
-        if f.is_file() and not f.name.endswith(".tmp") and f.stat().st_size <= MAX_BYTES:
-            if (t := parse(f.name, f.read_bytes())) is not None:
-                traces.append(t)
+        size = f.stat().st_size if f.is_file() and not f.name.endswith(".tmp") else MAX_BYTES + 1
+        if size > MAX_BYTES or total + size > MAX_TOTAL:
+            continue
+        total += size
+        try:
+            t = parse(f.name, f.read_bytes())
+        except Exception:  # noqa: BLE001 - a malformed file (a fuzzed pickle, deep JSON) is no trace
+            t = None
+        if t is not None:
+            traces.append(t)
     return behind(traces, request)

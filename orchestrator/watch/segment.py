@@ -22,6 +22,7 @@ from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import NodeEvidence
 from orchestrator.flight import FLIGHT_DIR
 from orchestrator.tail import LogTail
+from orchestrator.timeout import call_with_timeout
 from orchestrator.watch.evidence import node_evidences
 from orchestrator.watch.flight import read_flight
 from orchestrator.watch.node import NodeWatch
@@ -276,8 +277,9 @@ class SegmentWatch:
     def evidence(self) -> list[NodeEvidence]:
         """Every node's evidence: its scan, exit, stuck state, stacks, the scheduler's lines about
         it and, where the ranks wrote their flight recorders, whether its ranks are behind."""
-        ok, late = self._call("flight recorders", read_flight, self.paths.root / FLIGHT_DIR,
-                              self.dump_request_id)
+        # its own timeout: a slow read of big recorders is no filesystem stall
+        ok, late = call_with_timeout(functools.partial(read_flight, self.paths.root / FLIGHT_DIR,
+                                                       self.dump_request_id), self.read_timeout_s)
         return node_evidences(self.nodes, self.scheduler_logs.values(), self._stuck,
                               late if ok and isinstance(late, dict) else {})
 

@@ -74,12 +74,17 @@ class Profiles:
                           self._timeout)
 
     def answers(self, nodes: frozenset[str]) -> dict[str, DumpRecord]:
-        """The nodes that answered the current request."""
+        """The nodes that answered the current request: every read in one worker under one read
+        timeout (a hung filesystem costs one timeout a poll, not one per node)."""
+        done, got = call_with_timeout(functools.partial(self._read_all, sorted(nodes)),
+                                      self._timeout)
+        return got if done and isinstance(got, dict) else {}
+
+    def _read_all(self, nodes: list[str]) -> dict[str, DumpRecord]:
         out = {}
-        for node in sorted(nodes):
-            done, rec = call_with_timeout(
-                functools.partial(read_record, self.paths.profile(node), DumpRecord), self._timeout)
-            if done and isinstance(rec, DumpRecord) and rec.request == self._id:
+        for node in nodes:
+            rec = read_record(self.paths.profile(node), DumpRecord)
+            if isinstance(rec, DumpRecord) and rec.request == self._id:
                 out[node] = rec
         return out
 

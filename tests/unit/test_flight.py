@@ -5,12 +5,12 @@ collectives (real dumps of the torch job in tests/data/flight), and two sources 
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -53,10 +53,29 @@ def test_a_nccl_timeout_dump_is_read_as_plain_data_and_a_pickle_with_code_is_ref
     real = json.loads((DATA / "node2.rank-1.json").read_text())["trace"]
     got = parse("node2.rank-1", pickle.dumps(real))  # NCCL's dump: the same dict, pickled
     assert got is not None and (got.enqueued, got.request) == (65, TIMEOUT)
-    evil = pickle.dumps({"pg_status": {"0": {"last_enqueued_collective": datetime(2026, 1, 1)}}})
-    assert parse("node2.rank-1", evil) is None  # a class in the pickle: refused, never loaded
-    assert parse("../x.rank-1.json", b"{}") is None and parse("node2.rank-x.json", b"{}") is None
+    evil = pickle.dumps({"pg_status": {"0": {"last_enqueued_collective": Reduced()}}})
+    assert pickle.loads(evil)["pg_status"]["0"]["last_enqueued_collective"] == 65  # a plain unpickler would run it
+    assert parse("node2.rank-1", evil) is None  # a callable in the pickle: refused, never called
+    body = (DATA / "node2.rank-1.json").read_bytes()
+    assert parse("node2.rank-1.json", body) is not None
+    assert parse("../x.rank-1.json", body) is None and parse("node2.rank-x.json", body) is None
     assert parse("node2.rank-1.json", b"not json") is None
+
+
+class Reduced:
+    """Unpickles by calling a function (here int("65")): what a pickle that runs code looks like."""
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (int, ("65",))
+
+
+def test_malformed_recorder_files_are_skipped_not_fatal(tmp_path: Path) -> None:
+    d = shutil.copytree(DATA, tmp_path / "flight")
+    (d / "node4.rank-3.json").write_text(json.dumps(
+        {"request": REQUEST, "trace": {"entries": 5, "pg_status": {"0": {"last_enqueued_collective": "1"}}}}))
+    (d / "node5.rank-4.json").write_text("[" * 100_000 + "]" * 100_000)  # nesting past the recursion limit
+    (d / "node6.rank-5").write_bytes(b"\x80\x04\x95" + bytes(range(256)))  # a mangled pickle
+    assert list(read_flight(d, REQUEST)) == ["node2"]
 
 
 def node(name: str, frame: str, flight: str = "") -> NodeEvidence:
@@ -138,4 +157,4 @@ def test_a_refused_py_spy_says_why_and_what_to_do(tmp_path: Path) -> None:
         "ptrace_scope=?") == 1
     assert ptrace_hint("Thread 0x7F (idle): \"MainThread\"\n    wait (x.py:1)", scope) == ""
     yama = Path("/proc/sys/kernel/yama/ptrace_scope").exists()
-    assert allow_tracing() is yama  # the prctl takes where Yama is, and is refused (harmlessly) where it is not
+    assert allow_tracing(os.getpid()) is yama  # the prctl takes where Yama is, refused harmlessly where not

@@ -50,6 +50,24 @@ def test_real_profiles_count_the_main_threads_waiting_samples_and_leave_the_laun
     assert count((DATA / "record-ddp-slow-rank.txt").read_text() + other_thread + "\n")[:2] == slow[:2]
 
 
+def test_launchers_and_workers_are_no_ranks_but_a_rank_wrapped_in_record_or_accelerate_is() -> None:
+    worker = count((DATA / "record-dataloader-worker.txt").read_text())  # real: a DataLoader worker
+    assert worker[0] > 0 and worker[1] == 0  # never in a collective: left out (profile_processes needs waiting)
+    # the frame names of the real torchrun capture and of torch's @record wrapper around a rank's main()
+    record = ("thread (7): MainThread;<module> (train.py:9);record.<locals>.wrap.<locals>.wrapper "
+              "(torch/distributed/elastic/multiprocessing/errors/__init__.py:367);main (train.py:5);Tensor.backward "
+              "(torch/_tensor.py:623);backward (torch/autograd/__init__.py:395);_engine_run_backward "
+              "(torch/autograd/graph.py:979) 40\n")
+    accelerate = ("thread (7): MainThread;<module> (train.py:9);main (train.py:5);Accelerator.backward "
+                  "(accelerate/accelerator.py:2000);backward (torch/autograd/__init__.py:395) 40\n")
+    assert count(record) == (40, 40, False) and count(accelerate) == (40, 40, False)
+    loader = ("thread (9): MainThread;<module> (<string>:1);spawn_main (multiprocessing/spawn.py:122);_main "
+              "(multiprocessing/spawn.py:135);_bootstrap (multiprocessing/process.py:314);run "
+              "(multiprocessing/process.py:108);_worker_loop (torch/utils/data/_utils/worker.py:300);get "
+              "(multiprocessing/queues.py:113);_recv_bytes (multiprocessing/connection.py:430) 200\n")
+    assert count(loader)[2]  # a spawned worker waiting on its queue ("recv") is still no rank
+
+
 def test_the_node_whose_ranks_wait_least_is_named_from_the_real_profiles() -> None:
     healthy, slow = (count((DATA / f).read_text()) for f in ("record-ddp-healthy-rank.txt", "record-ddp-slow-rank.txt"))
     recs = {"node1": profile("node1", healthy[:2], healthy[:2]), "node2": profile("node2", healthy[:2], slow[:2]),
@@ -108,6 +126,18 @@ def test_a_swap_is_worth_it_only_when_the_time_saved_exceeds_the_restart() -> No
     assert not worth_swapping(1.25, 3600, 720) and worth_swapping(1.25, 3600, 719)
 
 
+def test_no_swap_while_the_job_is_cancelled_for_another_reason(tmp_path: Path) -> None:
+    vigil, watch = slowed_vigil(tmp_path)
+    terms = SwapTerms(spares=1, remaining_s=3000, startup_s=60)
+    vigil.slow(watch, at(160), "c1", lambda: terms)  # type: ignore[arg-type]
+    answer(tmp_path, {"node1": 100, "node2": 95, "node3": 3})
+    step = vigil.slow(watch, at(170), "c1", lambda: terms)  # type: ignore[arg-type]
+    assert step.swap and step.unless("") is step
+    other = step.unless("hang: no progress for 25s")
+    found = other.observations[-1]
+    assert not other.swap and isinstance(found, o.SlowNodeFound) and not found.swap  # struck instead
+
+
 def slowed_vigil(tmp_path: Path) -> tuple[Vigil, SimpleNamespace]:
     """A vigil whose pace fell 4x at t=100 (one node slower), and a watch of three live nodes."""
     (tmp_path / "nodes").mkdir(exist_ok=True)
@@ -131,25 +161,25 @@ def answer(tmp_path: Path, waits: dict[str, int]) -> None:
 
 
 @pytest.mark.parametrize(("terms", "swapped"), [
-    (SwapTerms(spares=1, remaining_s=3000, startup_s=60, checkpoint="c1"), True),
-    (SwapTerms(spares=0, remaining_s=3000, startup_s=60, checkpoint="c1"), False),  # no spare: a strike
-    (SwapTerms(spares=1, remaining_s=3000, iterations_left=20, startup_s=60, checkpoint="c1"), False),  # near the goal
-    (SwapTerms(spares=1, remaining_s=60, startup_s=60, checkpoint="c1"), False),  # the time limit is near
+    (SwapTerms(spares=1, remaining_s=3000, startup_s=60), True),
+    (SwapTerms(spares=0, remaining_s=3000, startup_s=60), False),  # no spare: a strike
+    (SwapTerms(spares=1, remaining_s=3000, iterations_left=20, startup_s=60), False),  # near the goal
+    (SwapTerms(spares=1, remaining_s=60, startup_s=60), False),  # the time limit is near
     # a start-up measured as nothing (the controller saw the job run late) still costs MIN_STARTUP_S
-    (SwapTerms(spares=1, remaining_s=40, startup_s=0, checkpoint="c1"), False),
+    (SwapTerms(spares=1, remaining_s=40, startup_s=0), False),
     # the batch host runs the step's supervisor: no restart inside the job without it (a new job would follow)
-    (SwapTerms(spares=1, remaining_s=3000, startup_s=60, checkpoint="c1", batch_host="node3"), False),
+    (SwapTerms(spares=1, remaining_s=3000, startup_s=60, batch_host="node3"), False),
 ])
 def test_the_vigil_asks_for_profiles_names_the_node_and_swaps_only_when_it_pays(
         tmp_path: Path, terms: SwapTerms, swapped: bool) -> None:
     vigil, watch = slowed_vigil(tmp_path)
-    first = vigil.slow(watch, at(160), terms)  # type: ignore[arg-type]
+    first = vigil.slow(watch, at(160), "c1", lambda: terms)  # type: ignore[arg-type]
     assert [type(x) for x in first.observations] == [o.SlowedDown] and not first.swap
     assert first.notes[0].startswith("the job runs 4.")  # the line bench_hang and people read
     assert SegmentPaths(tmp_path).profile_request.is_file()
-    assert vigil.slow(watch, at(165), terms).observations == ()  # type: ignore[arg-type]  # answers still out
+    assert vigil.slow(watch, at(165), "c1", lambda: terms).observations == ()  # type: ignore[arg-type]  # answers still out
     answer(tmp_path, {"node1": 100, "node2": 95, "node3": 3})  # node4 exited: not waited for
-    step = vigil.slow(watch, at(170), terms)  # type: ignore[arg-type]
+    step = vigil.slow(watch, at(170), "c1", lambda: terms)  # type: ignore[arg-type]
     found = step.observations[-1]
     assert isinstance(found, o.SlowNodeFound) and found.node == "node3" and found.swap is swapped
     assert bool(step.swap) is swapped and "a swap saves" in found.evidence and "node3" in step.notes[-1]
@@ -174,6 +204,12 @@ def test_a_slow_node_is_struck_without_a_swap_and_recorded_for_status_events_and
     sj = status_json(struck.ledger, clock.now())
     assert [(s["node"], s["slowdown"], s["action"]) for s in sj["slow_nodes"]] == [("node2", 4.0, "struck")]
     assert [e[3]["node"] for e in events(struck.ledger, clock.now()) if e[1] == "slow_node"] == ["node2"]
+    again = advance(struck.ledger, o.SlowNodeFound("node2", 6.0, clock.now(), "node2's ranks wait 1%", False), ctl.s,
+                    clock.now())  # the slowdown grew by half: profiled again, the same segment
+    entry = again.ledger.blacklist.get("node2")
+    assert entry is not None and entry.strikes == 1  # one segment's evidence: one strike
+    assert [e[0] for e in events(again.ledger, clock.now()) if e[1] == "slow_node"] == [
+        "segment:1:slow_node:0:node2", "segment:1:slow_node:1:node2"]
     swapped = advance(state, o.SlowNodeFound("node2", 4.0, clock.now(), "node2's ranks wait 2%", True), ctl.s,
                       clock.now())
     assert swapped.ledger.blacklist.get("node2") is None  # the verdict of the cancelled step blames it
