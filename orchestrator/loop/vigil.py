@@ -18,6 +18,7 @@ from orchestrator.spares import swap_gain_s, worth_swapping
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.watch.cadence import Cadence, written_since
 from orchestrator.watch.pace import Pace, Slowdown
+from orchestrator.watch.pauses import pausing
 from orchestrator.watch.segment import SegmentWatch
 from orchestrator.watch.slownode import Profiles
 from orchestrator.watch.stuck import hang_confirmed
@@ -76,8 +77,12 @@ class Vigil:
         # only while quiet: a directory walk per poll of a healthy run would be waste
         saving = (last is not None and last < recent and cadence is not None
                   and written_since(self._dir, recent, self._timeout))
+        asked = watch.dumps_requested_at
+        # the logs' last lines are read only once stacks were asked for (the job is quiet)
+        paused = pausing(nw.scan for nw in watch.nodes.values()
+                         if nw.exit_record is None) if asked else ""
         return replace(base, cadence_s=cadence, pausing=saving,
-                       confirmed=hang_confirmed(watch.nodes, watch.dumps_requested_at, now))
+                       confirmed=hang_confirmed(watch.nodes, asked, now, paused))
 
     def new_slowdown(self) -> Slowdown | None:
         """A slowdown not reported yet (or one that grew by half since): report it once."""

@@ -67,11 +67,13 @@ def stuck_dump(dump: DumpRecord) -> str:
     return ""
 
 
-def hang_confirmed(nodes: Mapping[str, _Node], asked: datetime | None, now: datetime) -> str:
+def hang_confirmed(nodes: Mapping[str, _Node], asked: datetime | None, now: datetime,
+                   paused: str = "") -> str:
     """Do the current dumps confirm a hang? A sentence naming it, or "" (no dumps yet, not all in,
     or they show none). Confirmed: some nodes (not all) stuck in the kernel, stopped or silent
     while the others answered; or the ranks of some nodes outside the collective every other rank
-    waits in, with the same innermost frame in both samples, and not saving or writing."""
+    waits in, with the same innermost frame in both samples, and not saving or writing, nor in a
+    pause a log announced (`paused`: the line that began an eval or a save)."""
     if asked is None:
         return ""
     live = {n: nw for n, nw in nodes.items() if nw.exit_record is None}
@@ -87,7 +89,7 @@ def hang_confirmed(nodes: Mapping[str, _Node], asked: datetime | None, now: date
         return ""
     odd, common = stack_outliers([NodeEvidence(node=n, top_frames=frames(d))
                                   for n, d in sorted(answered.items())])
-    if not odd or not (COLLECTIVE.search(common) or IN_BACKWARD.search(common)):
+    if paused or not odd or not (COLLECTIVE.search(common) or IN_BACKWARD.search(common)):
         return ""
     outside = [p for n in odd for p in answered[n].processes
                if p.top_frame and p.top_frame != common]
