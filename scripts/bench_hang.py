@@ -35,7 +35,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 TESTBED = REPO / "scripts" / "slurm-testbed.sh"
 KINDS = ("stop", "sleep", "spin", "dstate", "two")
-NODES = ("node1", "node2", "node3")
+NODES = ["node1", "node2", "node3"]  # --nodes: the 3 the jobs run on; the testbed's others are excluded
+EXCLUDE: list[str] = []
 FIXED_LIMIT_S, COLLECTIVE_DEFAULT_S = 1200.0, 600.0
 
 
@@ -47,7 +48,7 @@ def config(root: Path, name: str, iters: int, extra: list[str], minutes: int) ->
                     "--sync-dir={run_dir}/sync/seg{segment}", "--step-time=0.05", "--collective-timeout=3600",
                     *extra],
         "env": {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"},
-        "resources": {"nodes": 3, "time_limit_min": minutes},
+        "resources": {"nodes": 3, "time_limit_min": minutes, "exclude": EXCLUDE},
         "checkpoint": {"dir": str(root / "run" / "checkpoints"), "preset": "megatron"},
         "goal": {"target_iteration": iters},
         "policy": {"max_segments": 1},
@@ -176,7 +177,8 @@ def slow_trial(root: Path, node: str, at: int, factor: float, wait_s: float = 24
 def healthy(root: Path, minutes: int) -> dict[str, Any]:
     """A run with eval and slow-save pauses until its time limit: every hang verdict is false."""
     name = f"bh-healthy-{uuid.uuid4().hex[:6]}"
-    pauses = ["--eval-every=600", "--eval-time=45", "--save-time=30", "--ckpt-every=500"]
+    # every rank evaluates (600), rank 0 alone (1000, announced by its log), rank 0 saves slowly (500)
+    pauses = ["--eval-every=600", "--eval0-every=1000", "--eval-time=45", "--save-time=30", "--ckpt-every=500"]
     cfg = config(root, name, 10_000_000, pauses, minutes)
     config_run = root / "run"
     t0 = time.monotonic()
@@ -231,6 +233,26 @@ def report(rows: list[dict[str, Any]], calm: list[dict[str, Any]]) -> dict[str, 
     return out
 
 
+def merge(files: list[Path], out: Path | None) -> int:
+    """One summary over several campaigns (each file one `--out`): hangs, slow trials and healthy runs pooled."""
+    rows, slow, calm = [], [], []
+    for f in files:
+        d = json.loads(f.read_text())
+        rows += d["hangs"]
+        slow += d["slow"]
+        calm += d["healthy"]
+        print(f"{f}: {len(d['hangs'])} hangs, {len(d['slow'])} slow trials, "
+              f"{sum(c['minutes'] for c in d['healthy']):.0f} healthy min")
+    summary = report(rows, calm)
+    report_slow(slow)
+    print(f"healthy runs: false slowdowns {sum(c.get('false_slowdown', False) for c in calm)}, "
+          f"false slow nodes {sum(c.get('false_slow_node', False) for c in calm)}")
+    if out:
+        out.write_text(json.dumps({"summary": summary, "files": [str(f) for f in files], "hangs": rows,
+                                   "slow": slow, "healthy": calm}, indent=1))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hangs", type=int, default=10)
@@ -240,7 +262,16 @@ def main() -> int:
     ap.add_argument("--slow-factors", default="1.1,1.25,4", help="the slowdowns, in turn")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--nodes", default=",".join(NODES),
+                    help="the 3 testbed nodes the jobs run on (the others are excluded): two campaigns can run at once"
+                         " on a testbed started with ORCH_TESTBED_NODES=7")
+    ap.add_argument("--merge", type=Path, nargs="+", help="print one summary of these --out files, run nothing")
     args = ap.parse_args()
+    if args.merge:
+        return merge(args.merge, args.out)
+    NODES[:] = args.nodes.split(",")
+    everyone = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
+    EXCLUDE[:] = sorted(set(everyone) - set(NODES))
     rng = random.Random(args.seed)
     kinds = args.kinds.split(",")
     rows, calm = [], []

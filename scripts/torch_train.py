@@ -15,8 +15,9 @@ Faults (--fault KIND:NODE:ARG, repeatable, on the ranks of NODE; once per run un
   kill:NODE:ITER    the rank is killed (SIGKILL) at ITER: the peers' Gloo timeout fires
   slow:NODE:ITER    from ITER on, every step on NODE takes --slow-factor times as long (1.25: 25% slower)
 Pauses a healthy run makes: --eval-every N --eval-time S (every rank evaluates for S seconds, then an
-all-reduce of the metric), --save-time S (rank 0 spends S seconds writing each checkpoint while the
-others wait in a barrier).
+all-reduce of the metric), --eval0-every N (rank 0 alone evaluates for --eval-time seconds, announced as
+Hugging Face's Trainer does, while the others wait in a barrier), --save-time S (rank 0 spends S seconds
+writing each checkpoint while the others wait in a barrier).
 """
 
 from __future__ import annotations
@@ -120,6 +121,32 @@ def evaluate(model: nn.Module, seconds: float) -> float:
     return float(total)
 
 
+class Scorer(nn.Module):
+    """Rank 0's eval model: its forward waits as a GPU forward's host thread does (on the device's
+    kernels), so two stack samples find it in the same `forward` frame."""
+
+    def __init__(self, body: nn.Module) -> None:
+        super().__init__()
+        self.body = body
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.body(x)
+        time.sleep(0.2)  # the kernels' time
+        return out
+
+
+def evaluate_alone(model: nn.Module, seconds: float) -> float:
+    """Rank 0 evaluates alone, as a script whose eval runs on one rank does; no collective."""
+    print("***** Running Evaluation *****", flush=True)
+    print("  Num examples = 2048", flush=True)
+    scorer, deadline, total = Scorer(model), time.monotonic() + seconds, 0.0
+    with torch.no_grad():
+        while time.monotonic() < deadline:
+            total += float(scorer(torch.randn(32, DIM)).pow(2).mean())
+    print(f"{{'eval_loss': {total:.4f}, 'eval_runtime': {seconds:.1f}}}", flush=True)
+    return total
+
+
 def options() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iters", type=int, required=True)
@@ -131,6 +158,7 @@ def options() -> argparse.Namespace:
     ap.add_argument("--collective-timeout", type=float, default=600.0, help="Gloo's timeout, seconds")
     ap.add_argument("--eval-every", type=int, default=0)
     ap.add_argument("--eval-time", type=float, default=0.0)
+    ap.add_argument("--eval0-every", type=int, default=0, help="rank 0 alone evaluates every N iterations")
     ap.add_argument("--save-time", type=float, default=0.0)
     ap.add_argument("--slow-factor", type=float, default=1.25)
     ap.add_argument("--fault", action="append", default=[])
@@ -183,6 +211,10 @@ def main() -> int:
         if args.eval_every and it % args.eval_every == 0:
             print(f" validation loss at iteration {it} | lm loss value: {evaluate(model, args.eval_time):.6E} |",
                   flush=True)
+        if args.eval0_every and it % args.eval0_every == 0:
+            if rank == 0:
+                evaluate_alone(model.module, args.eval_time)
+            dist.barrier()
         if it % args.ckpt_every == 0 or it == args.iters:
             if rank == 0:
                 print(f"saving checkpoint at iteration {it:7d} to {args.ckpt_dir} in torch format", flush=True)
