@@ -25,11 +25,13 @@ GRACE_S = 10.0  # py-spy's own start and exit, beyond the duration
 LAUNCHER = re.compile(r"\(torchrun:|torch/distributed/(?:run|launch)\.py|accelerate/commands/|"
                       r"deepspeed/launcher/")
 ROOT_FRAMES = 4
-# ... or a worker (the DataLoader's, compile workers), by any frame; any other process that never
-# waits in a collective is left out too: a rank of a lock-step job always spends some time there
+# ... or a worker (the DataLoader's, compile workers), by any frame; any other process that neither
+# waits in a collective nor runs torch's code is left out too (a much slowed rank may not wait in a
+# collective in the whole profile: its peers wait for it, but its forward and backward are torch's)
 WORKER = re.compile(r"torch/utils/data/_utils/worker|torch/_inductor/compile_worker|"
                     r"concurrent/futures/process\.py")
 THREAD = re.compile(r"^thread \(\w+\): (?P<name>[^;]*);")
+TORCH_FRAME = re.compile(r"\((?:[^()]*/)?torch/")
 
 
 def count(raw: str) -> tuple[int, int, bool]:
@@ -51,10 +53,18 @@ def count(raw: str) -> tuple[int, int, bool]:
                               or any(WORKER.search(s) for s, _ in rows))
 
 
+def rank_counts(raw: str) -> tuple[int, int] | None:
+    """(samples, waiting samples) of a rank's profile; None for a process that is no rank."""
+    samples, waiting, other = count(raw)
+    if not samples or other or not (waiting or TORCH_FRAME.search(raw)):
+        return None
+    return samples, waiting
+
+
 def profile_processes(pids: list[int], duration_s: int = DURATION_S) -> list[ProcessDump]:
     """Every live process under `pids` sampled at once; those py-spy could read that are ranks (no
-    launcher or worker, and some time in a collective: a rank of a lock-step job always spends
-    some), with their sample counts (none where py-spy is missing)."""
+    launcher or worker, and some time in a collective or in torch's code), with their sample
+    counts (none where py-spy is missing)."""
     exe = pyspy_exe()
     if not exe:
         return []
@@ -76,9 +86,8 @@ def profile_processes(pids: list[int], duration_s: int = DURATION_S) -> list[Pro
             except subprocess.TimeoutExpired:
                 proc.kill()
                 continue
-            samples, waiting, other = count(out.read_text(errors="replace")
-                                            if out.is_file() else "")
-            if samples and waiting and not other:
-                records.append(ProcessDump(pid=pid, state=st[0], ppid=st[1], samples=samples,
-                                           waiting=waiting))
+            got = rank_counts(out.read_text(errors="replace") if out.is_file() else "")
+            if got is not None:
+                records.append(ProcessDump(pid=pid, state=st[0], ppid=st[1], samples=got[0],
+                                           waiting=got[1]))
     return records

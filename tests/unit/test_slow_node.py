@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.agent.profile import count
+from orchestrator.agent.profile import count, rank_counts
 from orchestrator.contract import DumpRecord, ExitRecord, ProcessDump, SegmentPaths, write_record
 from orchestrator.diagnose.classify import classify
 from orchestrator.diagnose.verdicts import Context
@@ -66,6 +66,18 @@ def test_launchers_and_workers_are_no_ranks_but_a_rank_wrapped_in_record_or_acce
               "(multiprocessing/process.py:108);_worker_loop (torch/utils/data/_utils/worker.py:300);get "
               "(multiprocessing/queues.py:113);_recv_bytes (multiprocessing/connection.py:430) 200\n")
     assert count(loader)[2]  # a spawned worker waiting on its queue ("recv") is still no rank
+
+
+def test_a_much_slowed_rank_that_never_waited_in_the_profile_is_still_a_rank() -> None:
+    """CI, 2026-12-02: the 6x slowed rank waited in no collective in its 5 s profile (its peers waited for it),
+    was left out as no rank, and nobody was named."""
+    real = (DATA / "record-ddp-slow-rank.txt").read_text().splitlines()
+    never_waited = "\n".join(r for r in real if "_engine_run_backward" not in r and "distributed_c10d" not in r)
+    got = rank_counts(never_waited)
+    assert got is not None and got[0] > 0 and got[1] == 0  # forward and backward are torch's: a rank
+    assert rank_counts((DATA / "record-dataloader-worker.txt").read_text()) is None
+    assert rank_counts((DATA / "record-torchrun-launcher.txt").read_text()) is None
+    assert rank_counts("thread (5): MainThread;<module> (tools/log_shipper.py:40);sleep (time) 250") is None
 
 
 def test_the_node_whose_ranks_wait_least_is_named_from_the_real_profiles() -> None:
