@@ -13,14 +13,13 @@ from typing import Protocol
 PAUSE_BEGIN = re.compile(
     r"\*{5} Running (?:Evaluation|Prediction) \*{5}|\bEvaluating iter \d+\s*/|"
     r"\b(?:Validation|Sanity Checking)(?: DataLoader \d+)?:|"
-    r"\bsaving checkpoint at iteration|\bSaving model checkpoint to|"
-    r"\bCheckpoint \S+ is about to be saved|\bSaving the checkpoint|"
-    r"\b(?:running|starting) (?:evaluation|validation)\b|\bsaving checkpoint\b",
+    r"\bSaving (?:model |the )?checkpoint\b|"  # Megatron (any case), HF, torchtitan
+    r"\bCheckpoint \S+ is about to be saved|\b(?:running|starting) (?:evaluation|validation)\b",
     re.IGNORECASE)
 # ... and is over (training goes on: the next silence is the training's own)
 PAUSE_END = re.compile(
-    r"\bsuccessfully saved checkpoint|\bCheckpoint \S+ is ready now|"
-    r"\bFinished saving the checkpoint|\bvalidation loss at iteration|\bsaved checkpoint\b",
+    r"\bsaved checkpoint\b|\bCheckpoint \S+ is ready now|"  # Megatron's `successfully saved ...`
+    r"\bFinished saving the checkpoint|\bvalidation loss at iteration",
     re.IGNORECASE)
 
 
