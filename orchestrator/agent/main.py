@@ -199,7 +199,8 @@ class NodeAgent:
                 self._outputs_closed.wait(0.5)
 
     def _dump(self, request: str) -> None:
-        self.facts.report("dump")
+        # the facts beside the stacks: a slow fact source must not delay the stacks that name a hang
+        threading.Thread(target=self.facts.report, args=("dump",), daemon=True).start()
         records = dump.dump_processes([p.pid for p in self.procs if p.poll() is None])
         write_record(self.paths.dump(self.node),
                      DumpRecord(node=self.node, time=_now(), request=request, processes=records))

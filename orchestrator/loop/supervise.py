@@ -17,7 +17,8 @@ from orchestrator.settings import Watch
 DUMP_LEAD_S = 30.0  # stack dumps are requested this long before the stall limit
 DUMP_WAIT_S = 60.0  # after a rank failed: how long to wait for the dumps of the nodes still running
 # at the stall limit: how long after the request to wait for dumps still out (two py-spy samples
-# of every rank, each bounded by the agent's timeouts); a frozen node never answers
+# of every rank, each bounded by the agent's timeouts); a frozen node never answers; an agent that
+# still beats is waited for up to DUMP_WAIT_S
 STALL_DUMP_WAIT_S = 20.0
 # the early limit: this many times the run's own step cadence (a high percentile of the recent gaps
 # between progress lines), never under the floor; a hang is cancelled there only when the stacks
@@ -40,6 +41,8 @@ class Seen:
     last_output: datetime | None = None  # any node's log last grew
     nodes: frozenset[str] = frozenset()  # every node with an agent log
     dumps_in: frozenset[str] = frozenset()  # nodes whose agent answered the current dump request
+    # nodes whose agent still beats since the request but has not answered yet: at work on it
+    answering: frozenset[str] = frozenset()
     # a read of the run directory hangs: no progress seen may be the controller's blindness
     blind: bool = False
     cadence_s: float | None = None  # a high percentile of recent gaps between progress lines
@@ -152,8 +155,10 @@ def _fixed(seen: Seen, now: datetime, quiet: float, limit: float) -> Supervision
             "dumps" if asked is None else "")
     if asked is None or quiet < limit:
         return Supervision(request_dumps=asked is None, note=note)
-    out = seen.nodes - seen.dumps_in
-    if out and (now - asked).total_seconds() < STALL_DUMP_WAIT_S:
+    out, waited = seen.nodes - seen.dumps_in, (now - asked).total_seconds()
+    if out and waited < STALL_DUMP_WAIT_S:
         return Supervision()  # the dumps still out are worth a few seconds
+    if out & seen.answering and waited < DUMP_WAIT_S:
+        return Supervision()  # a live agent at work on its stacks (slow under load)
     return Supervision(cancel=f"stall: no progress for {quiet:.0f}s (limit {limit:.0f}s)",
                        reason=CancelReason.STALL)

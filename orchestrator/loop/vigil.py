@@ -81,7 +81,10 @@ class Vigil:
         # the logs' last lines are read only once stacks were asked for (the job is quiet)
         paused = pausing(nw.scan for nw in watch.nodes.values()
                          if nw.exit_record is None) if asked else ""
-        return replace(base, cadence_s=cadence, pausing=saving,
+        answering = frozenset(n for n, nw in watch.nodes.items() if asked and nw.dump is None
+                              and nw.exit_record is None and nw.heartbeat_seen_at is not None
+                              and nw.heartbeat_seen_at > asked)
+        return replace(base, cadence_s=cadence, pausing=saving, answering=answering,
                        confirmed=hang_confirmed(watch.nodes, asked, now, paused))
 
     def new_slowdown(self) -> Slowdown | None:

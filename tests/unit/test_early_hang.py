@@ -13,7 +13,15 @@ import pytest
 
 from orchestrator.agent import dump
 from orchestrator.contract import DumpRecord, ExitRecord, ProcessDump
-from orchestrator.loop.supervise import EARLY_FLOOR_S, RESAMPLE_S, STALL_DUMP_WAIT_S, Seen, early_limit, supervise
+from orchestrator.loop.supervise import (
+    DUMP_WAIT_S,
+    EARLY_FLOOR_S,
+    RESAMPLE_S,
+    STALL_DUMP_WAIT_S,
+    Seen,
+    early_limit,
+    supervise,
+)
 from orchestrator.model import CancelReason
 from orchestrator.settings import Watch
 from orchestrator.watch.cadence import Cadence, written_since
@@ -73,6 +81,10 @@ def test_at_the_fixed_limit_dumps_still_out_are_waited_for_within_a_bound() -> N
     assert supervise(seen, at(1200), W).cancel == ""
     assert supervise(replace(seen, dumps_in=NODES), at(1200), W).cancel
     assert supervise(seen, at(1195 + STALL_DUMP_WAIT_S), W).cancel  # a frozen node never answers
+    # an agent that still beats is at work on its stacks (py-spy under load): waited for, bounded
+    busy = replace(seen, answering=frozenset({"node2"}))
+    assert supervise(busy, at(1195 + STALL_DUMP_WAIT_S), W).cancel == ""
+    assert supervise(busy, at(1195 + DUMP_WAIT_S), W).cancel
     jumped = supervise(Seen(last_progress=at(0), running_since=at(-60), nodes=NODES), at(1300), W)
     assert jumped.request_dumps and not jumped.cancel  # past the limit unasked: ask first
 

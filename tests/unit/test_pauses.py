@@ -3,6 +3,7 @@ is then no early hang. The lines are the ones the stacks print (sources beside e
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -112,3 +113,29 @@ def test_the_vigil_reads_the_pause_from_the_node_logs(tmp_path: Path, last_line:
     finally:
         watch.close()
     assert bool(seen.confirmed) == confirmed, seen.confirmed
+
+
+def test_the_vigil_tells_an_agent_at_work_on_its_stacks_from_a_silent_one(tmp_path: Path) -> None:
+    """After a dump request: node1 answered, node2's heartbeat went on (its py-spy is slow under load), node3's
+    stopped (frozen). Only node2 is worth waiting for past the short bound."""
+    paths = SegmentPaths(tmp_path)
+    paths.logs.mkdir(parents=True)
+    paths.nodes.mkdir()
+    for n in ("node1", "node2", "node3"):
+        paths.log(n).write_text(f"{PROGRESS}\n")
+        write_record(paths.heartbeat(n), Heartbeat(node=n))
+        os.utime(paths.heartbeat(n), (1_000, 1_000))
+    watch = SegmentWatch(tmp_path, table_for([]), progress_pattern(PROGRESS_REGEX, PROGRESS_REGEX), 5.0)
+    vigil = Vigil(tmp_path / "ckpt", Watch(), tmp_path)
+    try:
+        watch.poll(T0)
+        seen = vigil.seen(watch, Seen(nodes=frozenset(watch.nodes)), T0)
+        assert seen.answering == frozenset()  # nothing asked: nobody is answering
+        watch.request_dumps(T0 + timedelta(seconds=1))
+        write_record(paths.dump("node1"), DumpRecord(node="node1", request=watch.dump_request_id, processes=[]))
+        os.utime(paths.heartbeat("node2"), (2_000, 2_000))
+        watch.poll(T0 + timedelta(seconds=3))
+        seen = vigil.seen(watch, Seen(nodes=frozenset(watch.nodes)), T0 + timedelta(seconds=3))
+    finally:
+        watch.close()
+    assert watch.dumps_in() == frozenset({"node1"}) and seen.answering == frozenset({"node2"})
