@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Iterator
 
 from orchestrator.diagnose.prefilter import candidate_ends
-from orchestrator.settings.run import loading_bar_bytes
+from orchestrator.settings.run import not_training_bytes
 
 SEARCH_LINES = 400
 NEAR_END = 8
@@ -42,14 +42,14 @@ def last_int(rx: re.Pattern[bytes], line: bytes) -> int | None:
     for m in rx.finditer(line):
         it = group_int(m)
         found = it if it is not None else found
-    if found is not None and loading_bar_bytes(line):
+    if found is not None and not_training_bytes(line):
         return None  # a loading bar (checkpoint shards, a dataset map), not training
     return found
 
 
 def first_int(rx: re.Pattern[bytes], line: bytes) -> int | None:
     it = group_int(rx.search(line))
-    return None if it is not None and loading_bar_bytes(line) else it
+    return None if it is not None and not_training_bytes(line) else it
 
 
 def iter_lines_backwards(data: bytes, stop: int, limit: int) -> Iterator[bytes]:

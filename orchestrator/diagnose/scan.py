@@ -29,7 +29,7 @@ from orchestrator.diagnose.rawlines import decode as _decode
 from orchestrator.diagnose.rawlines import hostnames_after, last_lines
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match
-from orchestrator.settings.run import loading_bar
+from orchestrator.settings.run import not_training
 
 TEARDOWN = timedelta(minutes=5)
 # printed by the rank that drives the job, not quoted
@@ -199,7 +199,7 @@ class NodeScan:
         if self._stack_line(body):
             return
         pm = self.progress.search(body)
-        it = group_int(pm) if pm is None or not loading_bar(body) else None
+        it = group_int(pm) if pm is None or not not_training(body) else None
         if it is not None:  # an error line may say "at iteration N" too: it is still matched below
             if self.first_iteration is None:
                 self.first_iteration = it

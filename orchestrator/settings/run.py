@@ -45,27 +45,28 @@ PROGRESS_REGEX = (
 )
 
 # A tqdm bar of loading, not training (`Loading checkpoint shards: 100%|####| 4/4 [...]`, datasets'
-# `Map:`): never progress, whatever the progress regex says.
-LOADING_BAR = r"(?:[Ll]oading|[Dd]ownloading|[Ff]etching|[Rr]esolving|[Ee]xtracting|" \
-    r"[Gg]enerating|[Tt]okeniz\w*|Map|Filter|shards)[^|\r\n]*\|"
-NOT_PROGRESS = re.compile(LOADING_BAR)
-NOT_PROGRESS_BYTES = re.compile(LOADING_BAR.encode())
-_BAR_WORDS = ("oading", "ownloading", "etching", "esolving", "xtracting", "enerating", "okeniz",
-              "Map", "Filter",
-              # a loading bar names one of these: most lines need no regex to be told apart
-              "shards")
-_BAR_WORDS_BYTES = tuple(w.encode() for w in _BAR_WORDS)
+# `Map:`), or an eval's own counter (Lightning's `Validation DataLoader 0:  40%|####  | 8/20 [...]`
+# and its sanity check, test and predict bars; Megatron's `Evaluating iter 10/100`): never
+# progress, whatever the progress regex says. Only lines the progress regex matched are asked.
+NOT_TRAINING = (r"(?:(?:[Ll]oading|[Dd]ownloading|[Ff]etching|[Rr]esolving|[Ee]xtracting|"
+                r"[Gg]enerating|[Tt]okeniz\w*|Map|Filter|shards|Validation|Validating|"
+                r"Sanity Checking|Testing|Predicting)[^|\r\n]*\||\bEvaluating iter \d)")
+NOT_PROGRESS = re.compile(NOT_TRAINING)
+NOT_PROGRESS_BYTES = re.compile(NOT_TRAINING.encode())
+# one of them is named on every such line: most lines need no regex to be told apart
+_WORDS = ("oading", "ownloading", "etching", "esolving", "xtracting", "enerating", "okeniz",
+          "Map", "Filter", "shards", "Valid", "Sanity", "Testing", "Predicting", "Evaluating")
+_WORDS_BYTES = tuple(w.encode() for w in _WORDS)
 
 
-def loading_bar(line: str) -> bool:
-    """A loading bar (checkpoint shards, a dataset map), not training progress."""
-    return "|" in line and any(w in line
-                               for w in _BAR_WORDS) and NOT_PROGRESS.search(line) is not None
+def not_training(line: str) -> bool:
+    """A loading bar (checkpoint shards, a dataset map) or an eval's counter, not training
+    progress."""
+    return any(w in line for w in _WORDS) and NOT_PROGRESS.search(line) is not None
 
 
-def loading_bar_bytes(line: bytes) -> bool:
-    return b"|" in line and any(w in line for w in _BAR_WORDS_BYTES) and NOT_PROGRESS_BYTES.search(
-                                    line) is not None
+def not_training_bytes(line: bytes) -> bool:
+    return any(w in line for w in _WORDS_BYTES) and NOT_PROGRESS_BYTES.search(line) is not None
 
 
 def last_iteration(rx: re.Pattern[str], text: str) -> int | None:
@@ -73,7 +74,7 @@ def last_iteration(rx: re.Pattern[str], text: str) -> int | None:
     returns, so each `\\r`-separated part counts as a line and the last match wins."""
     found = None
     for part in re.split(r"[\r\n]", text):
-        if loading_bar(part):
+        if not_training(part):
             continue
         for m in rx.finditer(part):
             try:

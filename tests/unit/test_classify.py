@@ -12,6 +12,7 @@ from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import build_table
 from orchestrator.evidence import NodeEvidence
 from orchestrator.model import CancelReason, Cause, JobState, JobStatus, Owner
+from orchestrator.settings import PROGRESS_REGEX, last_iteration
 
 SIGS = build_table()
 PROG = re.compile(r"iteration\s+(\d+)\s*/\s*\d+")
@@ -171,6 +172,27 @@ def test_a_loading_bar_is_not_progress() -> None:
     assert s.last_iteration is None
     s.feed([(3, " 12%|#         | 120/1000 [01:00<07:20,  2.00it/s]")])
     assert s.last_iteration == 120
+
+
+# What evals print while they count their own batches (Lightning's tqdm callback descriptions, as printed in
+# public logs; Megatron's evaluate(): print_rank_0('Evaluating iter {}/{}'...)): the iteration stays the training's
+EVAL_COUNTERS = ["Sanity Checking DataLoader 0: 100%|##########| 2/2 [00:02<00:00,  0.95it/s]",
+                 "Validation DataLoader 0:  40%|####      | 8/20 [00:01<00:02,  5.12it/s]",
+                 "Validation: |          | 0/? [00:00<?, ?it/s]",
+                 "Testing DataLoader 0: 100%|##########| 63/63 [00:05<00:00, 11.6it/s]",
+                 "Evaluating iter 10/100"]
+
+
+@pytest.mark.parametrize("line", EVAL_COUNTERS)
+def test_an_eval_counter_is_not_the_training_iteration(line: str) -> None:
+    rx = re.compile(PROGRESS_REGEX)
+    s = NodeScan("n1", "n1.log", SIGS, rx)
+    s.feed([(1, "Epoch 3:  53%|#####     | 580/1100 [02:10<01:48,  4.81it/s, v_num=0]"), (2, line)])
+    assert s.last_iteration == 580
+    assert last_iteration(rx, f"{line}\r Epoch 3:  54%|#####     | 590/1100 [02:12<01:47]") == 590
+    assert last_iteration(rx, f"Epoch 3:  54%|#####     | 590/1100 [02:12<01:47]\r{line}") == 590
+    s.feed([(3, " iteration      600/  500000 | consumed samples: 9600 | lm loss: 3.2E+00 |")])
+    assert s.last_iteration == 600
 
 
 def test_cuda_runtime_oom_at_start_on_one_node_is_a_poisoned_gpu_and_the_allocators_after_progress_the_jobs() -> None:
