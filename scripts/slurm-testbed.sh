@@ -215,6 +215,13 @@ stop() {
   pkill -f "slurmdbd -D" 2>/dev/null || true
   [ -f "$D/run/mysqld.pid" ] && kill "$(cat "$D/run/mysqld.pid")" 2>/dev/null || true
   [ -f "$D/run/munged.pid" ] && kill "$(cat "$D/run/munged.pid")" 2>/dev/null || true
+  # a start right after must not meet the old daemons still holding their ports and pid files
+  local i
+  for i in $(seq 1 30); do
+    pgrep -f "slurmd -D -N node|slurmctld -D|slurmdbd -D" >/dev/null || break
+    sleep 1
+  done
+  pkill -9 -f "slurmd -D -N node|slurmctld -D|slurmdbd -D" 2>/dev/null || true
   log "stopped"
 }
 
