@@ -19,6 +19,8 @@ class Backend(Protocol):
     """What the loop needs from a scheduler: submit a spec, poll, cancel, list nodes, find jobs by
     name, and render what would be submitted."""
     name: str
+    # a poll asks a shared service (sacct: slurmdbd): the loop asks less often than it reads logs
+    costly_poll: bool
 
     def submit(self, spec: SegmentSpec) -> JobRef:
         """Submit one segment; return its reference as soon as the scheduler accepted it."""
@@ -62,6 +64,7 @@ class Backend(Protocol):
 class BackendDefaults:
     """The optional features of a backend, declared once: a backend that has no such thing inherits
     these (the loop never asks with getattr whether a backend can)."""
+    costly_poll = False
 
     def nodes(self) -> list[str] | None:
         raise NotImplementedError

@@ -55,6 +55,7 @@ class SlurmBackend(BackendDefaults):
     a squeue fallback, bounded retries, drain; a command that fails is 'unknown', never a job
     failure."""
     name = "slurm"
+    costly_poll = True  # sacct: a query of slurmdbd, shared by the whole cluster
 
     def __init__(self, cfg: SlurmBackendCfg, clock: Clock, run_dir: Path,
                  runner: Runner = run_command, attempts: int = 4):

@@ -31,7 +31,7 @@ from orchestrator.loop.injob import in_allocation, job_submitted_at
 from orchestrator.loop.keeper import Keeper
 from orchestrator.loop.modes import Mode, OwnJob
 from orchestrator.loop.notes import Notes, log_end
-from orchestrator.loop.outage import Outage, poll_job
+from orchestrator.loop.outage import Outage, SchedulerPoll
 from orchestrator.loop.runner import EffectRunner, Notify
 from orchestrator.loop.steps import Steps
 from orchestrator.loop.submission import (
@@ -71,9 +71,9 @@ class Controller(Keeper):
         self.notes = Notes(backend.queue_position)
         self.keep_job = True  # False with --cancel-on-exit: the caller cancels the job after run()
         self._stall = Outage("filesystem stall")
+        self._sched = SchedulerPoll(backend, self._outage, self.s.watch.scheduler_poll_s)
         self.steps, self.own = Steps(self), OwnJob()  # the two placements' executors (modes.Mode)
-        # metrics file and endpoint, heartbeat, events.jsonl, after every poll
-        self.exports = Exports()
+        self.exports = Exports()  # metrics file and endpoint, heartbeat, events.jsonl, every poll
 
     # ---- lifecycle -------------------------------------------------------------------------
     def run(self) -> RunState:
@@ -91,7 +91,6 @@ class Controller(Keeper):
             if self.stop_requested:
                 break
             self.step(self.state)
-            # never stops
             self.exports.after_poll(self.s, self.state, self.clock.now(), self._outage.seen_at)
         state = self.state
         if self.stop_requested and state.status == RunStatus.RUNNING:
@@ -172,6 +171,7 @@ class Controller(Keeper):
         self._watch = SegmentWatch(root, self.signatures, self.progress,
                                    self.s.watch.read_timeout_s, listing=self.listing)
         self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch, root)
+        self._sched.reset()
         # re-attached: the controller started while the job was already there
         self.notes.reset(reattached)
 
@@ -201,13 +201,12 @@ class Controller(Keeper):
         ref = JobRef(job_id=seg.job_id, backend=seg.backend or self.backend.name,
                      submitted_at=job_submitted_at(self.state, seg) or seg.submitted_at)
         now = self.clock.now()
-        status = poll_job(self.backend, self._outage, ref, now)
+        status = self._sched.status(ref, now, watch.turns())
         if status is None:
             watch.poll(now)  # blind to the scheduler, not to the node logs
             self.clock.sleep(self.s.watch.poll_interval_s)
             return
-        # with spares: the step's; a step that ended ends the segment
-        status = self.mode(seg).observe(seg, status)
+        status = self.mode(seg).observe(seg, status)  # with spares: the step's (its end ends it)
         if status.nodes and status.nodes_final and status.state != JobState.PENDING:
             # COMPLETING lists only the nodes still busy, PENDING the batch host
             watch.slurm_nodes = list(status.nodes)
@@ -275,6 +274,7 @@ class Controller(Keeper):
             return True
         self.save()
         self.effects.one(Cancel(ref, sv.cancel))
+        self._sched.hurry()
         return True
 
     # ---- conclude --------------------------------------------------------------------------

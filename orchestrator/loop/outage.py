@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from loguru import logger
 
-from orchestrator.backends.base import Backend, SchedulerUnavailable
+from orchestrator.backends.base import SchedulerUnavailable
 from orchestrator.clock import Clock
 from orchestrator.loop.effects import Alert
 from orchestrator.model import JobRef, JobState, JobStatus
@@ -67,7 +68,47 @@ def _human(d: timedelta) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def poll_job(backend: Backend, outage: Outage, ref: JobRef, now: datetime) -> JobStatus | None:
+class Pollable(Protocol):
+    """What the scheduler poll needs of a backend."""
+    costly_poll: bool
+
+    def poll(self, refs: list[JobRef]) -> dict[str, JobStatus]: ...
+
+
+class SchedulerPoll:
+    """Owns how often the scheduler is asked about the running job. The node files are read every
+    poll; the scheduler (sacct: its database's cost, shared by every user of the cluster) only every
+    `every_s`, and at once when the files say the job changed before it does (a node began writing,
+    an agent exited) or after the controller cancelled. A backend whose poll costs nothing (local,
+    the tests' fake) is asked every time."""
+
+    def __init__(self, backend: Pollable, outage: Outage, every_s: float):
+        self.backend, self.outage, self.every_s = backend, outage, every_s
+        self.reset()
+
+    def reset(self) -> None:
+        """A new segment: ask at the next poll."""
+        self.last: JobStatus | None = None
+        self.asked_at: datetime | None = None
+        self.turns: tuple[int, ...] = ()
+
+    def hurry(self) -> None:
+        """Ask at the next poll (the controller cancelled the job: its end comes soon)."""
+        self.asked_at = None
+
+    def status(self, ref: JobRef, now: datetime, turns: tuple[int, ...]) -> JobStatus | None:
+        """The job's status, asked of the scheduler when due, else the last answer; None while the
+        scheduler cannot be reached (as `poll_job`)."""
+        due = (not self.backend.costly_poll or self.last is None or self.asked_at is None
+               or turns != self.turns or self.last.state.terminal
+               or (now - self.asked_at).total_seconds() >= self.every_s)
+        self.turns = turns
+        if due:
+            self.last, self.asked_at = poll_job(self.backend, self.outage, ref, now), now
+        return self.last
+
+
+def poll_job(backend: Pollable, outage: Outage, ref: JobRef, now: datetime) -> JobStatus | None:
     """The job's status, or None while the scheduler cannot be reached: the caller waits and never
     cancels or resubmits a job it cannot see. Said once when the outage begins and once when it
     ends."""

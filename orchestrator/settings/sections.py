@@ -216,7 +216,12 @@ class Policy(Section):
 class Watch(Section):
     """How often to look and how long silence may last."""
     poll_interval_s: float = Field(5.0, gt=0, le=86_400,
-                                   description="Seconds between polls of job state and logs.")
+                                   description="Seconds between reads of the nodes' logs and "
+                                               "records.")
+    scheduler_poll_s: float = Field(
+        30.0, gt=0, le=86_400,
+        description="Seconds between scheduler queries (sacct) about the running job; sooner when "
+                    "a node's agent exits or a node begins writing, and after a cancel.")
     stall_timeout_s: float = Field(1200.0, gt=0, le=YEAR_S,
                                    description="No progress for this long: the segment is stalled.")
     startup_timeout_s: float = Field(3600.0, gt=0, le=YEAR_S,

@@ -239,6 +239,10 @@ class SegmentWatch:
         its = [nw.last_iteration for nw in self.nodes.values() if nw.last_iteration is not None]
         return max(its) if its else None
 
+    def turns(self) -> tuple[int, int]:
+        """What tells of the job's change before the scheduler does: nodes writing, agents done."""
+        return len(self.nodes), sum(nw.exit_record is not None for nw in self.nodes.values())
+
     def last_progress(self) -> datetime | None:
         seen = [nw.progress_seen_at for nw in self.nodes.values() if nw.progress_seen_at]
         return max(seen) if seen else None
