@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +19,7 @@ from typing import IO, Any
 
 from orchestrator.agent import dump, nodefacts, preflight, profile
 from orchestrator.agent.ckpt_timer import CheckpointTimer
-from orchestrator.agent.taskenv import flight_env, srun_task_env, training_argv
+from orchestrator.agent.taskenv import flight_env, node_identity, srun_task_env, training_argv
 from orchestrator.contract import (
     CANNOT_START_EXIT,
     DUMP_MARKER,
@@ -45,17 +44,6 @@ TERM_GRACE_S = 10.0
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def node_identity(node_name: str | None, node_rank: int | None) -> tuple[str, int, int]:
-    """(node name, node rank, number of nodes) from arguments (local backend) or Slurm's
-    environment."""
-    name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-    rank = node_rank if node_rank is not None else int(os.environ.get("SLURM_NODEID", "0"))
-    # a step inside an allocation with spares runs on fewer nodes than the job holds
-    nnodes = int(os.environ.get("SLURM_STEP_NUM_NODES") or os.environ.get("SLURM_JOB_NUM_NODES")
-                 or os.environ.get("SLURM_NNODES") or "1")
-    return name, rank, nnodes
 
 
 class NodeAgent:
@@ -161,10 +149,12 @@ class NodeAgent:
         return threads
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.emit("agent",
-                  f"ORCH-AGENT got signal {signal.Signals(signum).name}; stopping training")
-        self._stopping.set()
-        threading.Thread(target=self._terminate, daemon=True).start()
+        """Stop the training once (a repeated signal changes nothing). The line is written by the
+        thread: the main thread may hold the log's lock right now."""
+        if not self._stopping.is_set():
+            self._stopping.set()
+            threading.Thread(target=self._terminate, args=(signal.Signals(signum).name,),
+                             daemon=True).start()
 
     def _on_warning(self, signum: int, _frame: Any) -> None:
         """submitit's --signal=USR2@N: the job nears its time limit or is being preempted. The
@@ -173,7 +163,9 @@ class NodeAgent:
         self.emit("agent", f"ORCH-AGENT got signal {signal.Signals(signum).name}: time limit or "
                            "preemption near")
 
-    def _terminate(self) -> None:
+    def _terminate(self, signame: str = "") -> None:
+        if signame:
+            self.emit("agent", f"ORCH-AGENT got signal {signame}; stopping training")
         for p in self.procs:
             _killpg(p, signal.SIGTERM)
         deadline = time.monotonic() + TERM_GRACE_S
@@ -223,6 +215,11 @@ class NodeAgent:
                   start_line(self.spec.index, self.job_id, self.node, self.node_rank,
                              self.spec.resume_from))
         self.heartbeat()
+        # from the start: a cancel during the preflight or the baseline is not lost
+        for sig in (s for s in (signal.SIGTERM, signal.SIGINT)
+                    if signal.getsignal(s) != signal.SIG_IGN):
+            # an ignored SIGINT stays so: the local backend's Ctrl-C guard
+            signal.signal(sig, self._on_signal)
         results = preflight.run_all(self.spec, self.node)
         for r in results:
             self.emit("agent", f"{PREFLIGHT_MARKER} {r.name}: {r.verdict}: {r.detail}")
@@ -232,10 +229,9 @@ class NodeAgent:
             self._exit_record(PREFLIGHT_EXIT, [], results)
             return PREFLIGHT_EXIT
         self.facts.baseline()
-        for sig in (s for s in (signal.SIGTERM, signal.SIGINT)
-                    if signal.getsignal(s) != signal.SIG_IGN):
-            # an ignored SIGINT stays so: the local backend's Ctrl-C guard
-            signal.signal(sig, self._on_signal)
+        if self._stopping.is_set():  # stopped before the training started: nothing to launch
+            self._exit_record(128 + signal.SIGTERM, [], results)
+            return 128 + signal.SIGTERM
         # Slurm's --signal=USR2@N reaches every process of the step; its default action would kill
         # the training. The ranks inherit "ignore" (a training script that handles USR2 installs its
         # own handler).
@@ -247,6 +243,8 @@ class NodeAgent:
             self._exit_record(CANNOT_START_EXIT, [], results)
             return CANNOT_START_EXIT
         signal.signal(signal.SIGUSR2, self._on_warning)
+        if self._stopping.is_set():  # a signal during the launch: the ranks it missed stop too
+            self._terminate()
         self._watch()
         for t in threads:
             t.join(timeout=5)

@@ -4,7 +4,9 @@ unless a shell launch expands them itself."""
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +62,14 @@ def expand_vars(argv: tuple[str, ...], env: dict[str, str]) -> list[str]:
     """$VAR and ${VAR} from the rank's environment (SLURM_*, MASTER_ADDR, RANK, ...), no shell
     involved; a variable that is not set stays as written."""
     return [ENV_REF.sub(lambda m: env.get(m.group(1) or m.group(2), m.group(0)), a) for a in argv]
+
+
+def node_identity(node_name: str | None, node_rank: int | None) -> tuple[str, int, int]:
+    """(node name, node rank, number of nodes) from arguments (local backend) or Slurm's
+    environment."""
+    name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    rank = node_rank if node_rank is not None else int(os.environ.get("SLURM_NODEID", "0"))
+    # a step inside an allocation with spares runs on fewer nodes than the job holds
+    nnodes = int(os.environ.get("SLURM_STEP_NUM_NODES") or os.environ.get("SLURM_JOB_NUM_NODES")
+                 or os.environ.get("SLURM_NNODES") or "1")
+    return name, rank, nnodes

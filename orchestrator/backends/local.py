@@ -233,14 +233,19 @@ class LocalBackend(BackendDefaults):
         starts = dict(zip(rec.pids, rec.pid_starts, strict=False))
         return starts.get(pid)
 
-    def _kill(self, rec: LocalJobRecord, state: str) -> None:
-        for pid in rec.pids:
-            if not ours(pid, self._start_of(rec, pid)):
-                continue  # gone, or the PID now belongs to an unrelated process: never signal it
-            try:
-                os.kill(pid, signal.SIGTERM)  # submitit's local controller forwards it to the agent
-            except ProcessLookupError:
-                pass
+    def _kill(self, rec: LocalJobRecord, state: str, grace_s: float = 60.0) -> None:
+        """SIGTERM until the agents exit (they stop their ranks), SIGKILL after `grace_s`:
+        submitit's job process drops a SIGTERM that comes before the agent's handler is in."""
+        deadline = time.monotonic() + grace_s
+        # gone, or the PID now belongs to an unrelated process: never signal it
+        while live := [p for p in rec.pids if ours(p, self._start_of(rec, p))]:
+            sig = signal.SIGTERM if time.monotonic() < deadline else signal.SIGKILL
+            for pid in live:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            if sig == signal.SIGKILL:
+                break
+            time.sleep(1.0)
         self._finish(rec, state)
 
     def poll(self, refs: list[JobRef]) -> dict[str, JobStatus]:

@@ -121,3 +121,33 @@ def test_agent_sets_rank_environment(tmp_path: Path) -> None:
     env = NodeAgent(spec, "node7", 1, 2, "9")._env(2)
     assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["ORCH_NODE_NAME"]) == ("6", "2", "8", "node7")
     assert env["A"] == "1" and env["SLURMD_NODENAME"] == "node7" and os.environ.get("A") != "1"
+
+
+def test_a_cancel_during_the_agents_start_up_is_not_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI, 2026-12-02: the local backend's SIGTERM came during the preflight, before the agent's handler was in;
+    submitit dropped it ("Bypassing signal SIGTERM") and the agent trained on after the cancel. Now the handler
+    is in from the start, and a signal before the launch starts no rank."""
+    import signal
+
+    from orchestrator.agent.main import NodeAgent
+    from orchestrator.contract import ExitRecord, SegmentPaths
+    from orchestrator.model import SegmentSpec
+
+    spec = SegmentSpec(run_name="r", index=1, job_name="r.seg0001", nodes=1, tasks_per_node=1, gpus_per_node=0,
+                       time_limit_min=5, command=("sleep", "60"), workdir=str(tmp_path), run_dir=str(tmp_path),
+                       segment_dir=str(tmp_path / "s"), progress_regex=r"it (\d+)")
+    agent = NodeAgent(spec, "node1", 0, 1, "9")
+    monkeypatch.setattr(agent.facts, "baseline", lambda: os.kill(os.getpid(), signal.SIGTERM))
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)}
+    try:
+        code = agent.run()
+        for _ in range(20):  # the handler's thread writes its line
+            if "got signal SIGTERM" in SegmentPaths(tmp_path / "s").log("node1").read_text():
+                break
+            time.sleep(0.05)
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+    record = ExitRecord.model_validate_json(SegmentPaths(tmp_path / "s").exit("node1").read_text())
+    assert code == 128 + signal.SIGTERM and agent.procs == [] and record.stopped_by_signal
+    assert "got signal SIGTERM" in SegmentPaths(tmp_path / "s").log("node1").read_text()
