@@ -203,9 +203,8 @@ class ProcessDump(Record):
     stack_summary: str = ""
     top_frame: str = ""
     top_frame_again: str = ""  # the innermost frame in a second sample a second later ("": none)
-    # a profile (py-spy record): its main thread's samples, and those inside a collective
-    samples: int = 0
-    waiting: int = 0
+    samples: int = 0  # a profile (py-spy record): its main thread's samples...
+    waiting: int = 0  # ...and those inside a collective
 
 
 class DumpRecord(Record):
@@ -214,6 +213,7 @@ class DumpRecord(Record):
     time: str = ""
     request: str = ""
     processes: list[ProcessDump] = []
+    left_out: list[str] = []  # a profile's processes that are no rank or gave no samples, and why
 
 
 class NodeFact(Record):

@@ -202,9 +202,10 @@ class NodeAgent:
 
     def _profile(self, request: str) -> None:
         """Where every rank spends its time for a few seconds (the controller saw a slowdown)."""
-        records = profile.profile_processes([p.pid for p in self.procs if p.poll() is None])
-        write_record(self.paths.profile(self.node),
-                     DumpRecord(node=self.node, time=_now(), request=request, processes=records))
+        records, dropped = profile.profile_processes([p.pid for p in self.procs
+                                                      if p.poll() is None])
+        write_record(self.paths.profile(self.node), DumpRecord(
+            node=self.node, time=_now(), request=request, processes=records, left_out=dropped))
 
     def run(self) -> int:
         self.paths.logs.mkdir(parents=True, exist_ok=True)

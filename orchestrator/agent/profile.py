@@ -61,33 +61,50 @@ def rank_counts(raw: str) -> tuple[int, int] | None:
     return samples, waiting
 
 
-def profile_processes(pids: list[int], duration_s: int = DURATION_S) -> list[ProcessDump]:
+def left_out(raw: str, err: str) -> str:
+    """Why a process's profile counts as no rank (said in the answer: a node whose answer holds no
+    rank is named with these reasons, never silently)."""
+    samples, waiting, other = count(raw)
+    if not samples:
+        tail = err.strip().splitlines()[-1:] if err.strip() else []
+        return "py-spy recorded no sample" + (f" ({tail[0][:160]})" if tail else "")
+    if other:
+        return f"a launcher or a worker ({samples} samples)"
+    return f"{samples} samples, none in a collective or in torch's code"
+
+
+def profile_processes(pids: list[int], duration_s: int = DURATION_S
+                      ) -> tuple[list[ProcessDump], list[str]]:
     """Every live process under `pids` sampled at once; those py-spy could read that are ranks (no
     launcher or worker, and some time in a collective or in torch's code), with their sample
-    counts (none where py-spy is missing)."""
+    counts (none where py-spy is missing), and a line for each process left out, saying why."""
     exe = pyspy_exe()
     if not exe:
-        return []
+        return [], ["py-spy is not installed"]
     procs = [(p, st) for p in descendants(pids) if (st := read_stat(p)) and st[0] not in "ZX"]
+    records, dropped = [], []
     with tempfile.TemporaryDirectory(prefix="orch-profile-") as tmp:
         running = []
         for pid, _ in procs:
-            out = Path(tmp) / f"{pid}.txt"
+            out, err = Path(tmp) / f"{pid}.txt", Path(tmp) / f"{pid}.err"
             argv = [exe, "record", "--pid", str(pid), "--duration", str(duration_s), "--rate",
                     str(RATE_HZ), "--format", "raw", "--nonblocking", "--idle", "--threads",
                     "--output", str(out)]
-            running.append((pid, out, subprocess.Popen(  # noqa: S603
-                argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+            with err.open("wb") as errf:
+                running.append((pid, out, err, subprocess.Popen(  # noqa: S603
+                    argv, stdout=subprocess.DEVNULL, stderr=errf)))
         deadline = time.monotonic() + duration_s + GRACE_S
-        records = []
-        for (pid, out, proc), (_, st) in zip(running, procs, strict=True):
+        for (pid, out, err, proc), (_, st) in zip(running, procs, strict=True):
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
+                dropped.append(f"pid {pid}: py-spy did not finish in {duration_s + GRACE_S:.0f} s")
                 continue
-            got = rank_counts(out.read_text(errors="replace") if out.is_file() else "")
-            if got is not None:
-                records.append(ProcessDump(pid=pid, state=st[0], ppid=st[1], samples=got[0],
-                                           waiting=got[1]))
-    return records
+            raw = out.read_text(errors="replace") if out.is_file() else ""
+            if (got := rank_counts(raw)) is None:
+                dropped.append(f"pid {pid}: {left_out(raw, err.read_text(errors='replace'))}")
+                continue
+            records.append(ProcessDump(pid=pid, state=st[0], ppid=st[1], samples=got[0],
+                                       waiting=got[1]))
+    return records, dropped

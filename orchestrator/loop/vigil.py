@@ -20,13 +20,14 @@ from orchestrator.watch.cadence import Cadence, written_since
 from orchestrator.watch.pace import Pace, Slowdown
 from orchestrator.watch.pauses import pausing
 from orchestrator.watch.segment import SegmentWatch
-from orchestrator.watch.slownode import Profiles
+from orchestrator.watch.slownode import Profiles, SlowNode
 from orchestrator.watch.stuck import hang_confirmed
 
 DEFAULT_STARTUP_S = 120.0  # a restart's start-up when this segment's own is unknown
 # never less: a step's teardown, a new step's launch, imports, rendezvous and the checkpoint's load
 # (the segment's own start-up is measured from when the controller saw it run: that can be late)
 MIN_STARTUP_S = 30.0
+PROFILE_TRIES = 3  # profiles asked for one slowdown, while they come back incomplete and it lasts
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Vigil:
         self.cadence, self.pace = Cadence(), Pace(w.pace_window_s)
         self._dir, self._timeout = checkpoint_dir, w.read_timeout_s
         self.reported: Slowdown | None = None  # the slowdown last reported
+        self._tries = 0  # profile requests for it
         self.profiles = Profiles(segment_dir, w.read_timeout_s) if segment_dir else None
         self._ckpt: tuple[str | None, datetime] | None = None  # the newest checkpoint, seen when
 
@@ -110,12 +112,13 @@ class Vigil:
             notes = (slowdown_note(sd),)
             if self.profiles is not None:
                 self.profiles.request(now)
+                self._tries = 1
         live = frozenset(n for n, nw in watch.nodes.items() if nw.exit_record is None)
         found = self.profiles.verdict(live, now) if self.profiles is not None else None
         if found is None or self.reported is None:
             return SlowStep(obs, notes)
         if not found.node:
-            return SlowStep(obs, (*notes, f"the job slowed; no slow node named: {found.evidence}"))
+            return SlowStep(obs, (*notes, self._nobody(found, now)))
         sd, terms = self.reported, terms_now()  # only now: the spares read the shared blacklist
         startup = DEFAULT_STARTUP_S if terms.startup_s is None else max(MIN_STARTUP_S,
                                                                         terms.startup_s)
@@ -135,6 +138,19 @@ class Vigil:
         return SlowStep(obs, (*notes, f"slow node {found.node}: {evidence}"),
                         swap=f"slow node {found.node} ({sd.factor:.2f}x): swapped for a spare: "
                              f"{evidence}" if swap else "")
+
+
+    def _nobody(self, found: SlowNode, now: datetime) -> str:
+        """The line for a verdict that names nobody; incomplete profiles are asked for again while
+        the slowdown lasts (a node's answer can come back empty once: a starved py-spy, an agent
+        busy), at most PROFILE_TRIES times."""
+        line = f"the job slowed; no slow node named: {found.evidence}"
+        if (not found.incomplete or self._tries >= PROFILE_TRIES or self.profiles is None
+                or self.pace.slowdown() is None):
+            return line
+        self._tries += 1
+        self.profiles.request(now)
+        return f"{line}; profiles asked again ({self._tries} of {PROFILE_TRIES})"
 
 
 def swap_terms(s: Settings, state: RunState, seg: SegmentRecord, spares: int,

@@ -28,6 +28,7 @@ class SlowNode:
     evidence: str
     share: float = 0.0  # its share of samples waiting in collectives
     others: float = 0.0  # the median share of the other nodes
+    incomplete: bool = False  # a node's profile is missing or holds no rank: worth asking again
 
 
 def share(rec: DumpRecord) -> float | None:
@@ -36,12 +37,25 @@ def share(rec: DumpRecord) -> float | None:
     return min(shares) if shares else None
 
 
+def unanswered(records: dict[str, DumpRecord], nodes: frozenset[str],
+               shares: dict[str, float]) -> str:
+    """Why the profiles are incomplete ("" when they are not): who did not answer, and whose answer
+    holds no rank with enough samples, with the agent's own reasons."""
+    why = [f"{n} (no answer)" for n in sorted(nodes - set(records))]
+    for n in sorted(set(records) & (nodes - set(shares))):
+        thin = [f"pid {p.pid}: {p.samples} samples" for p in records[n].processes]
+        why.append(f"{n} (no rank with {MIN_SAMPLES} samples or more: "
+                   f"{'; '.join([*thin, *records[n].left_out][:4]) or 'no process'})")
+    return ", ".join(why)
+
+
 def localize(records: dict[str, DumpRecord], nodes: frozenset[str]) -> SlowNode:
     """Pure: the node whose ranks wait least in collectives, if it stands apart."""
     shares = {n: s for n, rec in records.items() if n in nodes and (s := share(rec)) is not None}
-    if missing := sorted(nodes - set(shares)):
-        return SlowNode("", f"no profile from {','.join(missing)} (py-spy missing or refused, or "
-                            "no answer): the slow node may be one of them")
+    if missing := unanswered(records, nodes, shares):
+        return SlowNode("", f"no profile from {missing}: the slow node may be one of them "
+                            "(py-spy missing, refused or starved, or the agent busy)",
+                        incomplete=True)
     if len(shares) < 2:
         return SlowNode("", "one node: nothing to compare")
     ranked = sorted(shares.items(), key=lambda kv: kv[1])

@@ -262,7 +262,7 @@ def test_the_agent_profiles_live_ranks_at_once_and_counts_their_waits_in_collect
     try:
         for p in procs:
             assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-        recs = {r.pid: r for r in profile_processes([p.pid for p in procs], duration_s=2)}
+        recs = {r.pid: r for r in profile_processes([p.pid for p in procs], duration_s=2)[0]}
     finally:
         for p in procs:
             p.kill()
