@@ -26,7 +26,7 @@ slurm_log=$(mktemp)
 slurm_tmp=$(mktemp -d)  # its own pytest temp root: the two sessions never clean up each other's directories
 trap 'rm -rf "$slurm_log" "$slurm_tmp"' EXIT
 echo "== pytest tests/slurm (in the background) and the rest =="
-python -m pytest -q -p no:cacheprovider --basetemp="$slurm_tmp/t" --durations=5 tests/slurm >"$slurm_log" 2>&1 &
+python -m pytest -q -p no:cacheprovider --basetemp="$slurm_tmp/t" --durations=40 --durations-min=5 tests/slurm >"$slurm_log" 2>&1 &
 slurm_pid=$!
 rest=0
 # the rest yields the CPU to the scenarios (nice 5: about a quarter of it when both want it): their

@@ -12,9 +12,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.agent.dump import descendants, pyspy_exe, read_stat
+from orchestrator.agent.dump import READ_TIMEOUT_S, descendants, pyspy_exe, read_stat
 from orchestrator.contract import ProcessDump
 from orchestrator.diagnose.rules import COLLECTIVE, IN_BACKWARD
+from orchestrator.timeout import call_with_timeout
 
 DURATION_S = 5
 RATE_HZ = 50
@@ -26,12 +27,17 @@ LAUNCHER = re.compile(r"\(torchrun:|torch/distributed/(?:run|launch)\.py|acceler
                       r"deepspeed/launcher/")
 ROOT_FRAMES = 4
 # ... or a worker (the DataLoader's, compile workers), by any frame; any other process that neither
-# waits in a collective nor runs torch's code is left out too (a much slowed rank may not wait in a
-# collective in the whole profile: its peers wait for it, but its forward and backward are torch's)
+# waits in a collective nor runs torch's code nor has torch loaded is left out too (a much slowed
+# rank may not wait in a collective in the whole profile: its peers wait for it)
 WORKER = re.compile(r"torch/utils/data/_utils/worker|torch/_inductor/compile_worker|"
                     r"concurrent/futures/process\.py")
 THREAD = re.compile(r"^thread \(\w+\): (?P<name>[^;]*);")
 TORCH_FRAME = re.compile(r"\((?:[^()]*/)?torch/")
+# a slowed rank can also miss torch's frames in every sample (its forward a few ms of a long step);
+# then torch loaded in its memory tells it from a helper, unless it is a multiprocessing child (a
+# rank's fork or spawn: it maps the rank's libraries too)
+MP_CHILD = re.compile(r"multiprocessing/(?:spawn|popen_fork|forkserver)\.py|_bootstrap "
+                      r"\((?:[^()]*/)?multiprocessing/process\.py")
 
 
 def count(raw: str) -> tuple[int, int, bool]:
@@ -53,12 +59,21 @@ def count(raw: str) -> tuple[int, int, bool]:
                               or any(WORKER.search(s) for s, _ in rows))
 
 
-def rank_counts(raw: str) -> tuple[int, int] | None:
+def rank_counts(raw: str, torch_loaded: bool = False) -> tuple[int, int] | None:
     """(samples, waiting samples) of a rank's profile; None for a process that is no rank."""
     samples, waiting, other = count(raw)
-    if not samples or other or not (waiting or TORCH_FRAME.search(raw)):
+    if not samples or other:
         return None
-    return samples, waiting
+    if waiting or TORCH_FRAME.search(raw) or (torch_loaded and not MP_CHILD.search(raw)):
+        return samples, waiting
+    return None
+
+
+def torch_mapped(pid: int) -> bool:
+    """Whether libtorch is in the process's memory map (False: gone, or unreadable in time)."""
+    done, hit = call_with_timeout(lambda: "libtorch" in Path(f"/proc/{pid}/maps").read_text(),
+                                  READ_TIMEOUT_S)
+    return bool(done and hit is True)
 
 
 def left_out(raw: str, err: str) -> str:
@@ -102,7 +117,7 @@ def profile_processes(pids: list[int], duration_s: int = DURATION_S
                 dropped.append(f"pid {pid}: py-spy did not finish in {duration_s + GRACE_S:.0f} s")
                 continue
             raw = out.read_text(errors="replace") if out.is_file() else ""
-            if (got := rank_counts(raw)) is None:
+            if (got := rank_counts(raw, torch_mapped(pid))) is None:
                 dropped.append(f"pid {pid}: {left_out(raw, err.read_text(errors='replace'))}")
                 continue
             records.append(ProcessDump(pid=pid, state=st[0], ppid=st[1], samples=got[0],
