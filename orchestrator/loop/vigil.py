@@ -139,7 +139,6 @@ class Vigil:
                         swap=f"slow node {found.node} ({sd.factor:.2f}x): swapped for a spare: "
                              f"{evidence}" if swap else "")
 
-
     def _nobody(self, found: SlowNode, now: datetime) -> str:
         """The line for a verdict that names nobody; incomplete profiles are asked for again while
         the slowdown lasts (a node's answer can come back empty once: a starved py-spy, an agent
