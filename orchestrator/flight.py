@@ -31,7 +31,7 @@ def _read(path: Path) -> str:
 
 def write_trace(out: Path, request: str, rank: int) -> None:
     """The recorder of this process, as JSON, written atomically."""
-    from torch._C._distributed_c10d import _dump_fr_trace_json  # type: ignore[attr-defined]
+    from torch._C._distributed_c10d import _dump_fr_trace_json  # type: ignore[attr-defined,import-not-found,unused-ignore]
 
     record = {"request": request, "rank": rank, "time_ns": time.time_ns(),
               "trace": json.loads(_dump_fr_trace_json(includeCollectives=True))}

@@ -197,8 +197,14 @@ def positional_args(labels: dict[str, Any], tmp: Path) -> tuple[str, ...]:
     return tuple(str(tmp / "site" / f"arg{i}") for i in range(1, n + 1))
 
 
+def array_task(label: dict[str, Any]) -> int | None:
+    """A sweep (its tasks read SLURM_ARRAY_TASK_ID) is imported one task at a time: its first task."""
+    return array_ids(label["array"])[0] if label.get("uses_array_task_id") else None
+
+
 def run_imported(tmp_path: Path, script: Path, nodes: int = 2, args: tuple[str, ...] = (),
-                 extra_env: dict[str, str] | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+                 extra_env: dict[str, str] | None = None,
+                 task: int | None = None) -> tuple[dict[str, str], dict[str, Any]]:
     """The imported launch, its setup run once first, then the real agent on `nodes` virtual nodes:
     ({node: log text}, config)."""
     from orchestrator.agent.main import NodeAgent
@@ -208,7 +214,7 @@ def run_imported(tmp_path: Path, script: Path, nodes: int = 2, args: tuple[str, 
 
     work = tmp_path / "work"
     work.mkdir()
-    cfg, notes = import_sbatch(script.read_text(), script.stem, str(work), args)
+    cfg, notes = import_sbatch(script.read_text(), script.stem, str(work), args, task)
     bindir = tmp_path / "bin"
     write_stubs(bindir, work)
     env = {**fill_env(notes, tmp_path, script.read_text()), **(extra_env or {})}

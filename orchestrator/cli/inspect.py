@@ -156,6 +156,11 @@ def import_sbatch_cmd(
     output: Annotated[Path | None,
                       typer.Option("-o", "--output",
                                    help="Write the config here (default stdout).")] = None,
+    array_task: Annotated[int | None,
+                          typer.Option("--array-task", metavar="ID",
+                                       help="Import one task of a job array (a sweep) as its "
+                                            "own run: SLURM_ARRAY_TASK_ID=ID in every "
+                                            "segment.")] = None,
 ) -> None:
     """Turn an #SBATCH script into a config that runs the script's own shell on every node.
 
@@ -169,17 +174,21 @@ def import_sbatch_cmd(
       orchestrator import-sbatch tests/data/sbatch/real/csc-ddp-torchrun-gpu8.sbatch -o \
 /tmp/ddp.yaml
       orchestrator import-sbatch tests/data/sbatch/chain.sh
+      orchestrator import-sbatch sweep.sbatch --array-task 3 -o sweep-3.yaml
       orchestrator import-sbatch tests/data/sbatch/real2/mlperf-gpt3-run.sbatch /data /ckpt /code \
 img -o /tmp/m.yaml
     """
-    from orchestrator.importer import dump_config, import_sbatch
+    from orchestrator.importer import Refused, dump_config, import_sbatch
 
     text = _script_text(script)
     if "#SBATCH" not in text and "srun" not in text:
         raise fail([f"{script}: no #SBATCH line and no srun line: is this a Slurm batch script?"])
     _check_output(output)
     try:
-        cfg, notes = import_sbatch(text, script.stem, str(Path.cwd()), tuple(args or ()))
+        cfg, notes = import_sbatch(text, script.stem, str(Path.cwd()), tuple(args or ()),
+                                   array_task)
+    except Refused as exc:  # the script cannot run as sbatch runs it: said, nothing written
+        raise fail([f"{exc.where(str(script))}: {exc}"]) from None
     # a script we cannot read is the user's input, not our crash
     except Exception as exc:  # noqa: BLE001
         raise fail([f"{script}: cannot translate this script: {type(exc).__name__}: "

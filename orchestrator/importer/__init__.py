@@ -27,20 +27,37 @@ from orchestrator.importer.names import (
     rewrite_resume,
     undefined,
 )
-from orchestrator.importer.once import LOAD_ENV, split_once
+from orchestrator.importer.once import LOAD_ENV, once_after, split_once
 from orchestrator.importer.options import resources, sbatch_options
+from orchestrator.importer.refuse import (
+    Array,
+    Refused,
+    enclosing_loop,
+    het_launch,
+    hetjob,
+    in_loop,
+    line_of,
+    no_launch,
+    resubmissions,
+)
+from orchestrator.importer.refuse import (
+    array as refuse_array,
+)
 from orchestrator.importer.scan import segments, unquote
 from orchestrator.importer.script import (
     LAUNCH_BEFORE,
     array_lines,
+    array_task_lines,
     passing_bash_n,
+    tee_once,
     tidy,
     with_array_id,
+    with_array_task,
     with_launch,
 )
 from orchestrator.importer.yamlout import dump_config
 
-__all__ = ["dump_config", "import_sbatch"]
+__all__ = ["Refused", "dump_config", "import_sbatch"]
 # `$1`, `${2:?}`, `"$@"`, `$#` outside comments
 POSITIONAL = re.compile(r"(?m)^[^#\n]*(?<!\\)\$(\{#?)?[1-9@*#]")
 ORDER = ["name", "run_dir", "workdir", "command", "env", "resources", "checkpoint", "policy",
@@ -71,12 +88,21 @@ def _containers(found: launch_mod.Launch, env: dict[str, str], cfg: dict[str, An
 def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str) -> str:
     segs = segments(text, launch_mod.WANTED)
     env = assignments(text, segs)
+    if task := cfg.get("_array_task"):
+        env.setdefault("SLURM_ARRAY_TASK_ID", str(task[0]))
     found = launch_mod.find_launch(segs, text, env)
     r = cfg["resources"]
-    if found is None:
+    if found is None and r.get("nodes", 1) > 1:
+        raise no_launch()
+    if found is None:  # one node: the batch script ran there, once, as the agent runs it now
         notes.append("no training launch (srun, torchrun, deepspeed, accelerate, python) "
-                     "recognised: the whole script runs on every node; check it")
+                     "recognised: the whole script runs on the job's one node, as under sbatch; "
+                     "check it")
         return passing_bash_n(tidy(text, source), notes)
+    launch_line = line_of(text, found.segment.words[0][0])
+    if (loop := enclosing_loop(text, found.segment)) is not None:
+        raise in_loop(loop, launch_line)
+    het_launch([*found.dropped, *found.segment.texts(text)[found.program_at:]], launch_line)
     start, end, repl, more = launch_mod.rewrite(found, text, r.get("nodes", 1) > 1)
     notes.extend(more)
     _containers(found, env, cfg, notes)
@@ -88,6 +114,7 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
     shown = resolve(" ".join(unquote(w) for w in words), env)
     notes.append(f"training launch found: {' '.join(shown.split())[:300]}")
     script = with_launch(text, start, end, repl, found.segment.line_start)
+    script = once_after(script, notes)
     # up to the launch's first word: `clear; srun ...` ran `clear` once too (with_launch put a line
     # before it)
     script, setup = split_once(script, found.segment.words[0][0] + len(LAUNCH_BEFORE), notes,
@@ -104,7 +131,7 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
         notes.append(f"{flag} {value} now reads ${{{var}:-{value}}}: {what}, the original value on "
                      "the first segment")
     _checkpoint(text, env, cfg, notes, [f for f, _, _ in resumes])
-    return passing_bash_n(tidy(script, source), notes)
+    return passing_bash_n(tee_once(tidy(script, source), notes), notes)
 
 
 def _checkpoint(text: str, env: dict[str, str], cfg: dict[str, Any], notes: list[str],
@@ -132,6 +159,38 @@ def _checkpoint(text: str, env: dict[str, str], cfg: dict[str, Any], notes: list
                      "newest complete checkpoint, empty on the first segment)")
 
 
+def _array(text: str, cfg: dict[str, Any], notes: list[str], script_name: str,
+           array_task: int | None) -> None:
+    """A job array: one chain of segments (`%1`, the same work), or one task of it as its own run
+    (`--array-task ID`, or an array of one task); a sweep or tasks side by side are refused."""
+    spec = cfg.pop("_array_spec", None)
+    if spec is None:
+        if array_task is not None:
+            raise Refused(None, f"--array-task {array_task}: the script has no #SBATCH --array")
+        return
+    arr = Array(spec, cfg.get("_array_ids") or [])
+    if not arr.ids:
+        raise Refused(None, f"--array={spec}: not a task list Slurm reads (e.g. 0-9, 1,3,5, "
+                            "0-99%1)")
+    if refuse_array(text, arr, array_task, script_name) == "chain":
+        notes.append(f"--array={spec}: a chain (one task at a time, the same work): its "
+                     f"{len(arr.ids)} tasks become up to {len(arr.ids)} segments "
+                     "(policy.max_segments); the controller submits each one after diagnosing the "
+                     "last")
+        return
+    task = arr.ids[0] if array_task is None else array_task
+    cfg.pop("_array_ids", None)
+    cfg.get("policy", {}).pop("max_segments", None)
+    if not cfg.get("policy"):
+        cfg.pop("policy", None)
+    if len(arr.ids) > 1:
+        cfg["name"] = f"{cfg['name']}-task{task}"
+    cfg["_array_task"] = (task, arr.ids)
+    notes.append(f"--array={spec}: this run is array task {task} alone (SLURM_ARRAY_TASK_ID="
+                 f"{task} in every segment, and on every retry)" + (
+                     "; import the others with --array-task ID" if len(arr.ids) > 1 else ""))
+
+
 def launch_mod_preset(resumes: list[str], saves: list[str]) -> str:
     from orchestrator.importer.names import RESUME_FLAGS
 
@@ -141,26 +200,32 @@ def launch_mod_preset(resumes: list[str], saves: list[str]) -> str:
 
 
 def import_sbatch(text: str, script_name: str = "script", workdir: str | None = None,
-                  args: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
+                  args: tuple[str, ...] = (),
+                  array_task: int | None = None) -> tuple[dict[str, Any], list[str]]:
     """(config mapping, notes) for a batch script. `workdir`: where sbatch would have run it (the
-    current directory of the user by default), unless the script says --chdir."""
+    current directory of the user by default), unless the script says --chdir. `array_task`: the
+    one task of a job array to import as its own run. Raises Refused when the script cannot run as
+    sbatch would run it."""
     collecting = gc.isenabled()
     # a large script makes millions of small objects and no cycles: the collector only costs time
     gc.disable()
     try:
-        return _import(text, script_name, workdir, args)
+        return _import(text, script_name, workdir, args, array_task)
     finally:
         if collecting:
             gc.enable()
 
 
-def _import(text: str, script_name: str, workdir: str | None,
-            args: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
+def _import(text: str, script_name: str, workdir: str | None, args: tuple[str, ...],
+            array_task: int | None) -> tuple[dict[str, Any], list[str]]:
     text = text.replace("\r\n", "\n")
     notes: list[str] = []
+    hetjob(text)
+    text = resubmissions(text, script_name, notes)
     name = re.sub(r"[^A-Za-z0-9_.+-]", "-", script_name).lstrip("-.") or "run"
     cfg: dict[str, Any] = {"name": name}
     cfg["resources"] = resources(sbatch_options(text.split("\n")), cfg, notes)
+    _array(text, cfg, notes, script_name, array_task)
     if workdir and not str(cfg.get("workdir", "")).startswith("/"):
         cfg["workdir"] = str(PurePosixPath(workdir) / cfg.get("workdir", "."))
         notes.append(f"workdir: {cfg['workdir']} (where sbatch would have started the script); "
@@ -171,7 +236,11 @@ def _import(text: str, script_name: str, workdir: str | None,
         notes.append("the script reads its own arguments ($1, $@, ...), as given to `sbatch SCRIPT "
                      "ARGS`: give them after the script (orchestrator import-sbatch SCRIPT -- "
                      "ARGS...); here it runs without any")
-    if ids := cfg.pop("_array_ids", None):
+    if task := cfg.pop("_array_task", None):
+        script = with_array_task(script, *task)
+        if setup := cfg.get("_setup"):
+            cfg["_setup"] = [setup[0].replace(LOAD_ENV, LOAD_ENV + array_task_lines(*task), 1)]
+    elif ids := cfg.pop("_array_ids", None):
         script = with_array_id(script, ids, notes)
         # the run-once lines read it too (ORCH_SEGMENT is in the setup's environment)
         if setup := cfg.get("_setup"):

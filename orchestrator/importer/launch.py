@@ -148,7 +148,26 @@ def find_launch(segs: list[Segment], text: str, env: dict[str, str]) -> Launch |
     if strong is not None and strong[0][0] >= 2:
         return strong[1]
     best = _best(segs, text, env)
-    return best[1] if best is not None else None
+    if best is not None:
+        return best[1]
+    # no training words anywhere: under sbatch the srun step is what ran on the nodes, whatever its
+    # program (`srun ./run.sh`, `srun bash train.sh`); the last one that is no helper
+    steps = [la for la in (_classify(s, text, env) for s in segs)
+             if la is not None and la.kind == "srun" and not _helper(la, text, env)]
+    return steps[-1] if steps else None
+
+
+# programs a helper step runs (`srun hostname`, `srun --ntasks-per-node=1 mkdir -p $TMP`)
+HELPERS = {"hostname", "nvidia-smi", "echo", "mkdir", "ls", "true", "sleep", "env", "printenv",
+           "cat", "rm", "cp", "touch", "date", "df", "free", "uname", "id", "pwd", "rsync", "tar",
+           "nproc", "lscpu", "ibstat", "ibv_devinfo", "dcgmi", "scontrol", "sinfo", "killall",
+           "pkill", "ulimit", "which"}
+
+
+def _helper(launch: Launch, text: str, env: dict[str, str]) -> bool:
+    words = launch.segment.texts(text)[launch.program_at:]
+    first = resolve(unquote(words[0]), env).split() if words else []
+    return not first or first[0].rsplit("/", 1)[-1] in HELPERS
 
 
 _STRONG = re.compile(r"srun|mpirun|mpiexec|torchrun|deepspeed|accelerate|torch\.distributed|"

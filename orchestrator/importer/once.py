@@ -17,7 +17,7 @@ import shlex
 from dataclasses import dataclass
 
 from orchestrator.importer.scan import Segment, segments, unquote
-from orchestrator.importer.script import LAUNCH_BEFORE, passing_bash_n
+from orchestrator.importer.script import FOOTER, LAUNCH_AFTER, LAUNCH_BEFORE, passing_bash_n
 
 # what sets up the launch's shell: these run on every node (they are also in the setup, which runs
 # all of it)
@@ -185,3 +185,38 @@ def split_once(script: str, stop: int, notes: list[str],
                  "commented out of the per-node script: " + "; ".join(s[:80] for s in shown[:8])
                  + (" ..." if len(shown) > 8 else ""))
     return script, setup
+
+
+GATE = ('if [ "${SLURM_PROCID:-0}" = 0 ]; then  # orchestrator: ran once under sbatch, after the '
+        "launch: the first task runs it\n")
+# what every task must still do after the launch: wait for a launch sent to the background, exit
+# with the launch's code
+_EVERY_TASK = re.compile(r"\b(wait|exit|return)\b")
+
+
+def once_after(script: str, notes: list[str]) -> str:
+    """The commands after the launch (a profiler's `--resume`, an eval, a copy of the results) ran
+    once under sbatch, in the batch script: in the per-node script they run on the first task only
+    (SLURM_PROCID 0). `wait` and `exit` stay on every task."""
+    a, b = script.find(LAUNCH_AFTER), script.rfind(FOOTER)
+    if a < 0 or b < a:
+        return script
+    start = a + len(LAUNCH_AFTER)
+    tail = script[start:b]
+    found = units(tail, len(tail))
+    if found is None:
+        if tail.strip():
+            notes.append("the lines after the launch close a block the launch is in (an `if`, a "
+                         "function): they run on every node; move work that must run once to "
+                         "after the controller, or guard it with SLURM_PROCID=0")
+        return script
+    once = [u for u in found if u.kind == "once" and not _EVERY_TASK.search(_body(tail, u))]
+    for u in reversed(once):
+        body = _body(tail, u)
+        tail = tail[:u.start] + GATE + body + "\nfi" + tail[u.start + len(body):]
+    if once:
+        shown = [" ".join(_body(script[start:b], u).split())[:80] for u in once]
+        notes.append(f"RUN ONCE AFTER THE LAUNCH: {len(once)} command(s) after the launch ran once "
+                     "under sbatch; they now run on the first task only (SLURM_PROCID=0): "
+                     + "; ".join(shown[:8]) + (" ..." if len(shown) > 8 else ""))
+    return script[:start] + tail + script[b:]

@@ -224,14 +224,12 @@ class _Resources:
     def _array(self, val: str) -> None:
         m = re.match(r"(\d+)-(\d+)", val)
         n = int(m.group(2)) - int(m.group(1)) + 1 if m else len(val.split("%")[0].split(","))
+        self.cfg["_array_spec"] = val
         ids = array_ids(val)
         if ids:
             # import_sbatch sets SLURM_ARRAY_TASK_ID from it in the launch script
             self.cfg["_array_ids"] = ids
         self.cfg.setdefault("policy", {})["max_segments"] = n
-        self.notes.append(f"--array={val}: the array's {n} tasks become up to {n} segments "
-                          "(policy.max_segments); the controller submits each one after diagnosing "
-                          "the last")
 
     def _other(self, key: str, val: str | None) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9-]*", key):

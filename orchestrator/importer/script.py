@@ -63,6 +63,41 @@ def with_array_id(script: str, ids: list[int], notes: list[str]) -> str:
     return script[:at] + array_lines(ids) + script[at:]
 
 
+_TEE = re.compile(r"(\|&?[ \t]*)tee\b")
+TEE_ONCE = ('__orch_tee() { if [ "${SLURM_PROCID:-0}" = 0 ]; then command tee "$@"; '
+            "else command tee; fi; }  # orchestrator: `| tee` of the launch writes once per "
+            "job, from the first task\n")
+
+
+def tee_once(script: str, notes: list[str]) -> str:
+    """`srun ... | tee -a main_log.txt` wrote one copy of the job's output; every node running the
+    launch line would append its own to the same file at once: the first task writes it."""
+    a = script.find(LAUNCH_BEFORE)
+    b = script.find(LAUNCH_AFTER, a)
+    a += len(LAUNCH_BEFORE)
+    if a < len(LAUNCH_BEFORE) or b < 0 or not _TEE.search(script, a, b):
+        return script
+    launch = _TEE.sub(lambda m: m.group(1) + "__orch_tee", script[a:b])
+    notes.append("`| tee` of the launch: the file is written by the first task (SLURM_PROCID=0), "
+                 "with that node's output, not by every node at once; every node's output is in "
+                 "run_dir/segments/NNNN/logs/")
+    script = script[:a] + launch + script[b:]
+    at = script.index("\n", script.index(HEADER_END)) + 1 if HEADER_END in script else 0
+    return script[:at] + TEE_ONCE + script[at:]
+
+
+def with_array_task(script: str, task: int, ids: list[int]) -> str:
+    """One task of an array, imported as its own run: the same SLURM_ARRAY_* in every segment."""
+    at = script.index("\n", script.index(HEADER_END)) + 1 if HEADER_END in script else 0
+    return script[:at] + array_task_lines(task, ids) + script[at:]
+
+
+def array_task_lines(task: int, ids: list[int]) -> str:
+    return (f"export SLURM_ARRAY_TASK_ID={task}  # orchestrator: this run is array task {task}\n"
+            f"export SLURM_ARRAY_TASK_MIN={min(ids)} SLURM_ARRAY_TASK_MAX={max(ids)} "
+            f"SLURM_ARRAY_TASK_COUNT={len(ids)}\n")
+
+
 def array_lines(ids: list[int]) -> str:
     """The SLURM_ARRAY_* exports of segment $ORCH_SEGMENT, as the array's task of the same rank had
     them."""

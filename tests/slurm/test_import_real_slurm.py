@@ -21,6 +21,7 @@ from tests.sbatch_launch import (
     REAL,
     REAL2,
     array_ids,
+    array_task,
     calls,
     entry_of,
     fill_env,
@@ -56,8 +57,10 @@ def _config(tmp: Path, script: Path, label: dict[str, Any]) -> Path:
     bindir = tmp / "bin"
     write_stubs(bindir, work)
     site = _site_script(tmp, script, label)
+    task = array_task(label)  # a sweep: its first task, as its own run
     res = subprocess.run([sys.executable, "-m", "orchestrator", "import-sbatch", str(site),
-                          *positional_args(label, tmp), "-o", str(tmp / "imported.yaml")], capture_output=True,
+                          *positional_args(label, tmp), "-o", str(tmp / "imported.yaml"),
+                          *([] if task is None else ["--array-task", str(task)])], capture_output=True,
                          text=True, cwd=work, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
     notes = [ln[len("note: "):] for ln in res.stderr.splitlines() if ln.startswith("note: ")]
     cfg: dict[str, Any] = yaml.safe_load((tmp / "imported.yaml").read_text())

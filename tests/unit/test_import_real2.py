@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator.blacklist import expand
-from orchestrator.importer import import_sbatch
+from orchestrator.importer import Refused, import_sbatch
 from tests.sbatch_launch import (
     LABELS,
     REAL2,
     array_ids,
+    array_task,
     calls,
     entry_of,
     launches,
@@ -35,8 +36,12 @@ SCRIPTS = sorted(LABELS)
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_the_answer_keys_features_are_carried(tmp_path: Path, name: str) -> None:
     label = LABELS[name]
-    cfg, notes = import_sbatch((REAL2 / name).read_text(), Path(name).stem, str(tmp_path),
-                               positional_args(label, tmp_path))
+    text, args = (REAL2 / name).read_text(), positional_args(label, tmp_path)
+    if label["uses_array_task_id"]:  # a sweep: refused whole, with the way to import each task
+        with pytest.raises(Refused, match=r"is a sweep.*--array-task ID") as whole:
+            import_sbatch(text, Path(name).stem, str(tmp_path), args)
+        assert whole.value.line and "--array" in text.split("\n")[whole.value.line - 1]
+    cfg, notes = import_sbatch(text, Path(name).stem, str(tmp_path), args, array_task(label))
     slurm = cfg["backend"].get("slurm", {})
     carried = {a.split("=", 1)[0] for a in slurm.get("srun_args", [])}
     refused = " ".join(n for n in notes if n.startswith("CONTAINER NOT CARRIED:"))
@@ -48,8 +53,10 @@ def test_the_answer_keys_features_are_carried(tmp_path: Path, name: str) -> None
     setup = "\n".join(slurm.get("setup", []))
     for once in label["run_once"]:
         assert once["contains"] in setup, (once, notes)
-    if label["array"]:
+    if label["array"] and not label["uses_array_task_id"]:
         assert cfg["policy"]["max_segments"] == len(array_ids(label["array"]))
+    elif label["array"]:  # one task of the sweep, its own run, retried as itself
+        assert cfg["name"].endswith(f"-task{array_task(label)}") and "max_segments" not in cfg.get("policy", {})
     if label["exclude"]:
         assert expand(cfg["resources"]["exclude"]) == expand(label["exclude"])
     if label["nodelist"]:
@@ -59,7 +66,7 @@ def test_the_answer_keys_features_are_carried(tmp_path: Path, name: str) -> None
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_run_once_lines_run_once_and_the_entry_point_on_every_node(tmp_path: Path, name: str) -> None:
     label = LABELS[name]
-    logs, _cfg = run_imported(tmp_path, REAL2 / name, 2, positional_args(label, tmp_path))
+    logs, _cfg = run_imported(tmp_path, REAL2 / name, 2, positional_args(label, tmp_path), task=array_task(label))
     found = calls(tmp_path / "calls.jsonl")
     entry = entry_of(label)
     for host, text in logs.items():

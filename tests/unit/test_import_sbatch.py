@@ -15,7 +15,8 @@ import yaml
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.importer import dump_config, import_sbatch
+from orchestrator.importer import Refused, dump_config, import_sbatch
+from orchestrator.importer.options import array_ids
 from orchestrator.settings import load_settings
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "sbatch"
@@ -91,7 +92,7 @@ def test_comment_ending_in_backslash_and_if_bodies(tmp_path: Path) -> None:
             "if [ -n \"$X\" ]; then\n  export A=1\nfi\nsrun python $CMD 2>&1 | tee log.txt\n")
     cfg, notes = import_sbatch(text, "x")
     script = cfg["command"][2]
-    assert 'export CMD="train.py --lr 1"' in script and "\npython $CMD 2>&1 | tee log.txt" in script
+    assert 'export CMD="train.py --lr 1"' in script and "\npython $CMD 2>&1 | __orch_tee log.txt" in script
     assert "training launch found: python train.py --lr 1" in "\n".join(notes)
 
 
@@ -175,25 +176,59 @@ def test_unreadable_option_values_are_noted_not_a_traceback(tmp_path: Path) -> N
         assert said in res.output
 
 
-@pytest.mark.parametrize("array,segment,task", [("0-9%1", 3, "2"), ("3,5,7", 2, "5"), ("1-9:4", 3, "9"),
-                                                ("5-6", 1, "5")])
-def test_an_array_task_id_is_set_from_the_segment(tmp_path: Path, array: str, segment: int, task: str) -> None:
-    """Issue 23: `SLURM_ARRAY_TASK_ID` was unset in an imported array script (a `--job_idx` became -1); segment k
-    now runs as the k-th task of the array did."""
-    import os
-    import subprocess
-
-    script = (f"#!/bin/bash\n#SBATCH -N 1\n#SBATCH --array={array}\n"
-              "srun python train.py --job_idx ${SLURM_ARRAY_TASK_ID:--1} --of $SLURM_ARRAY_TASK_COUNT\n")
-    cfg, notes = import_sbatch(script, "arr")
-    assert any("SLURM_ARRAY_TASK_ID is set from the segment" in n for n in notes)
+def _echoed(tmp_path: Path, cfg: dict[str, Any], segment: int) -> str:
+    """What the per-node launch passes to a `python` that echoes its arguments, in segment `segment`."""
     bindir = tmp_path / "bin"
-    bindir.mkdir()
+    bindir.mkdir(exist_ok=True)
     (bindir / "python").write_text('#!/bin/sh\necho "$@"\n')
     (bindir / "python").chmod(0o755)
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "ORCH_SEGMENT": str(segment)}
-    got = subprocess.run(cfg["command"][:3], capture_output=True, text=True, env=env, check=True).stdout
-    assert f"--job_idx {task} --of " in got, got
+    return subprocess.run(cfg["command"][:3], capture_output=True, text=True, env=env, check=True).stdout
+
+
+@pytest.mark.parametrize("array,task", [("0-9%1", 2), ("3,5,7", 5), ("1-9:4", 9), ("5-6", 5), ("0-99%4", 40)])
+def test_a_sweep_is_refused_whole_and_each_task_runs_as_itself_on_every_retry(tmp_path: Path, array: str,
+                                                                               task: int) -> None:
+    """Issue 36: an array whose tasks read SLURM_ARRAY_TASK_ID does different work per task; made one chain of
+    segments, a retry ran the next task's work. Refused whole, naming the lines, with the way out; one task
+    imported with `--array-task` runs as that task in every segment."""
+    script = (f"#!/bin/bash\n#SBATCH -N 1\n#SBATCH --array={array}\n"
+              "srun python train.py --job_idx ${SLURM_ARRAY_TASK_ID:--1} --of $SLURM_ARRAY_TASK_COUNT\n")
+    with pytest.raises(Refused, match=r"is a sweep: .*line 4\).*--array-task ID") as refused:
+        import_sbatch(script, "arr")
+    assert refused.value.line == 3
+    cfg, notes = import_sbatch(script, "arr", array_task=task)
+    assert cfg["name"] == f"arr-task{task}" and cfg["run_dir"] == f"runs/arr-task{task}"
+    assert "max_segments" not in cfg.get("policy", {})
+    for segment in (1, 3):
+        assert f"--job_idx {task} --of " in _echoed(tmp_path, cfg, segment)
+    with pytest.raises(Refused, match="not a task of"):
+        import_sbatch(script, "arr", array_task=1000)
+
+
+@pytest.mark.parametrize("array,segment,task", [("0-9%1", 3, "2"), ("3,5,7%1", 2, "5")])
+def test_a_chain_keeps_one_chain_and_each_segment_the_task_id_it_had(tmp_path: Path, array: str, segment: int,
+                                                                     task: str) -> None:
+    """Issue 23: `SLURM_ARRAY_TASK_ID` was unset in an imported array script; in a chain (`%1`, the same work,
+    nothing in the script reads the id) segment k runs as the k-th task of the array did."""
+    script = f"#!/bin/bash\n#SBATCH -N 1\n#SBATCH --array={array}\nsrun python train.py --steps 10\n"
+    cfg, notes = import_sbatch(script, "arr")
+    assert any("SLURM_ARRAY_TASK_ID is set from the segment" in n for n in notes)
+    assert cfg["policy"]["max_segments"] == len(array_ids(array))
+    assert "export SLURM_ARRAY_TASK_ID=" in cfg["command"][2]
+    assert _echoed(tmp_path, cfg, segment).strip() == "train.py --steps 10"
+    env = {**os.environ, "ORCH_SEGMENT": str(segment)}
+    probe = cfg["command"][2].replace("python train.py --steps 10", 'echo "task=$SLURM_ARRAY_TASK_ID"')
+    assert f"task={task}" in subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env=env,
+                                            check=True).stdout
+
+
+@pytest.mark.parametrize("array,said", [("0-7", "runs all 8 of its tasks at once"),
+                                        ("0-99%4", "runs up to 4 of its tasks at once")])
+def test_copies_of_the_same_work_side_by_side_are_refused(array: str, said: str) -> None:
+    script = f"#!/bin/bash\n#SBATCH -N 1\n#SBATCH --array={array}\nsrun python train.py\n"
+    with pytest.raises(Refused, match=said + r".*write `%1`"):
+        import_sbatch(script, "arr")
 
 
 @pytest.mark.parametrize("script", [

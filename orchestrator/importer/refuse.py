@@ -1,0 +1,192 @@
+"""What import-sbatch refuses, with one line naming the script's line and what to do, rather than a
+config that would run something other than what sbatch runs: a heterogeneous job, a launch inside a
+shell loop (one launch per host or per item), a script with no launch it recognises, and a job
+array whose tasks do different work (a sweep) or run side by side.
+
+And what it takes out, with a note: the script's own resubmission (`sbatch "$0"`, `scontrol
+requeue`), since the controller submits the next segment itself."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from orchestrator.importer.scan import Segment, segments, unquote
+
+
+class Refused(ValueError):
+    """The script cannot run under the orchestrator as it runs under sbatch."""
+
+    def __init__(self, line: int | None, message: str):
+        self.line = line
+        super().__init__(message)
+
+    def where(self, script: str) -> str:
+        return f"{script}:{self.line}" if self.line else script
+
+
+def line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, max(0, pos)) + 1
+
+
+_HET = re.compile(r"^[ \t]*#SBATCH[ \t]+(hetjob|packjob)\b", re.M)
+
+
+def hetjob(text: str) -> None:
+    """`#SBATCH hetjob` (or the old `packjob`): components with different resources."""
+    m = _HET.search(text)
+    if m:
+        raise Refused(line_of(text, m.start()),
+                      f"`#SBATCH {m.group(1)}` makes a heterogeneous job (components with their "
+                      "own resources); the orchestrator submits one homogeneous job per segment: "
+                      "run the training component as its own script, or keep using sbatch")
+
+
+def het_launch(words: list[str], line: int) -> None:
+    """`srun A : B` or `srun --het-group=...`: a heterogeneous step (MPMD)."""
+    if ":" in [unquote(w) for w in words] or any(
+            unquote(w).startswith("--het-group") for w in words):
+        raise Refused(line, "the launch is a heterogeneous (MPMD) srun step (`srun A : B` or "
+                            "--het-group): the agent starts one program per task and cannot "
+                            "split it; launch one program, or keep using sbatch")
+
+
+_LOOP_WORDS = re.compile(r"\b(for|while|until|select|do|done)\b")
+_LEAD = {"then", "do", "else", "{", "(", "!", "time", "&&", "||"}
+
+
+@dataclass
+class _Open:
+    word: str
+    line: int
+
+
+def enclosing_loop(text: str, launch: Segment) -> _Open | None:
+    """The shell loop (`for`/`while`/`until`/`select` ... `done`) the launch is inside, if any."""
+    stack: list[_Open] = []
+    for seg in segments(text[:launch.words[0][0]], _LOOP_WORDS):
+        words = [unquote(w) for w in seg.texts(text)]
+        i = 0
+        while i < len(words) and words[i] in _LEAD:
+            i += 1
+        if i < len(words) and words[i] in ("for", "while", "until", "select"):
+            stack.append(_Open(words[i], line_of(text, seg.words[i][0])))
+        elif words and words[0] == "done" and stack:
+            stack.pop()
+    return stack[-1] if stack else None
+
+
+def no_launch() -> Refused:
+    return Refused(None, "no training launch recognised (srun, mpirun, torchrun, deepspeed, "
+                         "accelerate, python ...) in a job of several nodes: run as it is, the "
+                         "whole script would start on every node, which sbatch never does; write "
+                         "the config by hand (`command:` is what one node runs), see "
+                         "docs/TUTORIAL.md")
+
+
+def in_loop(loop: _Open, launch_line: int) -> Refused:
+    return Refused(launch_line,
+                   f"the training launch is inside a `{loop.word}` loop (line {loop.line}): "
+                   "sbatch starts it once per host or per item, the orchestrator starts one "
+                   "launch per node and cannot repeat a loop's launches faithfully; write the "
+                   "config by hand with the loop's body as the per-node command (SLURM_NODEID "
+                   "tells a node its index), see docs/TUTORIAL.md")
+
+
+_TASK_ID = re.compile(r"\$\{?SLURM_ARRAY_TASK_ID\b")
+_ARRAY_LINE = re.compile(r"^[ \t]*#SBATCH\b.*?(--array\b|-a\b)", re.M)
+_SBATCH_LINES = re.compile(r"^[ \t]*#SBATCH\b.*$", re.M)
+
+
+@dataclass
+class Array:
+    spec: str
+    ids: list[int]
+
+    @property
+    def throttle(self) -> int | None:
+        m = re.search(r"%(\d+)", self.spec)
+        return int(m.group(1)) if m else None
+
+
+def task_id_use(text: str) -> int | None:
+    """The line of the first use of $SLURM_ARRAY_TASK_ID outside #SBATCH lines and comments."""
+    body = _SBATCH_LINES.sub("", text)
+    for m in _TASK_ID.finditer(body):
+        line_start = body.rfind("\n", 0, m.start()) + 1
+        if "#" not in body[line_start:m.start()]:
+            return line_of(body, m.start())
+    return None
+
+
+def array(text: str, arr: Array, task: int | None, script: str) -> str:
+    """How the array runs: "chain" (one chain of segments: `%1` and the same work in every task),
+    "task" (one task of it, `--array-task`, or an array of one); otherwise Refused."""
+    at = _ARRAY_LINE.search(text)
+    line = line_of(text, at.start()) if at else None
+    if task is not None:
+        if task not in arr.ids:
+            raise Refused(line, f"--array-task {task}: not a task of --array={arr.spec} "
+                                f"(ids {_shown(arr.ids)})")
+        return "task"
+    if len(arr.ids) == 1:
+        return "task"
+    use = task_id_use(text)
+    stem = _stem(script) or "task"
+    how = (f"orchestrator import-sbatch SCRIPT --array-task ID -o {stem}-ID.yaml, for "
+           f"each ID of {_shown(arr.ids)}, and run each config (`orchestrator runs runs/` shows "
+           "them together)")
+    if use is not None:
+        at_once = (f"at most {arr.throttle} at once" if arr.throttle
+                   else "all at once")
+        raise Refused(line, f"--array={arr.spec} is a sweep: its tasks do different work "
+                            f"($SLURM_ARRAY_TASK_ID, line {use}), and one chain of segments would "
+                            "run the next task's work on a retry; import each task as its own run: "
+                            f"{how}; run {at_once}, as the array did")
+    if arr.throttle != 1:
+        at_once = f"up to {arr.throttle}" if arr.throttle else f"all {len(arr.ids)}"
+        raise Refused(line, f"--array={arr.spec} runs {at_once} of its tasks at once, and the "
+                            "script does not read $SLURM_ARRAY_TASK_ID: copies of the same work "
+                            "side by side; if the tasks continue one training, they are a chain: "
+                            f"write `%1` (--array={arr.spec.split('%')[0]}%1); if the program "
+                            f"reads the task id itself, import one task per run: {how}")
+    return "chain"
+
+
+def _shown(ids: list[int]) -> str:
+    return ",".join(map(str, ids)) if len(ids) <= 6 else f"{ids[0]}..{ids[-1]} ({len(ids)} ids)"
+
+
+def _stem(script: str) -> str:
+    return re.sub(r"\.[A-Za-z]+$", "", script.rsplit("/", 1)[-1])
+
+
+# `sbatch "$0"`, `sbatch ${BASH_SOURCE[0]}`, `sbatch --dependency=afterany:$SLURM_JOB_ID $0`, and
+# `scontrol requeue $SLURM_JOB_ID`: the script's own next job
+_SELF = r"(?:\$0\b|\$\{0\}|\$\{?BASH_SOURCE\b|\$\{?SLURM_JOB_NAME\b|{name})"
+
+
+def resubmissions(text: str, script: str, notes: list[str]) -> str:
+    """The script's own resubmission, made a no-op (`: sbatch ...`) with a note: the controller
+    submits the next segment, and a second job beside it would train the same run twice."""
+    stem = re.escape(_stem(script))
+    name = rf"(?<![\w.-]){stem}(?:\.\w+)?(?![\w.-])" if stem else r"\b\B"
+    rx = re.compile(r"(?<![\w./:-])(sbatch\b(?=[^\n;|&]*" + _SELF.replace("{name}", name)
+                    + r")|scontrol[ \t]+requeue(?:hold)?\b)")
+    found: list[tuple[int, str]] = []
+
+    def strike(m: re.Match[str]) -> str:
+        before = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+        if before.lstrip().startswith("#") or " #" in before:
+            return m.group(0)  # in a comment
+        end = text.find("\n", m.start())
+        found.append((line_of(text, m.start()),
+                      text[m.start():end if end >= 0 else None].strip()[:100]))
+        return ": " + m.group(1)
+
+    out = rx.sub(strike, text)
+    for line, what in found:
+        notes.append(f"RESUBMISSION TAKEN OUT: `{what}` (line {line}) submitted or requeued this "
+                     "script again; the controller submits the next segment itself, so it now "
+                     "reads `: ...` (does nothing)")
+    return out

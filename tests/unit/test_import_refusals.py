@@ -1,0 +1,128 @@
+"""Issue 36: what import-sbatch cannot run as sbatch runs it is refused with one line naming the script's line
+and what to do (a hetjob, an MPMD step, a launch inside a per-host loop, a script with no launch it knows), and
+what the script does once per job stays once per job (its own resubmission taken out, `| tee` of the launch, the
+commands after the launch)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.importer import Refused, import_sbatch
+
+HEAD = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --time=10\n"
+
+
+@pytest.mark.parametrize("body,line,said", [
+    ("#SBATCH hetjob\n#SBATCH --nodes=1\nsrun python train.py\n", 4, "heterogeneous job"),
+    ("#SBATCH packjob\nsrun python train.py\n", 4, "heterogeneous job"),
+    ("srun -n1 python server.py : -n8 python train.py\n", 4, "heterogeneous .MPMD. srun step"),
+    ("srun --het-group=0,1 python train.py\n", 4, "heterogeneous .MPMD. srun step"),
+    ("i=0\nfor host in $(scontrol show hostnames); do\n  srun -N1 -n1 -w $host python3 train.py --id $i &\n"
+     "  i=$((i+1))\ndone\nwait\n", 6, r"inside a `for` loop \(line 5\)"),
+    ("while read -r host; do\n  srun -w \"$host\" python train.py &\ndone < hosts.txt\nwait\n", 5,
+     r"inside a `while` loop \(line 4\)"),
+    ("mkdir -p out\necho starting\nmy_site_launcher --nodes 2\n", None, "no training launch recognised"),
+])
+def test_what_cannot_run_as_under_sbatch_is_refused_with_its_line(body: str, line: int | None, said: str) -> None:
+    with pytest.raises(Refused, match=said) as refused:
+        import_sbatch(HEAD + body, "job")
+    assert refused.value.line == line
+
+
+def test_an_srun_step_of_any_program_is_the_launch_and_one_node_runs_the_whole_script() -> None:
+    cfg, notes = import_sbatch(HEAD + "srun hostname\nsrun --ntasks-per-node=1 ./run_pretrain.sh --steps 10\n", "job")
+    assert "\n./run_pretrain.sh --steps 10" in cfg["command"][2]
+    one = "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --time=10\n./run_pretrain.sh --steps 10\n"
+    cfg, notes = import_sbatch(one, "job")
+    assert "./run_pretrain.sh --steps 10" in cfg["command"][2]
+    assert any("the whole script runs on the job's one node" in n for n in notes)
+
+
+def test_a_launch_after_a_loop_is_not_in_it() -> None:
+    """A loop that ends before the launch (a retry of a download, a host list built in a loop) is no refusal."""
+    body = ("for i in 1 2 3; do\n  wget -q data.tar && break\ndone\nwhile false; do :; done\n"
+            "srun python train.py --save /ckpt\n")
+    cfg, _notes = import_sbatch(HEAD + body, "job")
+    assert "\npython train.py --save /ckpt" in cfg["command"][2]
+
+
+def test_the_cli_says_the_refusal_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    script = tmp_path / "sweep.sbatch"
+    script.write_text(HEAD + "#SBATCH --array=1-8%2\nsrun python train.py --config cfg_$SLURM_ARRAY_TASK_ID.yaml\n")
+    out = tmp_path / "out.yaml"
+    res = CliRunner().invoke(app, ["import-sbatch", str(script), "-o", str(out)])
+    assert res.exit_code == 2 and not out.exists()
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {script}:4: --array=1-8%2 is a sweep")
+    assert "at most 2 at once" in res.output.replace("\n", " ")
+    res = CliRunner().invoke(app, ["import-sbatch", str(script), "--array-task", "3", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "SLURM_ARRAY_TASK_ID=3" in out.read_text()
+
+
+def _run(cfg: dict[str, Any], tmp_path: Path, procid: int) -> subprocess.CompletedProcess[str]:
+    """The per-node launch as one task runs it, with `python`, `sbatch`, `scontrol` and `dcgmi` recording
+    their calls."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    for tool in ("python", "sbatch", "scontrol", "dcgmi"):
+        (bindir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/calls"\necho "{tool} ran"\n')
+        (bindir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_PROCID": str(procid),
+           "SLURM_JOB_ID": "77"}
+    return subprocess.run(cfg["command"][:4], capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
+
+
+def test_the_scripts_own_resubmission_is_taken_out_with_a_note(tmp_path: Path) -> None:
+    body = ("trap 'scontrol requeue $SLURM_JOB_ID' USR1\n"
+            "srun python train.py --save /ckpt\n"
+            "# sbatch $0  (a comment stays as it is)\n"
+            "if [ ! -f done ]; then sbatch --dependency=afterany:$SLURM_JOB_ID \"$0\"; fi\n"
+            "sbatch eval.sbatch\n")
+    cfg, notes = import_sbatch(HEAD + body, "job")
+    taken = [n for n in notes if n.startswith("RESUBMISSION TAKEN OUT")]
+    assert len(taken) == 2 and "(line 4)" in taken[0] and "(line 7)" in taken[1]
+    script = cfg["command"][2]
+    assert ": scontrol requeue" in script and ': sbatch --dependency' in script
+    assert "# sbatch $0  (a comment" in script
+    res = _run(cfg, tmp_path, 0)
+    assert res.returncode == 0, res.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    # another job the script submits (an eval) is still submitted, once
+    assert calls == ["python train.py --save /ckpt", "sbatch eval.sbatch"]
+
+
+def test_tee_of_the_launch_and_the_lines_after_it_run_once_per_job(tmp_path: Path) -> None:
+    body = ("srun python train.py --save /ckpt 2>&1 | tee -a main_log.txt\n"
+            "dcgmi profile --resume\n"
+            "echo finished\n"
+            "exit 0\n")
+    cfg, notes = import_sbatch(HEAD + body, "job")
+    assert any(n.startswith("RUN ONCE AFTER THE LAUNCH: 2 command(s)") for n in notes)
+    assert any("`| tee` of the launch" in n for n in notes)
+    for procid in (1, 0):
+        res = _run(cfg, tmp_path, procid)
+        assert res.returncode == 0 and "python ran" in res.stdout, res.stderr
+        assert ("finished" in res.stdout) == (procid == 0)
+    assert (tmp_path / "main_log.txt").read_text() == "python ran\n"  # the first task's, once
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls.count("dcgmi profile --resume") == 1 and calls.count("python train.py --save /ckpt") == 2
+
+
+def test_every_task_still_waits_for_a_launch_in_the_background_and_exits_with_its_code(tmp_path: Path) -> None:
+    body = "srun python train.py &\nwait\necho done > marker\n"
+    cfg, _notes = import_sbatch(HEAD + body, "job")
+    script = cfg["command"][2]
+    wait_at, gate_at = script.index("\nwait\n"), script.index('if [ "${SLURM_PROCID:-0}" = 0 ]')
+    assert wait_at < gate_at  # `wait` is not behind the gate
+    res = _run(cfg, tmp_path, 1)
+    assert res.returncode == 0 and not (tmp_path / "marker").exists()
+    _run(cfg, tmp_path, 0)
+    assert (tmp_path / "marker").read_text() == "done\n"
