@@ -224,7 +224,10 @@ def judge(tree: Path, script: Path, key: dict[str, Any], tmp: Path) -> dict[str,
     # what the key says sbatch would never run as it is imported
     if key.get("hetjob"):
         silent.append("a hetjob imported as one job")
-    if any(la["per_host_loop"] for la in key["launches"]):
+    # a one-node job whose whole script runs on its node, as the batch host ran it: loops and run-once lines
+    # run there once, as under sbatch
+    whole = "the whole script runs on the job's one node" in joined
+    if any(la["per_host_loop"] for la in key["launches"]) and not whole:
         silent.append("a per-host loop imported")
     if not key["launches"]:
         (said if re.search(r"syntax error|bash -n|commented out", joined) else silent).append(
@@ -235,7 +238,7 @@ def judge(tree: Path, script: Path, key: dict[str, Any], tmp: Path) -> dict[str,
         said.append("--dependency not held")
     if key.get("self_resubmit") and "RESUBMISSION TAKEN OUT" not in joined:
         silent.append(f"the script's own resubmission kept: {key['self_resubmit'][:80]}")
-    for once in key["run_once"]:
+    for once in ([] if whole else key["run_once"]):
         spans = _gated(per_node)
         bad = [m.start() for m in re.finditer(re.escape(once), per_node)
                if not per_node[per_node.rfind("\n", 0, m.start()) + 1:m.start()].lstrip().startswith("#")

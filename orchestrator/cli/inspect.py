@@ -174,7 +174,7 @@ def import_sbatch_cmd(
       orchestrator import-sbatch tests/data/sbatch/real/csc-ddp-torchrun-gpu8.sbatch -o \
 /tmp/ddp.yaml
       orchestrator import-sbatch tests/data/sbatch/chain.sh
-      orchestrator import-sbatch sweep.sbatch --array-task 3 -o sweep-3.yaml
+      orchestrator import-sbatch tests/data/sbatch/sweep.sh --array-task 3 -o /tmp/sweep-3.yaml
       orchestrator import-sbatch tests/data/sbatch/real2/mlperf-gpt3-run.sbatch /data /ckpt /code \
 img -o /tmp/m.yaml
     """

@@ -38,7 +38,10 @@ from orchestrator.importer.refuse import (
     in_loop,
     line_of,
     no_launch,
+    no_launch_no_nodes,
+    on_some_nodes,
     resubmissions,
+    shebang,
 )
 from orchestrator.importer.refuse import (
     array as refuse_array,
@@ -94,6 +97,8 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
     r = cfg["resources"]
     if found is None and r.get("nodes", 1) > 1:
         raise no_launch()
+    if found is None and "nodes" not in r:
+        raise no_launch_no_nodes()
     if found is None:  # one node: the batch script ran there, once, as the agent runs it now
         notes.append("no training launch (srun, torchrun, deepspeed, accelerate, python) "
                      "recognised: the whole script runs on the job's one node, as under sbatch; "
@@ -103,6 +108,7 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
     if (loop := enclosing_loop(text, found.segment)) is not None:
         raise in_loop(loop, launch_line)
     het_launch([*found.dropped, *found.segment.texts(text)[found.program_at:]], launch_line)
+    on_some_nodes([resolve(w, env) for w in found.dropped], r.get("nodes", 1), launch_line)
     start, end, repl, more = launch_mod.rewrite(found, text, r.get("nodes", 1) > 1)
     notes.extend(more)
     _containers(found, env, cfg, notes)
@@ -220,6 +226,7 @@ def _import(text: str, script_name: str, workdir: str | None, args: tuple[str, .
             array_task: int | None) -> tuple[dict[str, Any], list[str]]:
     text = text.replace("\r\n", "\n")
     notes: list[str] = []
+    shebang(text, notes)
     hetjob(text)
     text = resubmissions(text, script_name, notes)
     name = re.sub(r"[^A-Za-z0-9_.+-]", "-", script_name).lstrip("-.") or "run"

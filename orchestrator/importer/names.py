@@ -87,7 +87,8 @@ def undefined(text: str) -> list[str]:
     of a Slurm task does not provide; `${NAME:-default}` uses are not counted."""
     first_def: dict[str, int] = {}
     first_use: dict[str, int] = {}
-    for n, line in enumerate(_strip_for_uses(text)):
+    lines = _strip_for_uses(text)
+    for n, line in enumerate(lines):
         if "$" not in line and "=" not in line and "for" not in line and "read" not in line:
             continue  # neither defines nor uses a name
         for m in re.finditer(r"(?:^|[\s;(])(?:(?:export|declare|typeset|readonly|local)\s+(?:"
@@ -106,9 +107,14 @@ def undefined(text: str) -> list[str]:
     for name, n in first_use.items():
         if ENV_ALWAYS.fullmatch(name):
             continue
-        if name not in first_def or first_def[name] > n:
+        if name not in first_def or first_def[name] > n or _self_assigned(name, lines[n]):
             out.append(name)
     return out
+
+
+def _self_assigned(name: str, line: str) -> bool:
+    """`X=${X}` / `X="$X"` (no default): the value is what the environment gave, or nothing."""
+    return re.search(rf"(?<![\w$]){name}=[\"']?\$\{{?{name}\}}?(?![\w:-])", line) is not None
 
 
 SAVE_FLAGS = {"--save": "megatron", "--save-dir": "megatron", "--save_dir": "megatron",

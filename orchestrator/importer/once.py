@@ -26,7 +26,7 @@ ENV_WORDS = {"export", "source", ".", "module", "ml", "cd", "pushd", "popd", "se
              "unset", "declare", "typeset", "readonly", "local", "trap", "alias", "eval", "conda",
              "mamba",
              "micromamba", "spack", "hash", "enable", "function", "shift", "return", "break",
-             "continue"}
+             "continue", "read", "mapfile", "readarray", "getopts"}
 # words that neither set anything nor do work: tests, loop heads, block words
 NEUTRAL_WORDS = {"[", "[[", "test", "true", "false", ":", "for", "case", "select", "fi", "done",
                  "esac", "}", ")", "in", ";;"}
@@ -87,6 +87,12 @@ def _depth_change(words: list[str]) -> int:
     return change
 
 
+def _function_head(words: list[str]) -> bool:
+    """`NAME ()`, `NAME()` or `function NAME` without its body on the same line."""
+    return (len(words) == 2 and words[1] == "()" or len(words) == 1 and words[0].endswith("()")
+            or len(words) == 2 and words[0] == "function")
+
+
 def _merge(kinds: set[str]) -> str:
     kinds = kinds - {"neutral"}
     if kinds == {"print"}:
@@ -101,17 +107,18 @@ def units(text: str, stop: int) -> list[Unit] | None:
     """The finished top-level units of text[:stop], or None when the nesting can't be followed (a
     closing word with nothing open: then nothing moves)."""
     out: list[Unit] = []
-    depth, start, kinds = 0, -1, set[str]()
+    depth, start, kinds, function = 0, -1, set[str](), False
     for seg in segments(text[:stop]):
         words = [unquote(w) for w in seg.texts(text)]
         if depth == 0 and start < 0:
-            start, kinds = seg.line_start, set()
+            start, kinds, function = seg.line_start, set(), _function_head(words)
         kinds.add(_kind(words))
         depth += _depth_change(words)
         if depth < 0:
             return None
-        if depth == 0 and not _continues(text, seg):
-            out.append(Unit(start, -1, _merge(kinds)))
+        # `NAME ()` with its `{` body on the next line: one unit, a definition (it runs nothing)
+        if depth == 0 and not _continues(text, seg) and not _function_head(words):
+            out.append(Unit(start, -1, "env" if function else _merge(kinds)))
             start = -1
     # an unfinished unit at the end holds the launch (inside an `if`, a loop, a function): not part
     # of the prefix

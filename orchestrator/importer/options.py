@@ -46,8 +46,13 @@ _KNOWN = ("ntasks-per-node", "cpus-per-task", "gpus-per-task", "ntasks", "gpus-p
           "exclusive", "comment", "wrap", *IGNORED)
 
 
+# other spellings sbatch takes for the same option
+ALIASES = {"tasks-per-node": "ntasks-per-node"}
+
+
 def _full_name(key: str) -> str:
     """`--exclud` / `--job-nam` / `--outp`, as sbatch reads them: the one option they abbreviate."""
+    key = ALIASES.get(key, key)
     if key in _KNOWN:
         return key
     full = {k for k in _KNOWN if k.startswith(key)}

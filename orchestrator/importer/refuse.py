@@ -76,12 +76,61 @@ def enclosing_loop(text: str, launch: Segment) -> _Open | None:
     return stack[-1] if stack else None
 
 
+def shebang(text: str, notes: list[str]) -> None:
+    """sbatch refuses a script whose first line is not `#!INTERPRETER`: refused when the `#!` is
+    further down (a licence header above it), said when there is none."""
+    if text.startswith("#!"):
+        return
+    at = text.find("\n#!")
+    if at >= 0:
+        raise Refused(1, "the first line is not `#!` and an interpreter, so sbatch refuses this "
+                         "file (\"This does not look like a batch script\"); the `#!` is on line "
+                         f"{line_of(text, at + 1)}: move it to line 1")
+    notes.append("no `#!/bin/bash` on line 1: sbatch would refuse the script as it is; the "
+                 "orchestrator runs it under bash")
+
+
+_SOME_NODES = re.compile(r"(-w|--nodelist|-r|--relative|-x|--exclude)(=.*|(?<=^-[wrx])\S+)?")
+_COUNT = re.compile(r"(-N|--nodes|-n|--ntasks)(?:=(.*)|(?<=^-[Nn])(\d+))?")
+
+
+def on_some_nodes(dropped: list[str], nodes: int, line: int) -> None:
+    """The launch's srun runs on chosen nodes (`-w $NODE`, `--nodes=8` of 9, `-n1`): the agent runs
+    one launch on every node of the step, so a job split between launches cannot run as written."""
+    words = [unquote(w) for w in dropped]
+    for i, w in enumerate(words):
+        m = _SOME_NODES.fullmatch(w)
+        if m:
+            raise Refused(line, f"the training launch's srun runs on chosen nodes ({w}"
+                                f"{'' if m.group(2) or i + 1 >= len(words) else ' ' + words[i + 1]}"
+                                "): the orchestrator runs the launch on every node of the job; "
+                                "keep using sbatch for a job split between launches, or write the "
+                                "config by hand")
+        c = _COUNT.fullmatch(w)
+        value = (c.group(2) or c.group(3) if c and (c.group(2) or c.group(3))
+                 else words[i + 1] if c and i + 1 < len(words) else None)
+        if value is not None and value.isdigit() and int(value) < nodes:
+            flag = w.split("=")[0]
+            raise Refused(line, f"the training launch's srun asks for {flag} {value} in a "
+                                f"job of {nodes} nodes: it runs on part of the job, and the "
+                                "orchestrator runs the launch on every node; keep using sbatch for "
+                                "a job split between launches, or write the config by hand")
+
+
 def no_launch() -> Refused:
     return Refused(None, "no training launch recognised (srun, mpirun, torchrun, deepspeed, "
                          "accelerate, python ...) in a job of several nodes: run as it is, the "
                          "whole script would start on every node, which sbatch never does; write "
                          "the config by hand (`command:` is what one node runs), see "
                          "docs/TUTORIAL.md")
+
+
+def no_launch_no_nodes() -> Refused:
+    return Refused(None, "no training launch recognised and no #SBATCH --nodes: with sbatch's one "
+                         "node the whole script would run there as it is, but a script given its "
+                         "node count at submission (sbatch -N ...) would not run as meant; if the "
+                         "job is one node, add `#SBATCH --nodes=1`, otherwise write the config by "
+                         "hand (`command:` is what one node runs)")
 
 
 def in_loop(loop: _Open, launch_line: int) -> Refused:

@@ -29,6 +29,10 @@ HEAD = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --time=10\n"
     ("while read -r host; do\n  srun -w \"$host\" python train.py &\ndone < hosts.txt\nwait\n", 5,
      r"inside a `while` loop \(line 4\)"),
     ("mkdir -p out\necho starting\nmy_site_launcher --nodes 2\n", None, "no training launch recognised"),
+    ("#SBATCH --nodes=9\nsrun --nodes=8 python train.py &\nsrun --nodes=1 -w $HEAD trl vllm-serve &\nwait\n", 5,
+     "asks for --nodes 8 in a job of 9 nodes"),
+    ("NODE=gpu1\nsrun --nodelist=${NODE} --ntasks=1 composer train.py\n", 5, r"chosen nodes \(--nodelist=gpu1\)"),
+    ("srun -n1 python train.py\n", 4, "asks for -n 1 in a job of 2 nodes"),
 ])
 def test_what_cannot_run_as_under_sbatch_is_refused_with_its_line(body: str, line: int | None, said: str) -> None:
     with pytest.raises(Refused, match=said) as refused:
@@ -43,6 +47,40 @@ def test_an_srun_step_of_any_program_is_the_launch_and_one_node_runs_the_whole_s
     cfg, notes = import_sbatch(one, "job")
     assert "./run_pretrain.sh --steps 10" in cfg["command"][2]
     assert any("the whole script runs on the job's one node" in n for n in notes)
+
+
+def test_sbatch_refuses_a_script_whose_shebang_is_not_on_line_1_and_so_does_the_import() -> None:
+    late = "# Copyright (c) 2024, a licence header\n#\n#!/bin/bash\n#SBATCH -N 2 -t 10\nsrun python train.py\n"
+    with pytest.raises(Refused, match="the `#!` is on line 3: move it to line 1") as refused:
+        import_sbatch(late, "job")
+    assert refused.value.line == 1
+    _cfg, notes = import_sbatch("#SBATCH -N 2 -t 10\nsrun python train.py\n", "job")
+    assert any("no `#!/bin/bash` on line 1" in n for n in notes)
+
+
+def test_a_script_without_a_launch_or_a_node_count_is_refused_not_run_whole() -> None:
+    """An MLPerf run.sub gets its node count from `sbatch -N`; its docker launch is not one we know."""
+    body = "#!/bin/bash\n#SBATCH -t 10\n$(eval echo $SRUN) docker exec cont ./run_and_time.sh &\nwait\n"
+    with pytest.raises(Refused, match="no #SBATCH --nodes"):
+        import_sbatch(body, "job")
+
+
+def test_tasks_per_node_is_sbatchs_other_spelling_and_x_equals_x_is_a_variable_to_set() -> None:
+    body = "#SBATCH --tasks-per-node=4\nset -u\nDIR=${DIR}  # where logs go\nsrun python train.py --out $DIR\n"
+    cfg, notes = import_sbatch(HEAD + body, "job")
+    assert cfg["resources"]["tasks_per_node"] == 4
+    assert any(n.startswith("the script uses variables it does not set") and "DIR" in n for n in notes)
+
+
+def test_a_function_with_its_body_on_the_next_line_and_a_heredoc_read_stay_on_every_node(tmp_path: Path) -> None:
+    body = ("TERM ()\n{\n    echo got TERM\n    scontrol requeue $SLURM_JOB_ID\n}\ntrap TERM SIGTERM\n"
+            "read -r -d '' cmd <<EOF\npython train.py --lr 3\nEOF\nsrun bash -c \"${cmd}\"\n")
+    cfg, _notes = import_sbatch(HEAD + body, "job")
+    script = cfg["command"][2]
+    assert "TERM ()\n{\n" in script and "read -r -d '' cmd <<EOF" in script
+    res = _run(cfg, tmp_path, 0)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "calls").read_text().splitlines() == ["python train.py --lr 3"]
 
 
 def test_a_launch_after_a_loop_is_not_in_it() -> None:
