@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.agent import dump, nodefacts, preflight, profile
+from orchestrator.agent import dump, nodefacts, preflight, profile, reaper
 from orchestrator.agent.ckpt_timer import CheckpointTimer
 from orchestrator.agent.taskenv import flight_env, node_identity, srun_task_env, training_argv
 from orchestrator.contract import (
@@ -63,6 +63,7 @@ class NodeAgent:
         self._lock = threading.Lock()
         self._log: IO[str] | None = None
         self._stopping = threading.Event()
+        self._stopper: threading.Thread | None = None
         self._outputs_closed = threading.Event()
         self._open_streams = 0
         self._last_hb = 0.0
@@ -138,7 +139,7 @@ class NodeAgent:
             proc = subprocess.Popen(  # noqa: S603 - argv list from config, never a shell
                 training_argv(self.spec.command, env), cwd=self.spec.workdir, env=env,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=reaper.rank_preexec,  # noqa: PLW1509
             )
             self.procs.append(proc)
             self._open_streams += 1
@@ -153,8 +154,9 @@ class NodeAgent:
         thread: the main thread may hold the log's lock right now."""
         if not self._stopping.is_set():
             self._stopping.set()
-            threading.Thread(target=self._terminate, args=(signal.Signals(signum).name,),
-                             daemon=True).start()
+            self._stopper = threading.Thread(target=self._terminate,
+                                             args=(signal.Signals(signum).name,), daemon=True)
+            self._stopper.start()
 
     def _on_warning(self, signum: int, _frame: Any) -> None:
         """submitit's --signal=USR2@N: the job nears its time limit or is being preempted. The
@@ -166,13 +168,7 @@ class NodeAgent:
     def _terminate(self, signame: str = "") -> None:
         if signame:
             self.emit("agent", f"ORCH-AGENT got signal {signame}; stopping training")
-        for p in self.procs:
-            _killpg(p, signal.SIGTERM)
-        deadline = time.monotonic() + TERM_GRACE_S
-        while time.monotonic() < deadline and any(p.poll() is None for p in self.procs):
-            time.sleep(0.2)
-        for p in self.procs:
-            _killpg(p, signal.SIGKILL)
+        reaper.stop_ranks(self.procs, TERM_GRACE_S)
 
     def _watch(self) -> None:
         """Heartbeat every few seconds and answer dump requests until all ranks exit."""
@@ -247,6 +243,7 @@ class NodeAgent:
         if self._stopping.is_set():  # a signal during the launch: the ranks it missed stop too
             self._terminate()
         self._watch()
+        self._after_ranks()
         for t in threads:
             t.join(timeout=5)
         codes = [p.wait() for p in self.procs]
@@ -255,6 +252,14 @@ class NodeAgent:
         self.emit("agent", exit_line(self.spec.index, codes))
         self._exit_record(code, codes, results)
         return code
+
+    def _after_ranks(self) -> None:
+        """The stop's graces, then what the exited ranks left running (a container's)."""
+        if self._stopper is not None:
+            self._stopper.join(TERM_GRACE_S + reaper.CONTAINER_GRACE_S + reaper.MONITOR_GRACE_S + 5)
+        if reaper.IS_SUBREAPER and (left := reaper.leftovers()):
+            self.emit("agent", f"ORCH-AGENT stopping {len(left)} left running (a container's)")
+            reaper.stop_each(left)
 
     def _exit_record(self, code: int, codes: list[int], results: list[CheckRecord]) -> None:
         signals = [signal.Signals(-c).name for c in codes if c < 0
@@ -276,17 +281,13 @@ def _read_small(path: Path) -> str:
         return ""
 
 
-def _killpg(p: subprocess.Popen[bytes], sig: int) -> None:
-    if p.poll() is None:
-        try:
-            os.killpg(p.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
 def run_node(spec: SegmentSpec, node_name: str | None = None, node_rank: int | None = None,
              job_id: str | None = None) -> int:
     """Entry point pickled by submitit. Raises SystemExit(code) on failure so Slurm records it."""
+    # a rank killed before its container stops: the container's monitor comes to the agent, not to
+    # PID 1, and stays in reach of the dumps and the stop (the agent's own process only: never a
+    # process that runs an agent in-line)
+    reaper.become_subreaper()
     node, rank, nnodes = node_identity(node_name, node_rank)
     if node_name is not None:
         nnodes = spec.nodes

@@ -177,7 +177,9 @@ class SlurmBackend(BackendDefaults):
 
     def _executor(self, folder: Path, spec: SegmentSpec) -> submitit.SlurmExecutor:
         """The one place that configures submitit; used by submit() and by render()'s rehearsal."""
-        ex = submitit.SlurmExecutor(folder=folder / "%j", max_num_timeout=0)
+        # the agents' interpreter: a plain path (the settings allow no shell characters)
+        ex = submitit.SlurmExecutor(folder=folder / "%j", max_num_timeout=0,
+                                    python=self.cfg.python and shlex.quote(self.cfg.python))
         ex.update_parameters(**self._params(spec))
         return ex
 

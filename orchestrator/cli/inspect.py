@@ -1,4 +1,5 @@
-"""Commands that read: `status`, `report`, `diagnose`, `validate`, and `import-sbatch`."""
+"""Commands that read: `status`, `report`, `diagnose`, `validate`, and `import-sbatch` (its
+reading and translating in `importing.py`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from orchestrator.cli.common import SetOpt, _state_for, app, err, fail, load, loaded, out, wiring
+from orchestrator.cli.importing import check_output, translate
 from orchestrator.clock import RealClock
 from orchestrator.diagnose.offline import diagnose_dir
 from orchestrator.state import RunState
@@ -135,18 +137,6 @@ def report(
     out.print(clean(f"wrote {html_path} and {png_path}"), markup=False, highlight=False)
 
 
-def _check_output(output: Path | None) -> None:
-    """`-o PATH` names a regular file or nothing yet, or a one-line error."""
-    from orchestrator.files import require_regular_or_absent
-
-    if output is not None and output.is_dir():
-        raise fail([f"-o {output}: is a directory; give the config file's path"])
-    try:
-        require_regular_or_absent(output) if output is not None else None
-    except OSError as exc:
-        raise fail([f"-o {output}: {exc.strerror}; give a regular file's path"]) from None
-
-
 @app.command("import-sbatch")
 def import_sbatch_cmd(
     script: Annotated[Path, typer.Argument(help="An existing batch script with #SBATCH lines.")],
@@ -156,11 +146,9 @@ def import_sbatch_cmd(
     output: Annotated[Path | None,
                       typer.Option("-o", "--output",
                                    help="Write the config here (default stdout).")] = None,
-    array_task: Annotated[int | None,
-                          typer.Option("--array-task", metavar="ID",
-                                       help="Import one task of a job array (a sweep) as its "
-                                            "own run: SLURM_ARRAY_TASK_ID=ID in every "
-                                            "segment.")] = None,
+    array_task: Annotated[int | None, typer.Option(
+        "--array-task", metavar="ID", help="Import one task of a job array (a sweep) as its own "
+                                           "run: SLURM_ARRAY_TASK_ID=ID in every segment.")] = None,
 ) -> None:
     """Turn an #SBATCH script into a config that runs the script's own shell on every node.
 
@@ -178,21 +166,10 @@ def import_sbatch_cmd(
       orchestrator import-sbatch tests/data/sbatch/real2/mlperf-gpt3-run.sbatch /data /ckpt /code \
 img -o /tmp/m.yaml
     """
-    from orchestrator.importer import Refused, dump_config, import_sbatch
+    from orchestrator.importer import dump_config
 
-    text = _script_text(script)
-    if "#SBATCH" not in text and "srun" not in text:
-        raise fail([f"{script}: no #SBATCH line and no srun line: is this a Slurm batch script?"])
-    _check_output(output)
-    try:
-        cfg, notes = import_sbatch(text, script.stem, str(Path.cwd()), tuple(args or ()),
-                                   array_task)
-    except Refused as exc:  # the script cannot run as sbatch runs it: said, nothing written
-        raise fail([f"{exc.where(str(script))}: {exc}"]) from None
-    # a script we cannot read is the user's input, not our crash
-    except Exception as exc:  # noqa: BLE001
-        raise fail([f"{script}: cannot translate this script: {type(exc).__name__}: "
-                    f"{str(exc)[:200]}"]) from None
+    check_output(output)
+    cfg, notes = translate(script, tuple(args or ()), array_task)
     body = dump_config(cfg, notes, str(script))
     if output:
         try:
@@ -204,21 +181,6 @@ img -o /tmp/m.yaml
         print(body, end="")
     for n in notes:
         err.print(f"note: {clean(n)}", markup=False, highlight=False)
-
-
-MAX_SCRIPT_BYTES = 32 << 20
-
-
-def _script_text(script: Path) -> str:
-    from orchestrator.files import read_regular
-
-    try:  # a FIFO or /dev/zero is refused, not waited on
-        raw = read_regular(script, MAX_SCRIPT_BYTES + 1, follow=True)
-    except OSError as exc:
-        raise fail([f"{script}: cannot read: {exc.strerror or exc}"]) from None
-    if len(raw) > MAX_SCRIPT_BYTES:
-        raise fail([f"{script}: over {MAX_SCRIPT_BYTES >> 20} MiB: not a batch script"])
-    return raw.decode("utf-8", errors="replace")
 
 
 @app.command()

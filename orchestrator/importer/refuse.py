@@ -57,6 +57,7 @@ _LEAD = {"then", "do", "else", "{", "(", "!", "time", "&&", "||"}
 
 @dataclass
 class _Open:
+    """A loop the scan is inside: its keyword and line."""
     word: str
     line: int
 
@@ -110,7 +111,7 @@ def on_some_nodes(dropped: list[str], nodes: int, line: int) -> None:
         value = (c.group(2) or c.group(3) if c and (c.group(2) or c.group(3))
                  else words[i + 1] if c and i + 1 < len(words) else None)
         if value is not None and value.isdigit() and int(value) < nodes:
-            flag = w.split("=")[0]
+            flag = c.group(1) if c else w
             raise Refused(line, f"the training launch's srun asks for {flag} {value} in a "
                                 f"job of {nodes} nodes: it runs on part of the job, and the "
                                 "orchestrator runs the launch on every node; keep using sbatch for "
@@ -149,6 +150,7 @@ _SBATCH_LINES = re.compile(r"^[ \t]*#SBATCH\b.*$", re.M)
 
 @dataclass
 class Array:
+    """An #SBATCH --array: its value as written and its task ids."""
     spec: str
     ids: list[int]
 

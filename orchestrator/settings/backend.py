@@ -47,6 +47,13 @@ class SlurmBackendCfg(Section):
     srun_args: list[str] = Field(default_factory=list, description="Extra arguments for srun.")
     setup: list[str] = Field(default_factory=list, description="Shell lines run in the batch "
                                                                "script first.")
+    python: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_./+-]+$",
+        description="The Python interpreter that runs the agents on the nodes (submitit's "
+                    "`python=`): a path where the orchestrator is installed on the compute "
+                    "nodes, when it differs from the controller's own (the default). The "
+                    "training itself runs with its own interpreter, in its container if it "
+                    "has one.")
 
 
 class BackendCfg(Section):

@@ -97,3 +97,19 @@ def test_a_segment_with_spares_asks_for_them_with_no_kill_and_runs_the_superviso
     job = _pickled(run_dir)
     assert job.function is run_allocation
     assert job.args == (spec, SRUN_ARGS)  # the supervisor gets srun_args for its steps, not the batch script
+
+
+def test_the_agents_interpreter_is_the_configured_one_and_a_shell_word_is_refused(tmp_path: Path) -> None:
+    """Issue 36: submitit's `python=`: where the orchestrator lives on the compute nodes when it differs from the
+    controller's interpreter; a value with shell characters never reaches the batch script."""
+    import pydantic
+    import pytest
+
+    spec, backend, _ = _spec_and_backend(tmp_path, 0)
+    backend.cfg = SlurmBackendCfg(python="/opt/orch venv/bin/python".replace(" ", "_"))
+    shown = backend.render(spec)
+    assert "\nsrun" in shown and "/opt/orch_venv/bin/python -u -m submitit.core._submit" in shown
+    assert shlex.quote(sys.executable) + " -u -m submitit" not in shown
+    for bad in ("python; rm -rf ~", "$(id)", "py thon"):
+        with pytest.raises(pydantic.ValidationError):
+            SlurmBackendCfg(python=bad)
