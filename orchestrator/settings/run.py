@@ -181,9 +181,13 @@ class Settings(BaseSettings):
                   "resources.account": self.resources.account or ""}
         fields.update({f"command.{i}": a for i, a in enumerate(self.command) if "\n" not in a})
         fields.update({f"env.{k}": v for k, v in self.env.items()})
-        bad = [f"{k} ({v!r})" for k, v in fields.items() if UNFILLED.search(v)]
+        bad = [k for k, v in fields.items() if UNFILLED.search(v)]
         if bad:
-            raise ValueError("placeholder values still to be filled in: " + ", ".join(bad))
+            # the command's words are filled in the file; the other fields also with --set
+            sets = " ".join(f"--set {k}=VALUE" for k in bad if not k.startswith("command."))
+            raise ValueError("placeholder values still to be filled in: "
+                             + ", ".join(f"{k} ({fields[k]!r})" for k in bad)
+                             + (f": edit the file, or give {sets}" if sets else ": edit the file"))
         limit_s = self.resources.time_limit_min * 60
         if ("write_time_s" in self.checkpoint.model_fields_set
             and self.checkpoint.write_time_s * 2 > limit_s):

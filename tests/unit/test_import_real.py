@@ -61,13 +61,16 @@ def test_config_notes_and_bash_n(tmp_path: Path, name: str) -> None:
 
 
 def test_unfilled_placeholder_is_rejected(tmp_path: Path) -> None:
-    from orchestrator.settings import ConfigError
+    from orchestrator.settings import ConfigError, parse_overrides
 
     cfg, notes = imported("torchtitan-multinode-trainer.sbatch", tmp_path)
     out = tmp_path / "c.yaml"
     out.write_text(dump_config(cfg, notes, "x"))
-    with pytest.raises(ConfigError, match=r"checkpoint.dir \('CHANGE-ME'\)"):
+    with pytest.raises(ConfigError, match=r"checkpoint.dir \('CHANGE-ME'\): edit the file, or give "
+                                          r"--set checkpoint.dir=VALUE"):
         load_settings(out)
+    fixed = load_settings(out, parse_overrides([f"checkpoint.dir={tmp_path / 'ckpt'}"]))
+    assert fixed.checkpoint.dir == tmp_path / "ckpt"
 
 
 def run_agents(tmp_path: Path, name: str, nodes: int = 2) -> dict[str, str]:
