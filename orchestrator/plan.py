@@ -179,7 +179,7 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
         workdir=str(settings.workdir or settings.config_dir),
         run_dir=str(run_dir),
         segment_dir=str(SegmentPaths.of(run_dir, index).root),
-        sbatch_extra=tuple(sorted(r.sbatch_extra.items())),
+        sbatch_extra=tuple(sorted(_first_held(r.sbatch_extra, r.first_dependency, index).items())),
         progress_regex=settings.progress_regex,
         preflight_commands=tuple(tuple(c) for c in settings.preflight.commands),
         preflight_timeout_s=settings.preflight.timeout_s, preflight_nhc=settings.preflight.nhc,
@@ -197,3 +197,8 @@ def tracker_env(settings: Settings, state: RunState) -> dict[str, str]:
     rid = re.sub(r"[^A-Za-z0-9_-]", "-", f"{state.run}-{state.created_at:%Y%m%d%H%M%S}")[:64]
     tracked = {"WANDB_RUN_ID": rid, "WANDB_RESUME": "allow"}
     return {k: v for k, v in tracked.items() if k not in settings.env}
+
+
+def _first_held(extra: dict[str, str], dependency: str | None, index: int) -> dict[str, str]:
+    """The first segment waits for `resources.first_dependency` (the job the run follows)."""
+    return {**extra, "dependency": dependency} if dependency and index == 1 else dict(extra)

@@ -234,7 +234,7 @@ def judge(tree: Path, script: Path, key: dict[str, Any], tmp: Path) -> dict[str,
             "a script that launches nothing under sbatch (it stops first) was imported")
     if key.get("dependency") and "--dependency" not in joined:
         silent.append("dependency dropped")
-    elif key.get("dependency"):
+    elif key.get("dependency") and "resources.first_dependency: the first segment waits" not in joined:
         said.append("--dependency not held")
     if key.get("self_resubmit") and "RESUBMISSION TAKEN OUT" not in joined:
         silent.append(f"the script's own resubmission kept: {key['self_resubmit'][:80]}")

@@ -199,9 +199,14 @@ class _Resources:
             self.r["time_limit_min"] = time_to_min(val)
         elif key == "array" and val:
             self._array(val)
+        elif key == "dependency" and val and re.fullmatch(r"[A-Za-z0-9_:,?+]+", val):
+            self.r["first_dependency"] = val
+            self.notes.append(f"--dependency={val}: resources.first_dependency: the first segment "
+                              "waits for it, as the script's job did; the later ones follow the "
+                              "controller")
         elif key == "dependency":
-            self.notes.append(f"--dependency={val}: the dependency chain is replaced by the "
-                              "controller's loop")
+            self.notes.append(f"--dependency={val}: not carried over (it needs the shell); write "
+                              "it out in resources.first_dependency")
         elif key == "exclude" and val and not re.search(r"[$`\s]", val):
             self.r["exclude"] = val
             self.notes.append(f"--exclude={val}: resources.exclude: never used, in any segment "

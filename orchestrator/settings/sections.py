@@ -84,6 +84,11 @@ class Resources(Section):
         default_factory=dict, description="Extra sbatch options, e.g. {constraint: h100}. Values "
                                           "are quoted."
     )
+    first_dependency: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_:,?+]+$",
+        description="A Slurm dependency that holds the first segment (sbatch --dependency, e.g. "
+                    "afterany:4242: the job the run waits for); later segments follow the "
+                    "controller. import-sbatch takes the script's --dependency.")
     exclude: list[str] = Field(default_factory=list, description="Nodes never used, on top of the "
                                "blacklist (a list or a hostlist, e.g. 'gpu[017,203]'; "
                                "import-sbatch takes the script's --exclude).")

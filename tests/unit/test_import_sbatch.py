@@ -303,3 +303,28 @@ def test_the_scripts_arguments_are_given_to_every_node_and_to_the_setup(tmp_path
     assert (tmp_path / "d d" / "out").is_dir()
     _, bare = import_sbatch(script, "x", workdir=str(tmp_path))
     assert any("reads its own arguments" in n for n in bare)
+
+
+def test_an_outside_dependency_holds_the_first_segment_only(tmp_path: Path) -> None:
+    """Issue 36: `#SBATCH --dependency=afterany:4242` (the job the run follows) was dropped: segment 1 started at
+    once. It now holds segment 1, and only segment 1 (later ones follow the controller)."""
+    from orchestrator.blacklist import ExcludePlan
+    from orchestrator.clock import FakeClock
+    from orchestrator.plan import plan
+    from orchestrator.settings import ConfigError
+    from orchestrator.state import RunState, SegmentRecord
+
+    cfg, notes = import_sbatch((DATA / "chain.sh").read_text(), "chain")
+    assert cfg["resources"]["first_dependency"] == "afterany:4242"
+    written = tmp_path / "c.yaml"
+    written.write_text(dump_config(cfg, notes, "chain").replace("CHANGE-ME", str(tmp_path / "ckpt")))
+    s = load_settings(written)
+    now = FakeClock().now()
+    fresh = RunState(run=s.name, created_at=now, updated_at=now)
+    first = plan(s, fresh, None, ExcludePlan(nodes=()), "python")
+    assert dict(first.sbatch_extra)["dependency"] == "afterany:4242"
+    later = plan(s, fresh.evolve(segments=[SegmentRecord(index=1, job_name="chain.seg0001", job_id="7")]), None,
+                 ExcludePlan(nodes=()), "python")
+    assert "dependency" not in dict(later.sbatch_extra)
+    with pytest.raises(ConfigError, match="first_dependency"):
+        load_settings(written, {"resources": {"first_dependency": "afterany:$(id)"}})
