@@ -45,7 +45,7 @@ def hetjob(text: str) -> None:
 def het_launch(words: list[str], line: int) -> None:
     """`srun A : B` or `srun --het-group=...`: a heterogeneous step (MPMD)."""
     if ":" in [unquote(w) for w in words] or any(
-            unquote(w).startswith("--het-group") for w in words):
+            unquote(w).startswith(("--het-group", "--pack-group")) for w in words):
         raise Refused(line, "the launch is a heterogeneous (MPMD) srun step (`srun A : B` or "
                             "--het-group): the agent starts one program per task and cannot "
                             "split it; launch one program, or keep using sbatch")

@@ -24,6 +24,7 @@ HEAD = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --time=10\n"
     ("#SBATCH packjob\nsrun python train.py\n", 4, "heterogeneous job"),
     ("srun -n1 python server.py : -n8 python train.py\n", 4, "heterogeneous .MPMD. srun step"),
     ("srun --het-group=0,1 python train.py\n", 4, "heterogeneous .MPMD. srun step"),
+    ("srun --pack-group=1 python train.py\n", 4, "heterogeneous .MPMD. srun step"),
     ("i=0\nfor host in $(scontrol show hostnames); do\n  srun -N1 -n1 -w $host python3 train.py --id $i &\n"
      "  i=$((i+1))\ndone\nwait\n", 6, r"inside a `for` loop \(line 5\)"),
     ("while read -r host; do\n  srun -w \"$host\" python train.py &\ndone < hosts.txt\nwait\n", 5,
