@@ -4,7 +4,7 @@ logging."""
 import sys
 
 # registers the commands
-from orchestrator.cli import blacklist, browse, inspect, run, stopping  # noqa: F401
+from orchestrator.cli import blacklist, browse, inspect, resuming, run, stopping  # noqa: F401
 from orchestrator.cli.common import app
 
 

@@ -34,7 +34,8 @@ def spares_problem(s: Settings) -> str:
             "resources.spare_nodes to 0")
 
 
-def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool = False) -> None:
+def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool = False,
+        resume: bool = False) -> None:
     """Print the next submission. `start_over`: as `run --start-over` would see it (a missing
     state.json in a run directory with traces is a new ledger), without setting anything aside;
     `from_scratch`: as `run --from-scratch` would (the checkpoints seen so far given up), changing
@@ -68,7 +69,7 @@ def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool 
     spec, excl = prepared.spec, prepared.exclude
     print(f"# dry run: nothing is submitted. Segment {spec.index} of run {s.name} "
           f"({s.backend.kind} backend)")
-    if standing := where_it_stands(state, s.goal.target_iteration):
+    if standing := where_it_stands(state, s.goal.target_iteration, resume):
         print(f"# {standing}")
     print(f"# exclude: {spec.exclude_hostlist or '(none)'}"
           + (f"  [{excl.note}]" if excl.note else ""))
@@ -84,7 +85,7 @@ def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool 
     print(backend.render(spec))
 
 
-def where_it_stands(state: RunState, target: int | None = None) -> str:
+def where_it_stands(state: RunState, target: int | None = None, resume: bool = False) -> str:
     """What `run` would do first, when it is not 'submit this segment': a segment still out, a
     finished run (whose goal `target`, the config's, may have been raised: then run resumes it, as
     loop/operator.resume decides)."""
@@ -99,9 +100,12 @@ def where_it_stands(state: RunState, target: int | None = None) -> str:
     if state.status == RunStatus.DONE:
         return (f"the run is done ({clean(state.stop_reason) or 'goal reached'}): run would submit "
                 "nothing; below is the segment a raised goal (goal.target_iteration) would start")
+    if state.status == RunStatus.STOPPED and resume:
+        return (f"the run is stopped ({clean(state.stop_reason)[:200]}): run --resume resumes it "
+                "with the segment below")
     if state.status == RunStatus.STOPPED:
-        return (f"the run is stopped ({clean(state.stop_reason)[:200]}): run resumes it with the "
-                "segment below")
+        return (f"the run is stopped ({clean(state.stop_reason)[:200]}): run would submit nothing "
+                "and exit 3; below is the segment 'run --resume' would start once it is fixed")
     return ""
 
 

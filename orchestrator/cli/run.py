@@ -24,7 +24,9 @@ from orchestrator.cli.common import (
     wiring,
 )
 from orchestrator.cli.dryrun import dry, spares_problem
+from orchestrator.cli.resuming import EXIT_STOPPED, must_stay_stopped, stopped_line
 from orchestrator.clock import Clock
+from orchestrator.model import RunStatus
 from orchestrator.requests import pending
 from orchestrator.runlock import CONTROLLER, LockHeld, RunLock
 from orchestrator.settings import Settings, load_settings, parse_overrides
@@ -54,6 +56,9 @@ def run(
     from_scratch: Annotated[bool, typer.Option(
         "--from-scratch", help="The checkpoints are gone on purpose: start the next segment from "
         "iteration 0 (history and blacklist are kept).")] = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Go on with a run that stopped (a bug, a breaker) or was cancelled, once "
+        "what stopped it is fixed; without it such a run stays stopped (exit 3).")] = False,
     set_: SetOpt = [],  # noqa: B006 - typer needs a literal default
 ) -> None:
     """Run (or resume) the training until its goal, resubmitting segments as they end.
@@ -64,6 +69,11 @@ def run(
       orchestrator run configs/example.yaml --dry-run
       orchestrator run configs/demo.yaml --set watch.poll_interval_s=1
       orchestrator run configs/slurm-demo.yaml --dry-run --set resources.spare_nodes=1
+      orchestrator run configs/demo.yaml --resume
+
+    Exit status: 0 done (or the controller was asked to stop while the run goes on), 1 an error,
+    2 a bad config or option, 3 the run is stopped and needs a human (nothing submitted; give
+    --resume once it is fixed).
     """
     s = load(config, set_)
     if problem := spares_problem(s):
@@ -75,16 +85,28 @@ def run(
                   "run resumes from its ledger; to start over on purpose move the run directory "
                   "aside (or use a new run_dir)", markup=False, highlight=False)
     if dry_run:
-        dry(s, clock, start_over, from_scratch)
+        dry(s, clock, start_over, from_scratch, resume)
         return
+    _refuse_stopped(s, config, resume)
     require_run_dir(s.run_dir, f"{config}: run_dir {s.run_dir}",
                     (Path(s.checkpoint.dir), *command_dirs(s)))
     setup_logging(s.run_dir, verbose)
-    _supervised(s, config, set_, clock, start_over, from_scratch, cancel_on_exit)
+    _supervised(s, config, set_, clock, (start_over, from_scratch, cancel_on_exit, resume))
 
 
-def _supervised(s: Settings, config: Path, set_: list[str], clock: Clock, start_over: bool,
-                from_scratch: bool, cancel_on_exit: bool) -> None:
+def _refuse_stopped(s: Settings, config: Path, resume: bool) -> None:
+    """A stopped (or cancelled) run is not resumed by a plain `run`: one line, exit 3."""
+    try:
+        state = StateStore(s.run_dir).load()
+    except StateError:
+        return  # the controller says what is wrong with the ledger, as before
+    if must_stay_stopped(state, resume):
+        assert state is not None
+        raise fail([stopped_line(state, config)], EXIT_STOPPED)
+
+
+def _supervised(s: Settings, config: Path, set_: list[str], clock: Clock,
+                flags: tuple[bool, bool, bool, bool]) -> None:
     """The controller under the run lock, until the run ends or a signal stops it; exits with its
     status."""
     lock = RunLock(s.run_dir)
@@ -92,8 +114,9 @@ def _supervised(s: Settings, config: Path, set_: list[str], clock: Clock, start_
         lock.acquire(CONTROLLER)
     except LockHeld as exc:
         raise fail([str(exc)], 1) from None
+    start_over, from_scratch, cancel_on_exit, ctl_resume = flags
     ctl, backend = _controller(s, config, set_, clock, start_over)
-    ctl.keep_job = not cancel_on_exit
+    ctl.keep_job, ctl.resume = not cancel_on_exit, ctl_resume
     _handle_signals(ctl)
     _say_where(s)
     _say_inherited(s, ctl.store)
@@ -109,7 +132,9 @@ def _supervised(s: Settings, config: Path, set_: list[str], clock: Clock, start_
     finally:
         lock.release()
     out.print(timeline_table(state))
-    raise typer.Exit(0 if state.status.value in ("done", "running") else 1)
+    if state.status == RunStatus.STOPPED:
+        raise fail([stopped_line(state, config, "it stops here")], EXIT_STOPPED)
+    raise typer.Exit(0)
 
 
 def _say_where(s: Settings) -> None:
@@ -229,7 +254,8 @@ def _cancel_current(state: RunState, backend: Backend, store: StateStore, clock:
         backend.cancel(JobRef(job_id=cur.job_id, submitted_at=cur.submitted_at,
                               backend=backend.name))
         logger.warning("{}: job {} (segment {}) cancelled; it does not keep running. "
-                       "'orchestrator run' starts a new segment from the last checkpoint", by,
+                       "'orchestrator run --resume' starts a new segment from the last "
+                       "checkpoint", by,
                        cur.job_id, cur.index)
         store.save(advance(state, CancelledByOperator(by), None, clock.now()).ledger)
         return True

@@ -65,8 +65,8 @@ def cancel(ctx: typer.Context,
            wait: Annotated[float,
                            typer.Option(
                                help="Seconds to wait for the controller to exit.")] = 60.0) -> None:
-    """Stop the run's controller and cancel its job; the run is recorded as stopped, and
-    `orchestrator run` resumes it later from the newest complete checkpoint.
+    """Stop the run's controller and cancel its job; the run is recorded as cancelled (stopped), and
+    `orchestrator run --resume` resumes it later from the newest complete checkpoint.
 
     \b
     Example:
@@ -92,6 +92,7 @@ def cancel(ctx: typer.Context,
     finally:
         lock.release()
     job = state.current.job_id if state.current else None
-    out.print(clean(f"cancelled job {job} of {where}; 'orchestrator run {config}' resumes the run"
+    out.print(clean(f"cancelled job {job} of {where}; 'orchestrator run {config} --resume' resumes "
+                    "the run"
                     if done else f"{where}: no job to cancel (the run is {state.status.value})"),
               markup=False, highlight=False)

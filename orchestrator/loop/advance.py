@@ -228,10 +228,12 @@ def _edited(old: RunState, obs: o.BlacklistEdited, cfg: Settings | None,
 
 
 def _started(old: RunState, obs: o.Started, cfg: Settings | None, now: datetime) -> Transition:
-    """A stopped run, or a finished one whose goal was raised, runs again; the note says what
-    changed."""
+    """A finished run whose goal was raised, or a stopped one resumed on purpose (`run --resume`),
+    runs again; the note says what changed. A stopped run without `resume` stays stopped."""
     before = old.target_iteration
     raised = old.status == RunStatus.DONE and before is not None and (obs.target or 0) > before
+    if old.status == RunStatus.STOPPED and not obs.resume:
+        return Transition(old)
     if old.status != RunStatus.STOPPED and not raised:
         if old.target_iteration == obs.target:
             return Transition(old)

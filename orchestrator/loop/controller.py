@@ -69,7 +69,7 @@ class Controller(Keeper):
         self._watch: SegmentWatch | None = None
         self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch)
         self.notes = Notes(backend.queue_position)
-        self.keep_job = True  # False with --cancel-on-exit: the caller cancels the job after run()
+        self.keep_job, self.resume = True, False  # --cancel-on-exit: keep_job False; run --resume
         self._stall = Outage("filesystem stall")
         self._sched = SchedulerPoll(backend, self._outage, self.s.watch.scheduler_poll_s)
         self.steps, self.own = Steps(self), OwnJob()  # the two placements' executors (modes.Mode)
@@ -80,7 +80,7 @@ class Controller(Keeper):
         operator.forget_stale_stop(self.s)
         state = self.load_or_init()
         log = logger.bind(run=state.run)
-        if (t := self.advance(o.Started(self.s.goal.target_iteration))).note:
+        if (t := self.advance(o.Started(self.s.goal.target_iteration, self.resume))).note:
             log.warning(t.note)
         if t.changed:
             self.save()

@@ -125,9 +125,11 @@ class BlacklistEdited:
 
 @dataclass(frozen=True)
 class Started:
-    """A controller starts on this ledger with the config's goal: a stopped run, or a done one whose
-    goal was raised, runs again."""
+    """A controller starts on this ledger with the config's goal: a done run whose goal was raised
+    runs again; a stopped (or cancelled) one only with `resume` (`run --resume`: someone fixed what
+    stopped it)."""
     target: int | None
+    resume: bool = False
 
 
 @dataclass(frozen=True)

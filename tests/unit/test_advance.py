@@ -123,7 +123,9 @@ def test_an_observation_that_changes_nothing_says_so(tmp_path: Path) -> None:
     t = advance(state, o.Halted("the scheduler did not answer for 2 h"), ctl.s, clock.now())
     assert t.changed and t.ledger.status == RunStatus.STOPPED and state.status == RunStatus.RUNNING
     assert [type(e).__name__ for e in t.effects] == ["Alert"]
-    back = advance(t.ledger, o.Started(None), ctl.s, clock.now())
+    # issue 37: a plain start leaves a stopped run stopped; only a resume on purpose goes on
+    assert not advance(t.ledger, o.Started(None), ctl.s, clock.now()).changed
+    back = advance(t.ledger, o.Started(None, resume=True), ctl.s, clock.now())
     assert back.ledger.status == RunStatus.RUNNING and "it stopped because: the scheduler" in back.note
 
 

@@ -26,7 +26,9 @@ def test_a_finished_or_stopped_run_says_so() -> None:
     done = state(segments=[ended], status=RunStatus.DONE, stop_reason="iteration 60 >= 60")
     assert "the run is done (iteration 60 >= 60): run would submit nothing" in where_it_stands(done)
     stopped = state(segments=[ended], status=RunStatus.STOPPED, stop_reason="user_bug: KeyError")
-    assert "stopped (user_bug: KeyError): run resumes it" in where_it_stands(stopped)
+    # issue 37: a stopped run stays stopped; only --resume goes on
+    assert "stopped (user_bug: KeyError): run would submit nothing and exit 3" in where_it_stands(stopped)
+    assert "stopped (user_bug: KeyError): run --resume resumes it" in where_it_stands(stopped, resume=True)
     assert where_it_stands(state(segments=[ended])) == "" and where_it_stands(state()) == ""
 
 
