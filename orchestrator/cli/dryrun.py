@@ -75,6 +75,10 @@ def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool 
           + (f"  [{excl.note}]" if excl.note else ""))
     print(f"# resume from: {spec.resume_from or '(no checkpoint: start from scratch)'} "
           f"(iteration {spec.start_iteration})")
+    if spec.resume_from is None and (cur := state.current) and cur.action is None and (
+            cur.end_iteration or 0) > 0:
+        print(f"#   not decided yet: segment {cur.index} reached iteration {cur.end_iteration}; if "
+              "its training reported saving checkpoints, run waits for them instead")
     print("\n".join(launch_lines(spec)))
     if s.resources.spare_nodes != 0:
         print("\n".join(allocation_lines(spec, s.resources.spare_nodes,

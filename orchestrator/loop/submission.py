@@ -90,8 +90,15 @@ def _lost_checkpoints(settings: Settings, state: RunState, dir_exists: bool) -> 
                 f"iteration {state.best_iteration()}: emptied, moved or unmounted? not starting "
                 "from scratch (`orchestrator run --from-scratch` starts from iteration 0 on "
                 "purpose)")
-    best = max((s.end_iteration or 0 for s in state.segments if s.index > state.scratch_after),
-               default=0)
+    live = [s for s in state.segments if s.index > state.scratch_after]
+    best = max((s.end_iteration or 0 for s in live), default=0)
+    if saved := [s for s in live if s.checkpoint_write_s is not None]:
+        # the training itself said it saved one ("successfully saved checkpoint ..."), even where
+        # no controller was watching when it did (killed, then the mount came back empty)
+        return (f"no complete checkpoint in {where}, but the training of segment "
+                f"{saved[-1].index} reported saving checkpoints (the run reached iteration "
+                f"{best}): emptied, moved or unmounted? not starting from scratch (`orchestrator "
+                "run --from-scratch` starts from iteration 0 on purpose)")
     if best > 0 and not dir_exists:
         return (f"{where} and its parent do not exist although the run reached iteration {best}: "
                 "unmounted? not starting from scratch (create the directory to start from scratch "

@@ -382,3 +382,29 @@ def test_5_a_full_run_directory_is_waited_out_and_the_decision_is_saved_once_spa
     saved = StateStore(ctl.s.run_dir).load()
     assert saved is not None and saved.status == RunStatus.DONE
     assert [e.node for e in saved.blacklist.entries] == ["node3"] and len(cluster.submitted) == 2
+
+
+@pytest.mark.parametrize("saved", [True, False])
+def test_4_checkpoints_emptied_while_no_controller_saw_them_wait_if_the_training_said_it_saved(
+        tmp_path: Path, saved: bool) -> None:
+    """Issue 37 re-probe (a): the controller was killed before it saw any checkpoint, the directory came back empty
+    (a login-node reboot, a late mount) and the segment was judged by the restarted controller from the node logs.
+    The training's own "successfully saved checkpoint" lines (the agent times them: `checkpoint_write_s`) say
+    there were checkpoints: waiting, not iteration 0. Without them (no save yet) the run still starts."""
+    import shutil
+
+    ctl, cluster, _ = make(tmp_path, {"node3": Fault("ecc", at=35)})
+    state = run_until_first_segment_ends(ctl)
+    seg = state.segments[0].evolve(checkpoint_write_s=0.4 if saved else None)
+    state = state.evolve(segments=[seg], checkpoint_seen=None)  # as a controller that never saw one
+    ctl.store.save(state)
+    shutil.rmtree(tmp_path / "ckpt")
+    (tmp_path / "ckpt").mkdir()
+    for _ in range(3):
+        state = ctl.step(state)
+    if saved:
+        assert len(cluster.submitted) == 1, "submitted from iteration 0 although the training had saved"
+        res = CliRunner().invoke(app, ["run", str(tmp_path / "run.yaml"), "--dry-run"])
+        assert res.exit_code == 1 and "reported saving checkpoints" in res.output, res.output
+    else:
+        assert len(cluster.submitted) == 2 and cluster.submitted[1].start_iteration == 0
