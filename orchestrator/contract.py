@@ -219,7 +219,7 @@ class DumpRecord(Record):
 class NodeFact(Record):
     """One thing the node itself knows: a kernel line, an NVML reading, a port state, a cgroup
     counter, a mount's answer. severity: "abnormal" (also printed in the node's log after
-    NODE_MARKER), "normal" or "unavailable" (the agent could not look there, and says why)."""
+    NODE_MARKER), "context" (printed too, never evidence), "normal" or "unavailable"."""
     source: str
     text: str
     severity: str = "normal"

@@ -9,6 +9,8 @@
 #   scripts/slurm-testbed.sh freeze-job NODE  freeze the job's processes on NODE (cgroup freezer: state D)
 #   scripts/slurm-testbed.sh freeze-rank NODE [TEXT]  freeze only the training ranks on NODE (the agent stays up)
 #   scripts/slurm-testbed.sh thaw-job NODE
+#   scripts/slurm-testbed.sh foreign-oom     a process that is no job's outgrows a 32 MB memory cgroup: the
+#                                            kernel's OOM killer ends it (every node shares this kernel log)
 #   scripts/slurm-testbed.sh stop-ctld|start-ctld   a scheduler outage (jobs keep running on the nodes)
 #   scripts/slurm-testbed.sh stop-dbd|start-dbd     an accounting outage (sacct fails, squeue answers)
 #   scripts/slurm-testbed.sh env              print the export line clients need (SLURM_CONF)
@@ -274,6 +276,23 @@ for pid in parent:
 PY
 }
 
+foreign_oom() {  # prints the killed process's pid; exit 1 if no memory cgroup can be made here
+  local cg
+  if [ -d /sys/fs/cgroup/memory ]; then
+    cg=/sys/fs/cgroup/memory/orch-foreign; mkdir -p "$cg"
+    echo $((32 * 1024 * 1024)) > "$cg/memory.limit_in_bytes" || return 1
+    echo 0 > "$cg/memory.swappiness" 2>/dev/null || true
+  elif grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+    cg=/sys/fs/cgroup/orch-foreign; mkdir -p "$cg"
+    echo 32M > "$cg/memory.max" || return 1
+    echo 0 > "$cg/memory.swap.max" 2>/dev/null || true
+  else
+    echo "no memory cgroup controller here" >&2; return 1
+  fi
+  sh -c 'echo $$ > "$1/cgroup.procs" && echo $$ && exec python3 -c "x = bytearray(512 * 1024 * 1024)"' \
+    foreign "$cg" || true
+}
+
 freeze() {  # freeze NODE [MATCH]: every job process on NODE, or only those whose command line has MATCH
   local n=$1 cg=/sys/fs/cgroup/freezer/orch-$1 pids
   mkdir -p "$cg"
@@ -304,6 +323,7 @@ case "${1:-}" in
   freeze-job) freeze "${2:?node}" ;;
   freeze-rank) freeze "${2:?node}" "${3:-demo_train}" ;;
   thaw-job) thaw "${2:?node}" ;;
+  foreign-oom) foreign_oom ;;
   stop-ctld) pkill -f "slurmctld -D" || true; wait_for 30 "slurmctld down" sh -c '! scontrol ping' ;;
   start-ctld) start_ctld ;;
   stop-dbd) pkill -f "slurmdbd -D" || true; wait_for 30 "slurmdbd down" sh -c '! pgrep -x slurmdbd' ;;

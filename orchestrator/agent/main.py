@@ -1,9 +1,7 @@
-"""The node agent: what submitit runs on every node of a segment.
-
-preflight -> launch the training ranks -> tee their output to <segment>/logs/<host>.log with a
-timestamp and rank prefix -> heartbeat with the last progress -> the node's own evidence
-(nodefacts.py) -> exit record. On a dump request it records the state of every training process
-(dump.py) and the node's evidence."""
+"""The node agent: what submitit runs on every node of a segment. preflight -> launch the ranks ->
+tee their output to <segment>/logs/<host>.log with a timestamp and rank prefix -> heartbeat with
+the last progress -> the node's own evidence (nodefacts.py) -> exit record. On a dump request it
+records the state of every training process (dump.py) and the node's evidence."""
 
 from __future__ import annotations
 
@@ -53,7 +51,8 @@ class NodeAgent:
         self.spec, self.node, self.node_rank = spec, node, node_rank
         self.nnodes, self.job_id = nnodes, job_id
         self.paths = SegmentPaths(Path(spec.segment_dir))
-        self.facts = nodefacts.NodeFacts(spec, node, lambda text: self.emit("agent", text))
+        self.facts = nodefacts.NodeFacts(spec, node, lambda text: self.emit("agent", text),
+                                         ranks=lambda: (self.procs, self._stopping.is_set()))
         self.progress = progress_pattern(spec.progress_regex, PROGRESS_REGEX)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.iteration: int | None = None

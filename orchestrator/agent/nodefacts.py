@@ -29,11 +29,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agent import kernelfacts, nvmlfacts, sysfacts
+from orchestrator.agent import kernelfacts, nvmlfacts, oomowner, sysfacts
 from orchestrator.contract import NODE_MARKER, NodeFact, NodeFactsRecord, SegmentPaths, write_record
 from orchestrator.model import SegmentSpec
 from orchestrator.timeout import call_with_timeout
 
+# the ranks (their Popen objects) and whether the agent itself stopped them
+Ranks = Callable[[], tuple[list[subprocess.Popen[bytes]], bool]]
 SOURCE_TIMEOUT_S = 3.0
 MOUNT_TIMEOUT_S = 2.0
 
@@ -127,8 +129,10 @@ class NodeFacts:
     stall dump and at the end. report() never raises: a failed collection is one line in the log."""
 
     def __init__(self, spec: SegmentSpec, node: str, emit: Callable[[str], None],
-                 probes: Probes | None = None):
+                 probes: Probes | None = None, ranks: Ranks | None = None):
         self.spec, self.node, self.emit, self.probes = spec, node, emit, probes or Probes()
+        # the ranks and whether the agent stopped them: whose an OOM kill was (oomowner)
+        self.ranks, self.tree = ranks, oomowner.JobTree(os.getpid(), self.probes.proc)
         self.paths = SegmentPaths(Path(spec.segment_dir))
         self.env = {**os.environ, **dict(spec.env)}
         self.started_at, self.started_uptime = datetime.now(UTC), _uptime(self.probes.proc)
@@ -146,6 +150,7 @@ class NodeFacts:
         """The readings the end is compared with (NVML, InfiniBand counters, cgroup events), all at
         once."""
         try:
+            self.tree.start()
             # a stand-in reads its device state from the process environment
             if self.nvml_module != "pynvml":
                 if "ORCH_NVML_STANDIN" in self.env:
@@ -206,8 +211,28 @@ class NodeFacts:
             return [_unavailable("kernel", f"not readable ({why})")]
         iso = kernelfacts.ISO_TS.match(text.split("\n", 1)[0]) is not None
         lines = kernelfacts.kernel_lines(text, self.started_at if iso else self.started_uptime)
+        if foreign := self._foreign_kills(lines):
+            return [NodeFact(source="kernel", text=line, severity="normal"
+                             if oomowner.OOM_FAMILY.search(line) else "abnormal") for line in lines
+                    ] + [NodeFact(source="kernel", text=oomowner.context_line(foreign),
+                                  severity="context")]
         return [NodeFact(source="kernel", text=line, severity="abnormal") for line in lines] or [
             NodeFact(source="kernel", text="no relevant kernel messages since the segment started")]
+
+    def _foreign_kills(self, lines: list[str]) -> list[oomowner.Victim]:
+        """The OOM kills of the kernel lines, when every victim is another workload's."""
+        if not any(oomowner.OOM_FAMILY.search(line) for line in lines):
+            return []
+        procs, stopped = self.ranks() if self.ranks else ([], False)
+        codes = [p.returncode for p in procs]
+        self.tree.sample()
+        try:
+            cgroup = sysfacts.job_cgroup((self.probes.proc / "self" / "cgroup").read_text())
+        except OSError:
+            cgroup = None
+        return oomowner.foreign_kills(
+            lines, {p.pid for p in procs} | self.tree.seen, cgroup,
+            None if not codes or None in codes else [c for c in codes if c is not None], stopped)
 
     def _nvml(self) -> list[NodeFact]:
         reading = nvmlfacts.read(self.nvml_module, nvmlfacts.END_FIELDS)
@@ -232,9 +257,11 @@ class NodeFacts:
         """Collect; print the abnormal facts not printed before and the summary; write the
         record."""
         try:
+            if reason == "exit":
+                self.tree.stop()
             facts = self.collect()
             with self._lock:
-                new = [f for f in facts if f.severity == "abnormal"
+                new = [f for f in facts if f.severity in ("abnormal", "context")
                        and (f.source, f.text) not in self._emitted]
                 self._emitted.update((f.source, f.text) for f in new)
             for f in new:

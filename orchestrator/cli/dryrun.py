@@ -73,12 +73,7 @@ def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool 
         print(f"# {standing}")
     print(f"# exclude: {spec.exclude_hostlist or '(none)'}"
           + (f"  [{excl.note}]" if excl.note else ""))
-    print(f"# resume from: {spec.resume_from or '(no checkpoint: start from scratch)'} "
-          f"(iteration {spec.start_iteration})")
-    if spec.resume_from is None and (cur := state.current) and cur.action is None and (
-            cur.end_iteration or 0) > 0:
-        print(f"#   not decided yet: segment {cur.index} reached iteration {cur.end_iteration}; if "
-              "its training reported saving checkpoints, run waits for them instead")
+    print("\n".join(resume_lines(spec, state)))
     print("\n".join(launch_lines(spec)))
     if s.resources.spare_nodes != 0:
         print("\n".join(allocation_lines(spec, s.resources.spare_nodes,
@@ -87,6 +82,19 @@ def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool 
                                                                        prepared.spares_note)
                                                            if x))))
     print(backend.render(spec))
+
+
+def resume_lines(spec: SegmentSpec, state: RunState) -> list[str]:
+    """The checkpoint the segment resumes from; with none while the last segment is not judged
+    yet, that the decision waits for it (its training may have reported saving checkpoints)."""
+    out = [f"# resume from: {spec.resume_from or '(no checkpoint: start from scratch)'} "
+           f"(iteration {spec.start_iteration})"]
+    if spec.resume_from is None and (cur := state.current) and cur.action is None and (
+            cur.end_iteration or 0) > 0:
+        out.append(f"#   not decided yet: segment {cur.index} reached iteration "
+                   f"{cur.end_iteration}; if its training reported saving checkpoints, run waits "
+                   "for them instead")
+    return out
 
 
 def where_it_stands(state: RunState, target: int | None = None, resume: bool = False) -> str:

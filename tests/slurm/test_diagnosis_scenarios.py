@@ -31,12 +31,15 @@ pytestmark = pytest.mark.slurm
 FAST_WATCH = {"poll_interval_s": 1, "stall_timeout_s": 120, "startup_timeout_s": 180, "cascade_grace_s": 3}
 
 
-def frozen_run(tmp_path: Path, name: str, how: str) -> dict[str, object]:
+def frozen_run(tmp_path: Path, name: str, how: str, foreign_oom: bool = False) -> dict[str, object]:
     cfg = make_config(tmp_path, name, iters=150, step=0.1, collective_timeout=10, watch=FAST_WATCH)
     proc = orch_bg("run", str(cfg), log=tmp_path / "ctl.log")
     try:
         wait_until(lambda: progressing(cfg, 20), 150, "segment 1 to make progress")
         sh(str(TESTBED), how, "node2")
+        if foreign_oom:  # another workload's process OOM-killed: every node's kernel log holds it (issue 38)
+            oom = sh(str(TESTBED), "foreign-oom", check=False)
+            assert oom.returncode == 0 and oom.stdout.strip().isdigit(), oom.stderr
         assert proc.wait(timeout=600) == 0, (tmp_path / "ctl.log").read_text()[-4000:]
     finally:
         sh(str(TESTBED), "thaw-job", "node2", check=False)
@@ -54,9 +57,15 @@ def frozen_run(tmp_path: Path, name: str, how: str) -> dict[str, object]:
 
 
 def test_a_frozen_rank_whose_peers_time_out_first_is_the_hang(cluster: None, tmp_path: Path) -> None:
-    frozen_run(tmp_path, uniq("frank"), "freeze-rank")
+    """Also, while the rank is frozen, a process that is not the job's is OOM-killed on the host every node
+    shares: the kill is context in each node's log, the verdict stays the hang on node2 and the run goes on
+    (issue 38: it used to become host_oom / stop_and_alert)."""
+    frozen_run(tmp_path, uniq("frank"), "freeze-rank", foreign_oom=True)
     dump = tmp_path / "run" / "segments" / "0001" / "nodes" / "node2.dump.json"
     assert dump.exists() and '"state":"D"' in dump.read_text().replace(" ", "")  # its agent answered
+    logs = tmp_path / "run" / "segments" / "0001" / "logs"
+    said = [n for n in ("node1", "node2", "node3") if "not a process of this job" in (logs / f"{n}.log").read_text()]
+    assert said, "no node said the OOM kill was another workload's"
 
 
 def test_b_a_frozen_node_agent_included_is_the_hang(cluster: None, tmp_path: Path) -> None:

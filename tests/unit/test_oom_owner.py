@@ -1,0 +1,75 @@
+"""Issue 38: a kernel OOM kill of another workload's process is context, not evidence. The kernel text here is
+real: `tests/data/kernel/oom-kill-other-cgroup.dmesg` is this machine's dmesg after a process in a 32 MB memory
+cgroup (`/orchhog`) outgrew it (cgroup v1, kernel 6.18)."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from orchestrator.agent import kernelfacts, nodefacts, oomowner
+from orchestrator.diagnose.signatures import table_for
+from orchestrator.model import SegmentSpec
+from tests.conftest import REPO
+
+DMESG = (REPO / "tests" / "data" / "kernel" / "oom-kill-other-cgroup.dmesg").read_text()
+LINES = kernelfacts.kernel_lines(DMESG, None)
+JOB = "/slurm/uid_1000/job_4242"
+
+
+def test_the_victim_is_read_from_both_kill_lines() -> None:
+    assert oomowner.victims(LINES) == [oomowner.Victim(26134, "python3", "/orchhog")]
+    legacy = ["Out of memory: Killed process 811 (stress-ng) total-vm:9000kB, anon-rss:10kB, file-rss:0kB"]
+    assert oomowner.victims(legacy) == [oomowner.Victim(811, "stress-ng", "")]
+
+
+def test_a_kill_in_another_cgroup_is_foreign_and_one_in_the_job_cgroup_is_not() -> None:
+    assert oomowner.foreign_kills(LINES, {100, 101}, JOB, None, False)
+    inside = [ln.replace("/orchhog", JOB + "/step_0/task_1") for ln in LINES]
+    assert not oomowner.foreign_kills(inside, {100, 101}, JOB, None, False)
+    assert not oomowner.foreign_kills(LINES, {26134}, JOB, None, False)  # a rank, whatever its cgroup
+
+
+def test_without_a_job_cgroup_a_kill_is_the_jobs_when_a_rank_was_killed_by_a_signal_the_agent_did_not_send() -> None:
+    assert oomowner.foreign_kills(LINES, {100}, None, None, False)  # the ranks still run
+    assert oomowner.foreign_kills(LINES, {100}, None, [0, 0], False)
+    assert not oomowner.foreign_kills(LINES, {100}, None, [-9, 0], False)  # a rank SIGKILLed: it may be the job's
+    assert not oomowner.foreign_kills(LINES, {100}, None, [137], False)  # under a shell or a container
+    assert oomowner.foreign_kills(LINES, {100}, None, [-9], True)  # the agent's own kill after its grace
+    assert not oomowner.foreign_kills(["python invoked oom-killer: gfp_mask=0xcc0"], {100}, None, None, False)
+
+
+def _facts(tmp_path: Path, pids: list[int], codes: list[int | None]) -> nodefacts.NodeFacts:
+    (tmp_path / "proc" / "self").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "proc" / "self" / "cgroup").write_text("0::/\n")
+
+    def run(argv: list[str], **_kw: Any) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.CompletedProcess(argv, 0, DMESG.encode(), b"")
+
+    class Rank:
+        def __init__(self, pid: int, code: int | None) -> None:
+            self.pid, self.returncode = pid, code
+
+    spec = SegmentSpec(run_name="r", index=1, job_name="r.seg0001", nodes=1, tasks_per_node=1, time_limit_min=5,
+                       command=("true",), workdir=str(tmp_path), run_dir=str(tmp_path),
+                       segment_dir=str(tmp_path / "s"), gpus_per_node=0, progress_regex=r"it (\d+)")
+    ranks: Any = [Rank(p, c) for p, c in zip(pids, codes, strict=True)]
+    facts = nodefacts.NodeFacts(spec, "node1", lambda _t: None,
+                                nodefacts.Probes(run=run, proc=tmp_path / "proc"), ranks=lambda: (ranks, False))
+    facts.started_at = datetime(2000, 1, 1, tzinfo=UTC)
+    return facts
+
+
+def test_the_agent_prints_a_context_line_that_no_signature_reads_instead_of_the_kill(tmp_path: Path) -> None:
+    got = _facts(tmp_path, [100, 101], [None, None])._kernel()
+    printed = [f.text for f in got if f.severity in ("abnormal", "context")]
+    assert printed == ["note: the kernel's memory killer ended pid 26134 (python3), not a process of this job: "
+                       "context, not evidence"]
+    assert any("Killed process 26134" in f.text and f.severity == "normal" for f in got)  # kept, as context
+    line = f"ORCH-NODE kernel: {printed[0]}"
+    assert not [s.name for s in table_for([]) if s.regex.search(line)]
+    # a rank killed by a signal the agent did not send: the kill stays evidence
+    killed = _facts(tmp_path, [100, 101], [-9, 0])._kernel()
+    assert any("Killed process 26134" in f.text and f.severity == "abnormal" for f in killed)
