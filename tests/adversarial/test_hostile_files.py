@@ -10,11 +10,17 @@ import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from loguru import logger
+from typer.testing import CliRunner
 
+from orchestrator.cli import app
+from orchestrator.contract import SegmentPaths
+from orchestrator.files import REQUEST_LIMIT, read_request
+from orchestrator.flight import _read as flight_read
 from orchestrator.loop.events import EVENTS_FILE, EventLog
 from orchestrator.model import RunStatus
-from orchestrator.state import RunState, SegmentRecord
+from orchestrator.state import RunState, SegmentRecord, StateStore
 from orchestrator.timeout import call_with_timeout
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -99,3 +105,38 @@ def test_a_raised_goal_ends_the_run_again_in_the_event_log(tmp_path: Path) -> No
     log.record(ledger(T0, 2, RunStatus.DONE, goal=100), T0)
     ends = [e for e in lines(tmp_path) if e["event"] == "run_ended"]
     assert len(ends) == 2 and all(e["status"] == "done" for e in ends)
+
+
+@pytest.mark.parametrize("read", [read_request, flight_read], ids=["agent", "flight-recorder"])
+def test_a_fifo_or_huge_sparse_request_file_is_not_waited_on_nor_read_whole(tmp_path: Path, read: object) -> None:
+    """A FIFO named profile-request hung every agent (its exit never reported, SIGTERM ignored); a 1 GB sparse
+    dump-request made each agent write a 6.4 GB dump. Both readers: the agent's and the training's recorder."""
+    assert callable(read)
+    os.mkfifo(tmp_path / "profile-request")
+    done, value = call_with_timeout(lambda: read(tmp_path / "profile-request"), 10)
+    assert done, "reading a request blocked on a FIFO"
+    assert value == ""
+    sparse = tmp_path / "dump-request"
+    with sparse.open("wb") as f:
+        f.write(b"x" * 10)
+        f.truncate(1 << 30)
+    done, value = call_with_timeout(lambda: read(sparse), 10)
+    assert done and isinstance(value, str) and len(value) <= REQUEST_LIMIT
+
+
+def test_logs_does_not_print_a_node_log_that_is_a_symlink(tmp_path: Path) -> None:
+    """`logs --node X` printed a node log linked to any file (/etc/shadow); `diagnose` skipped it already."""
+    secret = tmp_path / "secret"
+    secret.write_text("root:SECRET-HASH\n")
+    run_dir = tmp_path / "run"
+    StateStore(run_dir).save(RunState(run="t", created_at=T0, updated_at=T0,
+                                      segments=[SegmentRecord(index=1, job_name="t", job_id="1")]))
+    logs = SegmentPaths.of(run_dir, 1).logs
+    logs.mkdir(parents=True)
+    (logs / "node1.log").write_text("step 1\n")
+    (logs / "node2.log").symlink_to(secret)
+    for args in (["--node", "node2"], []):
+        res = CliRunner().invoke(app, ["logs", str(run_dir), *args])
+        assert "SECRET" not in res.output and "symlink" in res.output, res.output
+    res = CliRunner().invoke(app, ["logs", str(run_dir)])
+    assert res.exit_code == 0 and "node1: step 1" in res.output
