@@ -12,7 +12,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["atomic_write", "private_dir", "read_regular", "require_regular_or_absent"]
+__all__ = ["atomic_write", "private_dir", "read_regular", "read_request",
+           "require_regular_or_absent"]
+
+REQUEST_LIMIT = 4096  # a request file holds an id: a few bytes
 
 
 def read_regular(path: Path, limit: int | None = None, follow: bool = False) -> bytes:
@@ -38,6 +41,15 @@ def read_regular(path: Path, limit: int | None = None, follow: bool = False) -> 
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def read_request(path: Path, limit: int = REQUEST_LIMIT) -> str:
+    """A small request file's text (its first `limit` bytes), or "" when it is missing or not a
+    regular file: a FIFO there is never waited on, a huge or sparse one never read whole."""
+    try:
+        return read_regular(path, limit).decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def require_regular_or_absent(path: Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -22,11 +23,23 @@ POLL_S = 1.0
 FLIGHT_DIR = "flight"  # under the segment's directory: NODE.rank-RANK[.json]
 
 
+REQUEST_LIMIT = 4096  # a request holds an id
+
+
 def _read(path: Path) -> str:
+    """The request's first few KB; "" unless a regular file (a FIFO is never waited on)."""
     try:
-        return path.read_text().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return os.read(fd, REQUEST_LIMIT).decode(errors="replace").strip()
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def write_trace(out: Path, request: str, rank: int) -> None:

@@ -33,6 +33,7 @@ from orchestrator.contract import (
     write_record,
 )
 from orchestrator.diagnose.linear import progress_pattern
+from orchestrator.files import read_request
 from orchestrator.flight import FLIGHT_DIR
 from orchestrator.model import SegmentSpec
 from orchestrator.settings import PROGRESS_REGEX, last_iteration
@@ -176,7 +177,7 @@ class NodeAgent:
             self.heartbeat(force=time.monotonic() - self._last_hb > 5.0)
             for kind, path, answer in (("dump", self.paths.dump_request, self._dump),
                                        ("profile", self.paths.profile_request, self._profile)):
-                request = _read_small(path)
+                request = read_request(path)
                 if request and request != handled[kind]:
                     handled[kind] = request
                     threading.Thread(target=answer, args=(request,), daemon=True).start()
@@ -271,13 +272,6 @@ class NodeAgent:
         if self._log:
             self._log.close()
             self._log = None
-
-
-def _read_small(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""
 
 
 def run_node(spec: SegmentSpec, node_name: str | None = None, node_rank: int | None = None,

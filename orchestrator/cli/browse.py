@@ -5,13 +5,14 @@ created or locked."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from orchestrator.cli.common import _state_for, app, fail, loaded, out
+from orchestrator.cli.common import _state_for, app, err, fail, loaded, out
 from orchestrator.clock import RealClock
 from orchestrator.contract import LOG_SUFFIX, SegmentPaths
 from orchestrator.state import STATE_FILE, RunState, StateError, StateStore
@@ -35,8 +36,9 @@ def _segment(state: RunState, run_dir: Path, index: int | None, where: str) -> S
 def _tail_lines(path: Path, lines: int) -> list[str]:
     """The last `lines` lines of a log, read from its end (a 2 GB log costs what its end costs)."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
+        # never through a link swapped in since it was listed, never waiting on a FIFO
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
             fh.seek(max(0, size - lines * 512 - 65536))
             data = fh.read()
     except OSError as exc:
@@ -67,10 +69,8 @@ def logs(
     """
     store, where = _state_for(target)
     paths = _segment(loaded(store, where), store.run_dir, segment, where)
-    found = sorted(p for p in paths.logs.glob(f"*{LOG_SUFFIX}")
-                   if p.is_file()) if paths.logs.is_dir() else []
+    found = _node_logs(paths, node)
     if node is not None:
-        found = [p for p in found if p.name == f"{node}{LOG_SUFFIX}"]
         if not found:
             raise fail([f"{clean(paths.logs)}: no log of node {clean(node)}"], 1)
     if not found:
@@ -82,6 +82,18 @@ def logs(
                       highlight=False, soft_wrap=True)
     if follow:
         _follow(found)
+
+
+def _node_logs(paths: SegmentPaths, node: str | None) -> list[Path]:
+    """The segment's node logs (one node's if `node`): regular files only. A symlink in their place
+    (to /etc/shadow, say) is said and skipped, as `diagnose` skips it."""
+    listed = sorted(paths.logs.glob(f"*{LOG_SUFFIX}")) if paths.logs.is_dir() else []
+    if node is not None:
+        listed = [p for p in listed if p.name == f"{node}{LOG_SUFFIX}"]
+    for link in (p for p in listed if p.is_symlink()):
+        err.print(f"note: {clean(link)} is a symlink, not a node log: not shown", markup=False,
+                  highlight=False)
+    return [p for p in listed if p.is_file() and not p.is_symlink()]
 
 
 def _follow(paths: list[Path]) -> None:

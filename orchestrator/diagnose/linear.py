@@ -1,32 +1,19 @@
 """A time bound by construction for the patterns a configuration brings (its own signatures, a
 custom `progress_regex`): they are compiled with RE2, whose matching time grows linearly with the
 line whatever the pattern, so no pattern can stop the controller's loop or the agent's output pump.
-A pattern RE2 cannot take (a backreference, a lookaround) keeps Python's engine; `validate` has
-timed those on crafted worst-case input (settings/patterns.py), and lines are matched on their first
-8 KB only."""
+A pattern RE2 cannot take (a backreference, a lookaround) keeps Python's engine only if it has at
+most one unbounded repeat (settings/patterns.py `python_unbounded`; `validate` refuses the others,
+the runtime leaves them out); `validate` has also timed it on crafted worst-case input, and lines
+are matched on their first 8 KB only."""
 
 from __future__ import annotations
 
 import re
-from typing import Any, cast
+from typing import cast
 
-try:  # google-re2; without it every pattern stays on Python's engine
-    import re2
-except ImportError:  # pragma: no cover - depends on the platform
-    re2 = None
+from orchestrator.settings.patterns import linear, python_unbounded
 
-
-def linear(pattern: str | bytes, ignore_case: bool = False) -> Any:
-    """The pattern compiled with RE2 (a `re.Pattern` look-alike), or None if RE2 is missing or
-    refuses it."""
-    if re2 is None:
-        return None
-    opts = re2.Options()
-    opts.log_errors, opts.case_sensitive = False, not ignore_case
-    try:
-        return re2.compile(pattern, opts)
-    except re2.error:
-        return None
+__all__ = ["bounded", "bytes_twin", "is_linear", "linear", "progress_pattern"]
 
 
 def bounded(pattern: str, ignore_case: bool = False) -> re.Pattern[str]:
@@ -53,5 +40,8 @@ def bytes_twin(rx: re.Pattern[str]) -> re.Pattern[bytes]:
 
 def progress_pattern(pattern: str, default: str) -> re.Pattern[str]:
     """The run's progress pattern: the built-in `default` on Python's engine (measured, known), a
-    custom one bounded like the configuration's signatures."""
-    return re.compile(pattern) if pattern == default else bounded(pattern)
+    custom one bounded like the configuration's signatures. A custom one that settings would refuse
+    (a config that skipped validation) is not run: the built-in one stands in."""
+    if pattern == default or python_unbounded(pattern):
+        return re.compile(default)
+    return bounded(pattern)

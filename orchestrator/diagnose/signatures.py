@@ -14,7 +14,7 @@ from orchestrator.diagnose.events import EVENTS
 from orchestrator.diagnose.signature import Signature
 from orchestrator.model import Cause
 from orchestrator.settings import UserSignature
-from orchestrator.settings.patterns import catastrophic
+from orchestrator.settings.patterns import catastrophic, python_unbounded
 
 __all__ = ["BUILTIN", "Signature", "build_table", "table_for"]
 
@@ -274,8 +274,9 @@ def build_table(user: list[Signature] | tuple[Signature, ...] = ()) -> tuple[Sig
 
 def table_for(user: Sequence[UserSignature]) -> tuple[Signature, ...]:
     """The table for a run: the config's own signatures first, then the built-in ones. A user
-    pattern that can backtrack catastrophically (settings refuse it; a config built without
-    validation may hold one) is left out."""
-    safe = [s for s in user if not catastrophic(s.pattern)]
+    pattern that can backtrack catastrophically, or that would run on Python's engine with more than
+    one unbounded repeat (settings refuse both; a config built without validation may hold one), is
+    left out."""
+    safe = [s for s in user if not (catastrophic(s.pattern) or python_unbounded(s.pattern))]
     return build_table([Signature(s.name, s.pattern, s.cause, s.blame, s.cascade, source="config",
                                   linear=True) for s in safe])

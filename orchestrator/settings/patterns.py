@@ -6,7 +6,12 @@ the linear-time prefilter already matched.
 Shapes are not the whole story (`a*a*a*a*a*a*b` is polynomial, not exponential), so a pattern is
 also timed, in a separate process that is killed at the bound, on inputs built from its own
 characters: long runs of each literal with a suffix that fails the match, the worst case of a
-backtracking engine."""
+backtracking engine.
+
+Timing on runs of one character misses what needs two (`(?:ab)*(?:ab)*c(?=x)` on `abab...`), so a
+pattern that will run on Python's engine (RE2, linear in the line, refuses lookarounds and
+backreferences) must also be bounded by its shape: at most one unbounded repeat, as two in a row
+that can match the same text take time polynomial in the line (`python_unbounded`)."""
 
 from __future__ import annotations
 
@@ -16,6 +21,11 @@ import re._parser as _p
 import subprocess
 import sys
 from typing import Any
+
+try:  # google-re2; without it every pattern stays on Python's engine
+    import re2
+except ImportError:  # pragma: no cover - depends on the platform
+    re2 = None
 
 REPEATS = {_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", _c.MAX_REPEAT)}
 
@@ -112,3 +122,48 @@ def too_slow(pattern: str) -> str:
                 "characters (backtracking): simplify it (no repeated groups or overlapping repeats "
                 "such as a*a*b)")
     return ""
+
+
+def linear(pattern: str | bytes, ignore_case: bool = False) -> Any:
+    """The pattern compiled with RE2 (a `re.Pattern` look-alike), or None if RE2 is missing or
+    refuses it."""
+    if re2 is None:
+        return None
+    opts = re2.Options()
+    opts.log_errors, opts.case_sensitive = False, not ignore_case
+    try:
+        return re2.compile(pattern, opts)
+    except re2.error:
+        return None
+
+
+BIG_REPEAT = 64  # a repeat allowing more than this many is counted as unbounded
+
+
+def _unbounded(items: Any) -> int:
+    count = 0
+    for op, av in items:
+        if op in REPEATS:
+            count += (av[1] > BIG_REPEAT) + _unbounded(av[2])
+        else:
+            count += sum(_unbounded(child) for child in _children(op, av))
+    return count
+
+
+def python_unbounded(pattern: str) -> str:
+    """Why `pattern`, which RE2 refuses (a lookaround, a backreference) and so runs on Python's
+    backtracking engine, cannot be proven fast, or "": more than one unbounded repeat. Two such
+    repeats that can match the same text (`(?:ab)*(?:ab)*`) make every failing line cost a power of
+    its length; telling which pairs overlap is not attempted, so any second one is refused."""
+    if linear(pattern) is not None:
+        return ""
+    try:
+        n = _unbounded(_p.parse(pattern))
+    except Exception:  # noqa: BLE001 - a pattern that does not parse is reported by re.compile
+        return ""
+    if n <= 1:
+        return ""
+    return (f"it has {n} unbounded repeats (*, +, {{n,}}) and runs on Python's backtracking engine "
+            "(a lookaround or backreference): repeats matching the same text take polynomial time; "
+            "keep one, bound the others ({0,20}), or drop the lookaround/backreference")
+

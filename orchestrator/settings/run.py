@@ -13,7 +13,7 @@ from orchestrator.settings.backend import BackendCfg
 from orchestrator.settings.checks import PreflightCfg
 from orchestrator.settings.exports import ExportsCfg
 from orchestrator.settings.nodes import SAFE_NAME
-from orchestrator.settings.patterns import catastrophic, too_slow
+from orchestrator.settings.patterns import catastrophic, python_unbounded, too_slow
 from orchestrator.settings.sections import (
     CheckpointCfg,
     Goal,
@@ -169,7 +169,8 @@ class Settings(BaseSettings):
         if rx.groups < 1:
             raise ValueError("needs one capture group for the iteration number")
         # it meets every line of output
-        if v != PROGRESS_REGEX and (why := catastrophic(v) or too_slow(v)):
+        if v != PROGRESS_REGEX and (why := catastrophic(v) or python_unbounded(v)
+                                     or too_slow(v)):
             raise ValueError(why)
         return v
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from orchestrator.model import Cause
 from orchestrator.settings.nodes import node_list
-from orchestrator.settings.patterns import catastrophic, too_slow
+from orchestrator.settings.patterns import catastrophic, python_unbounded, too_slow
 from orchestrator.settings.urls import apprise_urls
 
 SAFE_VALUE = re.compile(r"^[^\x00-\x1f;`$&|<>\\'\"]*$")
@@ -265,7 +265,7 @@ class UserSignature(Section):
                              "(?i:...) instead")
         if why := catastrophic(v):
             raise ValueError(f"{why}; rewrite it without nesting (e.g. a+ instead of (a+)+)")
-        if why := too_slow(v):
+        if why := python_unbounded(v) or too_slow(v):
             raise ValueError(why)
         return v
 

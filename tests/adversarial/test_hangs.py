@@ -131,3 +131,36 @@ def test_a_pattern_re2_cannot_take_keeps_python_and_the_same_matches() -> None:
     assert [x.group(1) for x in rx.finditer("step 1 step 2")] == ["1", "2"]
     twin = bytes_twin(rx)
     assert is_linear(twin) and twin.search(b"x step 7").group(1) == b"7"  # type: ignore[union-attr]
+
+
+LOOKAHEAD_SIG = r"(?:ab)*(?:ab)*(?:ab)*(?:ab)*(?:ab)*c(?=x)"
+LOOKAHEAD_PROGRESS = r"(?:ab)*(?:ab)*(?:ab)*step (\d+)(?=x)"
+
+
+def test_a_lookahead_pattern_with_overlapping_repeats_is_refused_by_validate(tmp_path: Path) -> None:
+    """Issue 37: a lookahead sends a pattern to Python's engine, and the timing probe (runs of ONE character)
+    never tried `abab...`: five `(?:ab)*` in a row spun for minutes on a 400-byte line, SIGTERM ignored."""
+    with pytest.raises(ConfigError, match=r"signatures\.0\.pattern: .*5 unbounded repeats"):
+        load_settings(write_config(tmp_path, base_config(tmp_path, signatures=[sig(LOOKAHEAD_SIG)])))
+    with pytest.raises(ConfigError, match=r"progress_regex: .*4 unbounded repeats"):
+        load_settings(write_config(tmp_path, base_config(tmp_path, progress_regex=LOOKAHEAD_PROGRESS)))
+    ok = [sig(r"CUDA error.*(?=out of memory)"), sig(r"(?<!no )NCCL timeout")]  # one unbounded repeat or none
+    s = load_settings(write_config(tmp_path, base_config(tmp_path, signatures=ok,
+                                                         progress_regex=r"step (\d+)(?= loss)")))
+    assert len(s.signatures) == 2
+
+
+def test_a_lookahead_pattern_that_skipped_validation_is_not_run() -> None:
+    from orchestrator.diagnose.linear import progress_pattern
+    from orchestrator.settings import PROGRESS_REGEX
+
+    unchecked = UserSignature.model_construct(name="mine", pattern=LOOKAHEAD_SIG, cause=Cause.USER_BUG,
+                                              blame=False, cascade=False)
+    assert "mine" not in {s.name for s in table_for([unchecked])}
+    assert progress_pattern(LOOKAHEAD_PROGRESS, PROGRESS_REGEX).pattern == PROGRESS_REGEX
+    line = "ab" * 200  # what hung the agent's pump and the controller
+    t0 = time.perf_counter()
+    for t in table_for([unchecked]):
+        t.regex.search(line)
+    progress_pattern(LOOKAHEAD_PROGRESS, PROGRESS_REGEX).search(line)
+    assert time.perf_counter() - t0 < 2.0
