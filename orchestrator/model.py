@@ -206,6 +206,7 @@ class Evidence(Frozen):
     role: Role = Role.ROOT
     cause: Cause = Cause.UNKNOWN
     source: EvidenceSource = EvidenceSource.LOG
+    rank: int | None = None  # the rank (or srun task) that printed it, when the line says so
 
 
 class Verdict(Frozen):

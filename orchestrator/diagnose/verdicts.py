@@ -33,7 +33,7 @@ class Context:
 def ev(n: NodeEvidence, m: Match, role: Role) -> Evidence:
     source = EvidenceSource.NODE if NODE_MARKER in m.text[:32] else EvidenceSource.LOG
     return Evidence(node=origin(n, m) or n.node, file=m.file or n.file, line=m.line, text=m.text,
-                    role=role, cause=m.cause, source=source)
+                    role=role, cause=m.cause, source=source, rank=m.rank)
 
 
 def evs(pairs: list[NodeMatch], role: Role, limit: int = 20) -> list[Evidence]:

@@ -21,6 +21,7 @@ from orchestrator.views.restarts import (
     summary_text,
     uses_spares,
 )
+from orchestrator.views.stopped import stop_rows
 from orchestrator.views.text import cut, plain, shell_dq
 
 # start-up and load time of healthy segments: overhead, not a failure's cost
@@ -174,7 +175,9 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
         t.add_row(key, plain(value))  # values come from logs and state: never markup
 
     cur = state.current
-    row("state", state.status.value + (f" ({state.stop_reason})" if state.stop_reason else ""))
+    stop = stop_rows(state)  # a decision stopped the run: its rows say why, once
+    row("state", state.status.value + (f" ({state.stop_reason})" if state.stop_reason and not stop
+                                       else ""))
     if controller is not None:
         row("controller", controller)
     if cur:
@@ -202,8 +205,10 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
     advice = next((s.interval_advice for s in reversed(state.segments) if s.interval_advice), "")
     if advice:
         row("checkpoint interval", advice)
+    for key, value in stop:
+        row(key, value)
     last = next((s for s in reversed(state.segments) if s.action), None)
-    if last:
+    if last and not stop:
         row("last decision", f"segment {last.index}: {last.action.value if last.action else '-'}: "
                              f"{last.reason}")
     return t
@@ -238,13 +243,14 @@ def _end_text(s: SegmentRecord) -> str:
     return s.job_state.value if s.job_state else "running"
 
 
-def timeline_table(state: RunState, last: int | None = None) -> Table:
-    """Every segment, or the `last` ones (a caption says how many are hidden)."""
+def timeline_table(state: RunState, last: int | None = None, reason: bool = True) -> Table:
+    """Every segment, or the `last` ones (a caption says how many are hidden); `reason`: the stop's
+    reason in the title (not under a summary that says it)."""
     shown = (state.segments if last is None or len(state.segments) <= last
              else state.segments[-last:])
     hidden = len(state.segments) - len(shown)
     t = Table(title=plain(f"run {state.run}: {state.status.value}"
-                          + (f" ({state.stop_reason})" if state.stop_reason else "")),
+                          + (f" ({state.stop_reason})" if state.stop_reason and reason else "")),
               caption=plain(f"{hidden} earlier segments not shown") if hidden else None)
     # a column only for runs with spare nodes: the others keep their table
     spares = uses_spares(state)
