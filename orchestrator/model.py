@@ -32,6 +32,7 @@ class Cause(StrEnum):
     SEGFAULT = "segfault"
     BUS_ERROR = "bus_error"
     SLOW_NODE = "slow_node"  # one node slowed the lock-step job: swapped for a spare
+    CANCELLED = "cancelled"  # an operator cancelled the job (orchestrator cancel, --cancel-on-exit)
     SUCCESS = "success"
     UNKNOWN = "unknown"
 

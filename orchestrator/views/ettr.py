@@ -37,6 +37,19 @@ def segment_label(s: SegmentRecord) -> str:
     return s.cause.value if s.cause else "in progress"
 
 
+STARTUP = "startup"
+
+
+def lost_bucket(s: SegmentRecord) -> str:
+    """Where a segment's unproductive time goes: its cause's bucket, or `startup` for a segment that
+    succeeded (start-up, load, wind-down: overhead, not a failure's cost, never 'success') and for
+    the running one before its first progress."""
+    label = segment_label(s)
+    if label == Cause.SUCCESS.value or (s.cause is None and s.first_progress_at is None):
+        return STARTUP
+    return label
+
+
 def run_metrics(state: RunState, now: datetime) -> dict[str, Any]:
     segs = [s for s in state.segments if s.submitted_at]
     if not segs:
@@ -62,7 +75,7 @@ def run_metrics(state: RunState, now: datetime) -> dict[str, Any]:
         useful = (max(kept_to - s.start_iteration, 0) / rate) if rate else 0.0
         useful = min(useful, span)
         productive += useful
-        lost[segment_label(s)] += span - useful
+        lost[lost_bucket(s)] += span - useful
         rate_now = rate or rate_now
     best = state.best_iteration()
     eta = None

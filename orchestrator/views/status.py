@@ -11,7 +11,7 @@ from rich.text import Text
 from orchestrator.blacklist import compress
 from orchestrator.model import BlacklistEntry, EntrySource, EvidenceSource, Role
 from orchestrator.state import RunState, SegmentRecord
-from orchestrator.views.ettr import human, run_metrics, segment_label
+from orchestrator.views.ettr import STARTUP, human, run_metrics, segment_label
 from orchestrator.views.restarts import (
     job_cell,
     job_spares,
@@ -25,7 +25,7 @@ from orchestrator.views.stopped import stop_rows
 from orchestrator.views.text import cut, plain, shell_dq
 
 # start-up and load time of healthy segments: overhead, not a failure's cost
-NOT_LOST = ("success", "in progress")
+NOT_LOST = (STARTUP, "in progress")
 
 
 def _ts(d: datetime | None) -> str | None:

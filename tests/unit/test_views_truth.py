@@ -3,12 +3,22 @@ the error lines and what to change, each once."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
+import pytest
+from prometheus_client import generate_latest
 from rich.console import Console
 
 from orchestrator.cli.inspect import status_view
-from orchestrator.model import RunStatus
+from orchestrator.cli.run import _cancel_current
+from orchestrator.cli.stopping import _by_user
+from orchestrator.loop.controller import Controller
+from orchestrator.model import Cause, RunStatus
+from orchestrator.state import RunState, StateStore
+from orchestrator.views.ettr import run_metrics
+from orchestrator.views.metrics import registry
+from orchestrator.views.status import summary_table
 from tests.fakes import Fault
 from tests.unit.test_controller_fake import make
 
@@ -29,3 +39,46 @@ def test_status_of_a_user_bug_stop_shows_the_error_line_and_the_advice_once(tmp_
     assert flat.count("fix the code, data or config") == 1
     assert flat.count("it will happen again") == 1
     assert "│ what to change │ fix the code, data or config" in flat
+
+
+def cancelled_and_resumed(tmp_path: Path) -> RunState:
+    """A run whose controller stopped at 10 s of training, cancelled by `orchestrator cancel` (as ann),
+    then resumed to its goal by a new controller."""
+    ctl, cluster, clock = make(tmp_path)
+
+    def stop_soon(now: datetime) -> None:
+        if clock.slept >= 10:
+            ctl.request_stop("test")
+
+    clock.on_advance.append(stop_soon)
+    state = ctl.run()
+    clock.on_advance.remove(stop_soon)
+    store = StateStore(ctl.s.run_dir)
+    assert _cancel_current(state, cluster, store, clock, by="orchestrator cancel by ann")
+    again = Controller(ctl.s, cluster, clock, store, python="python")
+    return again.run()
+
+
+def test_a_cancelled_segment_is_cancelled_by_whom_and_when_after_the_resume(tmp_path: Path) -> None:
+    state = cancelled_and_resumed(tmp_path)
+    assert state.status == RunStatus.DONE
+    first = state.segments[0]
+    assert first.cause == Cause.CANCELLED and first.cancelled_at is not None
+    assert f"cancelled by orchestrator cancel by ann at {first.cancelled_at.isoformat()}" in first.reason
+    lost = run_metrics(state, state.updated_at)["lost_s_by_cause"]
+    assert "cancelled" in lost and "unknown" not in lost
+    assert "│ time lost │ cancelled" in " ".join(text_of(summary_table(state, state.updated_at), 300).split())
+
+
+def test_start_up_is_its_own_bucket_never_time_lost_to_success(tmp_path: Path) -> None:
+    state = cancelled_and_resumed(tmp_path)
+    lost = run_metrics(state, state.updated_at)["lost_s_by_cause"]
+    assert "startup" in lost and "success" not in lost
+    prom = generate_latest(registry(state, state.updated_at, None)).decode()
+    assert 'orchestrator_lost_seconds{cause="startup",run="t"}' in prom
+    assert 'cause="success"' not in prom
+
+
+def test_orchestrator_cancel_names_the_user_running_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOGNAME", "ann")
+    assert _by_user() == " by ann"
