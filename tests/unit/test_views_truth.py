@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 from rich.console import Console
+from typer.testing import CliRunner
 
+from orchestrator.cli import app
 from orchestrator.cli.inspect import status_view
 from orchestrator.cli.run import _cancel_current
 from orchestrator.cli.stopping import _by_user
@@ -82,3 +84,21 @@ def test_start_up_is_its_own_bucket_never_time_lost_to_success(tmp_path: Path) -
 def test_orchestrator_cancel_names_the_user_running_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOGNAME", "ann")
     assert _by_user() == " by ann"
+
+
+BLIND = Path(__file__).resolve().parents[1] / "data" / "blind"
+
+
+def test_diagnose_reads_a_single_log_file_and_says_blame_in_words() -> None:
+    one = BLIND / "node-failure-node023-slurm-out" / "logs" / "slurm-771234.out"
+    res = CliRunner().invoke(app, ["diagnose", str(one)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "cause: node_fail  culprits: node023 (blamed: their fault, excluded or struck)" in res.output
+    assert "True" not in res.output and "False" not in res.output
+
+
+def test_diagnose_calls_a_kernel_line_a_kernel_line() -> None:
+    res = CliRunner().invoke(app, ["diagnose", str(BLIND / "xid79-fell-off-bus-node017" / "logs")],
+                             catch_exceptions=False)
+    assert "summary: kernel log line on node017: [51841.112240] NVRM: Xid" in res.output
+    assert "first-rank" not in res.output
