@@ -3,6 +3,7 @@ ETTR."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from datetime import datetime
 from typing import Any
@@ -90,6 +91,15 @@ def run_metrics(state: RunState, now: datetime) -> dict[str, Any]:
         "rate_per_h": round(rate_now * 3600, 1) if rate_now else None,
         "eta_s": round(eta, 0) if eta is not None else None,
     }
+
+
+def short_advice(advice: str) -> str:
+    """'every 30 min (expected effective training time 93.7%)' of the planner's paragraph."""
+    every = re.match(r"every [^ (;:]+ \w+", advice)
+    ettr = re.search(r"expected effective training time [\d.]+%", advice)
+    if every is None:
+        return advice[:60]
+    return every.group() + (f" ({ettr.group()})" if ettr else "")
 
 
 def human(seconds: float | None) -> str:

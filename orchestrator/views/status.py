@@ -9,9 +9,9 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.blacklist import compress
-from orchestrator.model import BlacklistEntry, EntrySource, EvidenceSource, Role
+from orchestrator.model import Action, BlacklistEntry, EntrySource, EvidenceSource, Role
 from orchestrator.state import RunState, SegmentRecord
-from orchestrator.views.ettr import STARTUP, human, run_metrics, segment_label
+from orchestrator.views.ettr import STARTUP, human, run_metrics, segment_label, short_advice
 from orchestrator.views.restarts import (
     job_cell,
     job_spares,
@@ -26,6 +26,8 @@ from orchestrator.views.text import cut, plain, shell_dq
 
 # start-up and load time of healthy segments: overhead, not a failure's cost
 NOT_LOST = (STARTUP, "in progress")
+ACTION_WIDTH = max(len(a.value) for a in Action)
+WHOLE = ("nodes", "cause", "action")
 
 
 def _ts(d: datetime | None) -> str | None:
@@ -204,7 +206,7 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
         row("restarts", text)
     advice = next((s.interval_advice for s in reversed(state.segments) if s.interval_advice), "")
     if advice:
-        row("checkpoint interval", advice)
+        row("checkpoint interval", short_advice(advice))
     for key, value in stop:
         row(key, value)
     last = next((s for s in reversed(state.segments) if s.action), None)
@@ -256,12 +258,13 @@ def timeline_table(state: RunState, last: int | None = None, reason: bool = True
     spares = uses_spares(state)
     for col in ("seg", "job", "nodes", *(("spares",) if spares else ()), "excluded", "resumed from",
                 "iters", "end", "cause", "culprit", "action"):
-        t.add_column(col)
+        # the nodes (a hostlist), the cause and the action stay whole: the others give way
+        t.add_column(col, no_wrap=col in WHOLE, min_width=ACTION_WIDTH if col == "action" else None)
     for s in shown:
         t.add_row(*(plain(c) for c in (
             str(s.index),
             job_cell(s),
-            ",".join(s.nodes) or "-",
+            compress(s.nodes) or "-",
             *((spares_cell(state, s),) if spares else ()),
             ",".join(s.excluded) or "-",
             (s.resumed_from or "-").rsplit("/", 1)[-1],

@@ -3,6 +3,9 @@ the error lines and what to change, each once."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -11,6 +14,7 @@ from prometheus_client import generate_latest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from orchestrator.agent.nodefacts import summary as node_summary
 from orchestrator.cli import app
 from orchestrator.cli.inspect import status_view
 from orchestrator.cli.run import _cancel_current
@@ -102,3 +106,25 @@ def test_diagnose_calls_a_kernel_line_a_kernel_line() -> None:
                              catch_exceptions=False)
     assert "summary: kernel log line on node017: [51841.112240] NVRM: Xid" in res.output
     assert "first-rank" not in res.output
+
+
+def test_status_fits_columns_keeping_the_nodes_and_the_action_whole(tmp_path: Path) -> None:
+    ctl, _, _ = make(tmp_path, {"all": Fault("bug", at=25)})
+    ctl.run()
+    env = {**os.environ, "COLUMNS": "100"}
+    res = subprocess.run([sys.executable, "-m", "orchestrator", "status", str(ctl.s.run_dir)], env=env,
+                         capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100, res.stdout
+    row = next(line for line in lines if line.startswith("│ 1 "))
+    assert "node[1-3]" in row and "stop_and_alert" in row and "…" not in row
+    interval = [line for line in lines if "checkpoint interval" in line]
+    assert interval and "every 30 min (expected effective training time" in interval[0]
+    # one line: the next row starts right after it
+    assert "│ stopped by" in lines[lines.index(interval[0]) + 1]
+
+
+def test_the_node_summary_cannot_be_read_as_an_exit_code() -> None:
+    line = node_summary("exit", [])
+    assert line.startswith("ORCH-NODE summary at exit: abnormal facts: 0;") and "exit: 0" not in line
