@@ -87,7 +87,8 @@ def stat_fact(path: str, stat: Callable[[str], Any]) -> list[NodeFact]:
 
 
 def summary(reason: str, facts: list[NodeFact]) -> str:
-    """`ORCH-NODE summary at exit:` the sources read and those the agent could not look at, and why."""
+    """`ORCH-NODE summary at exit:` the sources read and those the agent could not look at, and
+    why."""
     sources = list(dict.fromkeys(f.source for f in facts))
     read = [s for s in sources if any(f.source == s and f.severity != "unavailable" for f in facts)]
     missing = [f"{f.source} ({f.text})" for f in facts if f.severity == "unavailable"
