@@ -32,6 +32,7 @@ class Cause(StrEnum):
     SEGFAULT = "segfault"
     BUS_ERROR = "bus_error"
     SLOW_NODE = "slow_node"  # one node slowed the lock-step job: swapped for a spare
+    CANCELLED = "cancelled"  # an operator cancelled the job (orchestrator cancel, --cancel-on-exit)
     SUCCESS = "success"
     UNKNOWN = "unknown"
 
@@ -206,6 +207,7 @@ class Evidence(Frozen):
     role: Role = Role.ROOT
     cause: Cause = Cause.UNKNOWN
     source: EvidenceSource = EvidenceSource.LOG
+    rank: int | None = None  # the rank (or srun task) that printed it, when the line says so
 
 
 class Verdict(Frozen):

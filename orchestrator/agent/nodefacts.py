@@ -89,13 +89,15 @@ def stat_fact(path: str, stat: Callable[[str], Any]) -> list[NodeFact]:
 
 
 def summary(reason: str, facts: list[NodeFact]) -> str:
-    """`ORCH-NODE summary:` the sources read and those the agent could not look at, and why."""
+    """`ORCH-NODE summary at exit:` the sources read and those the agent could not look at, and
+    why."""
     sources = list(dict.fromkeys(f.source for f in facts))
     read = [s for s in sources if any(f.source == s and f.severity != "unavailable" for f in facts)]
     missing = [f"{f.source} ({f.text})" for f in facts if f.severity == "unavailable"
                and f.source not in read]
     abnormal = sum(1 for f in facts if f.severity == "abnormal")
-    return (f"{NODE_MARKER} summary: {reason}: {abnormal} abnormal; read "
+    # 'summary at exit: abnormal facts: 0', never 'exit: 0 abnormal' (read as an exit code)
+    return (f"{NODE_MARKER} summary at {reason}: abnormal facts: {abnormal}; read "
             f"{', '.join(read) or 'nothing'}; could not look: {'; '.join(missing) or 'none'}")
 
 

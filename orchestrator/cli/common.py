@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +29,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                   "resume.")
 # no emoji codes: text such as `H:M:S` or `:cross_mark:` in a note, a log line or a path is printed
 # as it is
-out = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
+# COLUMNS, when set, is the width (a pipe's default stays 200: drain lines whole)
+out = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 200,
+              emoji=False)
 err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 EXIT_CONFIG = 2

@@ -85,17 +85,17 @@ def status_view(state: Any, now: Any, run_dir: Path | None = None,
         tail.append(Text("To take the blacklisted nodes out of service (an admin runs these):"))
         tail.extend(Text(d, no_wrap=True, overflow="ignore") for d in drains)
     if height is None:
-        return Group(*head, timeline_table(state), *tail)
+        return Group(*head, timeline_table(state, reason=False), *tail)
     # --watch: fit the terminal (summary first, then as many of the last segments as there are rows
     # left)
     def rows(part: Any) -> int:
         return len(out.render_lines(part, out.options, pad=False))
 
     room = height - sum(rows(p) for p in [*head, *tail])
-    last = max(room - rows(timeline_table(state, last=1)) + 1, 1)
-    while last > 1 and rows(timeline_table(state, last=last)) > room:
+    last = max(room - rows(timeline_table(state, last=1, reason=False)) + 1, 1)
+    while last > 1 and rows(timeline_table(state, last=last, reason=False)) > room:
         last -= 1
-    return Group(*head, timeline_table(state, last=last), *tail)
+    return Group(*head, timeline_table(state, last=last, reason=False), *tail)
 
 
 def controller_note(state: Any, run_dir: Path) -> str:
@@ -210,6 +210,13 @@ def validate(config: Annotated[Path, typer.Argument(help="The YAML config file t
                     f"{s.backend.kind})"), markup=False, highlight=False)
 
 
+def blame_words(result: dict[str, Any]) -> str:
+    """Whether the culprits are blamed, in words (the JSON keeps `blame`: true/false)."""
+    if result["blame"]:
+        return "blamed: their fault, excluded or struck"
+    return "named, not blamed" if result["culprit_nodes"] else "nobody blamed"
+
+
 def _diagnosed(directory: Path, config: Path | None) -> dict[str, Any]:
     if config is None:
         return diagnose_dir(directory)
@@ -222,7 +229,7 @@ def _diagnosed(directory: Path, config: Path | None) -> dict[str, Any]:
 @app.command()
 def diagnose(
     directory: Annotated[Path, typer.Argument(help="A directory with one log file per node "
-                                                   "(host.out).")],
+                                                   "(host.out), or one log file.")],
     as_json: Annotated[bool, typer.Option("--json")] = False,
     config: Annotated[Path | None, typer.Option(
         "--config", help="Also use this run config's signatures and progress_regex (test them on "
@@ -234,12 +241,15 @@ def diagnose(
     Examples:
       orchestrator diagnose runs/demo/segments/0001/logs
       orchestrator diagnose tests/data/blind/segfault-one-node-r7n3/logs --json
+      orchestrator diagnose tests/data/blind/node-failure-node023-slurm-out/logs/slurm-771234.out
       orchestrator diagnose tests/data/blind/segfault-one-node-r7n3/logs --config \
 configs/example.yaml
     """
-    if not directory.is_dir():
-        raise fail([f"{directory}: not a directory"])
-    if not any(p.is_file() for p in directory.iterdir()):
+    if not directory.exists():
+        raise fail([f"{directory}: no such file or directory"])
+    if not directory.is_dir() and not directory.is_file():
+        raise fail([f"{directory}: neither a log file nor a directory of them"])
+    if directory.is_dir() and not any(p.is_file() for p in directory.iterdir()):
         raise fail([f"{directory}: no log files in it (expected one file per node, named after the "
                     "host)"])
     try:
@@ -251,7 +261,7 @@ configs/example.yaml
         print(json.dumps(result, indent=2))
         return
     culprits = clean(",".join(result["culprit_nodes"]) or "-")
-    out.print(f"cause: {result['cause']}  culprits: {culprits}  blame: {result['blame']}  action: "
+    out.print(f"cause: {result['cause']}  culprits: {culprits} ({blame_words(result)})  action: "
               f"{result['action']}  confidence: {result['confidence']:.2f}  rule: {result['rule']}",
               markup=False, highlight=False, emoji=False)
     out.print(f"summary: {clean(result['summary'])}", markup=False, highlight=False, emoji=False)

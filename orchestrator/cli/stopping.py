@@ -58,6 +58,16 @@ def _stop_controller(store: StateStore, where: str, wait: float) -> None:
                 "it stops at its next poll"], 1)
 
 
+def _by_user() -> str:
+    """' by ann': who runs `orchestrator cancel`, when the system knows; else ''."""
+    import getpass
+
+    try:
+        return f" by {getpass.getuser()}"
+    except (KeyError, OSError):
+        return ""
+
+
 @app.command()
 def cancel(ctx: typer.Context,
            config: Annotated[Path, typer.Argument(help="The run's config file (the backend to "
@@ -88,7 +98,7 @@ def cancel(ctx: typer.Context,
     try:
         clock = wiring(ctx).clock()
         done = _cancel_current(state, build_backend(s, clock), store, clock,
-                               by="orchestrator cancel")
+                               by=f"orchestrator cancel{_by_user()}")
     finally:
         lock.release()
     job = state.current.job_id if state.current else None

@@ -120,6 +120,15 @@ def _all_exited_0(f: Facts) -> Verdict | None:
     return None
 
 
+def _cancelled(f: Facts) -> Verdict | None:
+    """An operator cancelled the job: that ended it, nobody's fault (no root error came first)."""
+    if f.ctx.cancel_reason != CancelReason.OPERATOR or f.roots:
+        return None
+    return verdict(Cause.CANCELLED, [], False, 0.95, evs(f.secondary, Role.SECONDARY),
+                   f"cancelled by {f.ctx.cancelled_by or 'an operator'}", "cancelled_by_operator",
+                   Owner.NOBODY)
+
+
 def _printed_its_end(f: Facts) -> Verdict | None:
     if not _finished(f.nodes, f.roots):
         return None
@@ -208,6 +217,7 @@ Rule = tuple[str, Callable[[Facts], Verdict | None]]
 RULES: tuple[Rule, ...] = (
     ("all_exited_0", _all_exited_0),
     ("printed_its_end", _printed_its_end),
+    ("cancelled_by_operator", _cancelled),  # `orchestrator cancel`, --cancel-on-exit
     ("slow_node", _slow_node),  # cancelled to swap a slow node for a spare
     # no root error and the controller saw a stall (or a rank is stuck): who stalled it
     ("stalled", _stalled), ("preempted", _spot),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
+from orchestrator.contract import NODE_MARKER
 from orchestrator.diagnose.culprits import (
     all_hosts,
     as_hosts,
@@ -22,7 +23,7 @@ from orchestrator.diagnose.judge import (
 )
 from orchestrator.diagnose.rules import COLLECTIVE, DEVICE_FRAME, PROGRAM_WAIT, judge_root
 from orchestrator.diagnose.verdicts import Context, evs, verdict
-from orchestrator.evidence import NodeEvidence
+from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.model import Cause, Evidence, JobStatus, Owner, Role, Verdict
 
 # Root-cause precedence when several non-cascade causes appear in one segment.
@@ -140,6 +141,23 @@ def mins(d: timedelta) -> str:
     return f"{d.total_seconds() / 60:.0f} min"
 
 
+# lines the kernel printed (dmesg, syslog, the NVIDIA driver), not a rank
+KERNEL_LINE = re.compile(r"NVRM:|\bkernel: |^\[\s*\d+\.\d+\] |^\[\w{3} \w{3} +\d+ [\d:]+ \d{4}\] |"
+                         r"Out of memory: Kill|oom-kill|\bXid\b")
+KERNEL_FILES = ("dmesg", "kern", "syslog", "messages")
+
+
+def root_label(n: NodeEvidence, m: Match) -> str:
+    """What printed the root line, for the summary: the node's own report (ORCH-NODE), the kernel
+    (dmesg, the GPU driver), or a rank of the training (a line with no rank: the first error)."""
+    if NODE_MARKER in m.text[:32]:
+        return f"the node's own report on {origin(n, m) or n.node}"
+    if KERNEL_LINE.search(m.text) or any(k in (m.file or n.file).rsplit("/", 1)[-1].lower()
+                                         for k in KERNEL_FILES):
+        return f"kernel log line on {origin(n, m) or n.node}"
+    return f"first-rank error (rank {m.rank})" if m.rank is not None else "first error"
+
+
 def best_root(roots: list[NodeMatch]) -> tuple[NodeMatch, str]:
     rank = {c: i for i, c in enumerate(PRECEDENCE)}
     best = min(roots, key=lambda nm: rank.get(nm[1].cause, len(rank)))
@@ -177,4 +195,4 @@ def from_roots(nodes: list[NodeEvidence], roots: list[NodeMatch], secondary: lis
     conf = 0.9 if blame or owner == Owner.JOB else 0.7
     rule = f"{rule}+{order_rule}" if order_rule else rule
     return verdict(cause, culprits, blame, conf, evidence, note
-                   or f"first-rank error: {best[1].text[:160]}", rule, owner)
+                   or f"{root_label(*best)}: {best[1].text[:160]}", rule, owner)

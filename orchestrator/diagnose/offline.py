@@ -40,7 +40,10 @@ def _prefilter(sigs: tuple[Signature, ...]) -> Prefilter:
 
 def log_files(directory: Path) -> list[Path]:
     """The log files to read: one per host or one for the whole job. A run directory means its
-    latest segment's logs; a symlink that leads out of the directory is not followed."""
+    latest segment's logs; a symlink that leads out of the directory is not followed. A file is
+    read alone (the one log most jobs have)."""
+    if directory.is_file():
+        return [directory]
     segments = directory / "segments"
     if segments.is_dir():
         latest = sorted(p for p in segments.iterdir() if p.is_dir() and (p / "logs").is_dir())

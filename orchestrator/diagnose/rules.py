@@ -79,8 +79,7 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
         return judge_fs(best, culprits, symmetric)
     if symmetric and cause in JOB_WHEN_SYMMETRIC:
         return (cause, [], Owner.JOB, "same_on_every_node",
-                f"the same {cause.value} on every node: the job's, not a node's; it will happen "
-                "again")
+                f"the same {cause.value} on every node: the job's, not a node's")
     if symmetric and cause in SYMMETRIC:
         # every watchdog fired: a collective timeout
         cause = Cause.NCCL_TIMEOUT if cause == Cause.HANG else cause

@@ -28,12 +28,13 @@ class Context:
     job_id: str = ""
     slow_node: str = ""  # cancelled to swap this slow node for a spare (and the evidence why)
     slow_evidence: str = ""
+    cancelled_by: str = ""  # an operator's cancel: who and when
 
 
 def ev(n: NodeEvidence, m: Match, role: Role) -> Evidence:
     source = EvidenceSource.NODE if NODE_MARKER in m.text[:32] else EvidenceSource.LOG
     return Evidence(node=origin(n, m) or n.node, file=m.file or n.file, line=m.line, text=m.text,
-                    role=role, cause=m.cause, source=source)
+                    role=role, cause=m.cause, source=source, rank=m.rank)
 
 
 def evs(pairs: list[NodeMatch], role: Role, limit: int = 20) -> list[Evidence]:
@@ -41,7 +42,7 @@ def evs(pairs: list[NodeMatch], role: Role, limit: int = 20) -> list[Evidence]:
 
 
 NOT_A_NODE = frozenset({Cause.USER_BUG, Cause.USER_OOM, Cause.TIMELIMIT, Cause.PREEMPTED,
-                        Cause.SUCCESS})
+                        Cause.SUCCESS, Cause.CANCELLED})
 
 
 def verdict(cause: Cause, culprits: list[str], blame: bool, conf: float, evidence: list[Evidence],

@@ -44,6 +44,14 @@ def _slow(seg: SegmentRecord) -> dict[str, str]:
     return {"slow_node": seg.slow_nodes[-1].node, "slow_evidence": seg.slow_nodes[-1].evidence}
 
 
+def _cancelled_by(seg: SegmentRecord) -> str:
+    """'orchestrator cancel by ann at 2026-12-01T03:04:05+00:00' for an operator's cancel."""
+    if seg.cancel_reason != CancelReason.OPERATOR:
+        return ""
+    when = f" at {seg.cancelled_at.isoformat(timespec='seconds')}" if seg.cancelled_at else ""
+    return f"{seg.cancelled_by_controller or 'an operator'}{when}"
+
+
 def judge(status: JobStatus, evidence: list[NodeEvidence], fs_stalls: list[str], seg: SegmentRecord,
           recent: frozenset[str], lost: tuple[str, ...] = ()) -> Verdict:
     """The verdict on one segment: the classifier's rules, finished by the reads of the segment's
@@ -51,7 +59,7 @@ def judge(status: JobStatus, evidence: list[NodeEvidence], fs_stalls: list[str],
     ctx = Context(recent_hardware=recent, start_iteration=seg.start_iteration,
                   stalled=seg.cancel_reason == CancelReason.STALL, cancel_reason=seg.cancel_reason,
                   fs_stalls=tuple(fs_stalls), lost=tuple(n for n in lost if n in seg.nodes),
-                  job_id=seg.job_id or "", **_slow(seg))
+                  job_id=seg.job_id or "", cancelled_by=_cancelled_by(seg), **_slow(seg))
     return classify(status, evidence, ctx)
 
 

@@ -3,6 +3,7 @@ ETTR."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from datetime import datetime
 from typing import Any
@@ -37,6 +38,19 @@ def segment_label(s: SegmentRecord) -> str:
     return s.cause.value if s.cause else "in progress"
 
 
+STARTUP = "startup"
+
+
+def lost_bucket(s: SegmentRecord) -> str:
+    """Where a segment's unproductive time goes: its cause's bucket, or `startup` for a segment that
+    succeeded (start-up, load, wind-down: overhead, not a failure's cost, never 'success') and for
+    the running one before its first progress."""
+    label = segment_label(s)
+    if label == Cause.SUCCESS.value or (s.cause is None and s.first_progress_at is None):
+        return STARTUP
+    return label
+
+
 def run_metrics(state: RunState, now: datetime) -> dict[str, Any]:
     segs = [s for s in state.segments if s.submitted_at]
     if not segs:
@@ -62,7 +76,7 @@ def run_metrics(state: RunState, now: datetime) -> dict[str, Any]:
         useful = (max(kept_to - s.start_iteration, 0) / rate) if rate else 0.0
         useful = min(useful, span)
         productive += useful
-        lost[segment_label(s)] += span - useful
+        lost[lost_bucket(s)] += span - useful
         rate_now = rate or rate_now
     best = state.best_iteration()
     eta = None
@@ -77,6 +91,15 @@ def run_metrics(state: RunState, now: datetime) -> dict[str, Any]:
         "rate_per_h": round(rate_now * 3600, 1) if rate_now else None,
         "eta_s": round(eta, 0) if eta is not None else None,
     }
+
+
+def short_advice(advice: str) -> str:
+    """'every 30 min (expected effective training time 93.7%)' of the planner's paragraph."""
+    every = re.match(r"every [^ (;:]+ \w+", advice)
+    ettr = re.search(r"expected effective training time [\d.]+%", advice)
+    if every is None:
+        return advice[:60]
+    return every.group() + (f" ({ettr.group()})" if ettr else "")
 
 
 def human(seconds: float | None) -> str:

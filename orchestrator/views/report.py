@@ -28,7 +28,8 @@ COLOURS = {
     "gpu_lost": "#ad1457", "gpu_oom_startup": "#d84315", "node_fail": "#6a1b9a", "hang": "#ef6c00",
     "nccl_timeout": "#f9a825", "network": "#fbc02d", "filesystem": "#0277bd", "host_oom": "#8d6e63",
     "user_bug": "#212121", "user_oom": "#424242", "segfault": "#5d4037", "bus_error": "#4e342e",
-    "unknown": "#9e9e9e", "running": "#1e88e5", "lost: no checkpoint": "#b71c1c",
+    "unknown": "#9e9e9e", "cancelled": "#607d8b", "running": "#1e88e5",
+    "lost: no checkpoint": "#b71c1c",
     "exit 0 before the goal": "#e57373",
 }
 

@@ -9,9 +9,9 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.blacklist import compress
-from orchestrator.model import BlacklistEntry, EntrySource, EvidenceSource, Role
+from orchestrator.model import Action, BlacklistEntry, EntrySource, EvidenceSource, Role
 from orchestrator.state import RunState, SegmentRecord
-from orchestrator.views.ettr import human, run_metrics, segment_label
+from orchestrator.views.ettr import STARTUP, human, run_metrics, segment_label, short_advice
 from orchestrator.views.restarts import (
     job_cell,
     job_spares,
@@ -21,10 +21,13 @@ from orchestrator.views.restarts import (
     summary_text,
     uses_spares,
 )
+from orchestrator.views.stopped import stop_rows
 from orchestrator.views.text import cut, plain, shell_dq
 
 # start-up and load time of healthy segments: overhead, not a failure's cost
-NOT_LOST = ("success", "in progress")
+NOT_LOST = (STARTUP, "in progress")
+ACTION_WIDTH = max(len(a.value) for a in Action)
+WHOLE = ("nodes", "cause", "action")
 
 
 def _ts(d: datetime | None) -> str | None:
@@ -174,7 +177,9 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
         t.add_row(key, plain(value))  # values come from logs and state: never markup
 
     cur = state.current
-    row("state", state.status.value + (f" ({state.stop_reason})" if state.stop_reason else ""))
+    stop = stop_rows(state)  # a decision stopped the run: its rows say why, once
+    row("state", state.status.value + (f" ({state.stop_reason})" if state.stop_reason and not stop
+                                       else ""))
     if controller is not None:
         row("controller", controller)
     if cur:
@@ -201,9 +206,11 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
         row("restarts", text)
     advice = next((s.interval_advice for s in reversed(state.segments) if s.interval_advice), "")
     if advice:
-        row("checkpoint interval", advice)
+        row("checkpoint interval", short_advice(advice))
+    for key, value in stop:
+        row(key, value)
     last = next((s for s in reversed(state.segments) if s.action), None)
-    if last:
+    if last and not stop:
         row("last decision", f"segment {last.index}: {last.action.value if last.action else '-'}: "
                              f"{last.reason}")
     return t
@@ -238,24 +245,26 @@ def _end_text(s: SegmentRecord) -> str:
     return s.job_state.value if s.job_state else "running"
 
 
-def timeline_table(state: RunState, last: int | None = None) -> Table:
-    """Every segment, or the `last` ones (a caption says how many are hidden)."""
+def timeline_table(state: RunState, last: int | None = None, reason: bool = True) -> Table:
+    """Every segment, or the `last` ones (a caption says how many are hidden); `reason`: the stop's
+    reason in the title (not under a summary that says it)."""
     shown = (state.segments if last is None or len(state.segments) <= last
              else state.segments[-last:])
     hidden = len(state.segments) - len(shown)
     t = Table(title=plain(f"run {state.run}: {state.status.value}"
-                          + (f" ({state.stop_reason})" if state.stop_reason else "")),
+                          + (f" ({state.stop_reason})" if state.stop_reason and reason else "")),
               caption=plain(f"{hidden} earlier segments not shown") if hidden else None)
     # a column only for runs with spare nodes: the others keep their table
     spares = uses_spares(state)
     for col in ("seg", "job", "nodes", *(("spares",) if spares else ()), "excluded", "resumed from",
                 "iters", "end", "cause", "culprit", "action"):
-        t.add_column(col)
+        # the nodes (a hostlist), the cause and the action stay whole: the others give way
+        t.add_column(col, no_wrap=col in WHOLE, min_width=ACTION_WIDTH if col == "action" else None)
     for s in shown:
         t.add_row(*(plain(c) for c in (
             str(s.index),
             job_cell(s),
-            ",".join(s.nodes) or "-",
+            compress(s.nodes) or "-",
             *((spares_cell(state, s),) if spares else ()),
             ",".join(s.excluded) or "-",
             (s.resumed_from or "-").rsplit("/", 1)[-1],

@@ -33,7 +33,7 @@ def test_productive_time_and_lost_time_per_cause() -> None:
     assert m["wall_s"] == 175  # a finished run's wall time ends with its last segment
     assert m["productive_s"] == 30 + 70  # 30 kept iterations of segment 1, all 70 of segment 2
     assert m["ettr"] == round(100 / 175, 4)
-    assert m["lost_s_by_cause"] == {"gpu_ecc": 50.0, "success": 25.0}
+    assert m["lost_s_by_cause"] == {"gpu_ecc": 50.0, "startup": 25.0}
     assert m["rate_per_h"] == 3600.0 and m["eta_s"] is None
 
 

@@ -365,8 +365,8 @@ def test_report_prints_abnormal_facts_once_and_says_where_it_could_not_look(
     facts.report("exit")
     assert lines.count("ORCH-NODE kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.") == 1
     assert lines.count("ORCH-NODE nvml: GPU 7: volatile uncorrectable ECC errors rose 0 -> 1 during the segment") == 1
-    summary = [line for line in lines if line.startswith("ORCH-NODE summary: exit:")]
-    assert summary == ["ORCH-NODE summary: exit: 9 abnormal; read kernel, nvml, mount; could not look: "
+    summary = [line for line in lines if line.startswith("ORCH-NODE summary at exit:")]
+    assert summary == ["ORCH-NODE summary at exit: abnormal facts: 9; read kernel, nvml, mount; could not look: "
                        f"ib (skipped (no {tmp_path / 'no-ib'})); cgroup (not readable (FileNotFoundError: "
                        f"[Errno 2] No such file or directory: '{tmp_path / 'cg' / 'memory.events'}'))"]
     paths = SegmentPaths(tmp_path / "s")
@@ -403,7 +403,7 @@ def test_the_agent_reports_what_changed_during_the_segment(
     assert NodeAgent(spec, "node1", 0, 1, "7").run() == 0
     log = (tmp_path / "s" / "logs" / "node1.log").read_text()
     assert "agent: ORCH-NODE nvml: GPU 1: volatile uncorrectable ECC errors rose 0 -> 2 during the segment" in log
-    assert log.index("ORCH-NODE summary: exit:") < log.index("ORCH-AGENT exit")
+    assert log.index("ORCH-NODE summary at exit:") < log.index("ORCH-AGENT exit")
     rec = read_record(SegmentPaths(tmp_path / "s").facts("node1"), NodeFactsRecord)
     assert rec is not None and rec.node == "node1" and any(f.source == "nvml" for f in rec.facts)
     assert os.environ["ORCH_NVML_STANDIN"] == str(standin)

@@ -1,0 +1,130 @@
+"""The views tell the truth at 3 a.m. (issue 37): the text status of a run stopped on a user bug shows
+the error lines and what to change, each once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from orchestrator.agent.nodefacts import summary as node_summary
+from orchestrator.cli import app
+from orchestrator.cli.inspect import status_view
+from orchestrator.cli.run import _cancel_current
+from orchestrator.cli.stopping import _by_user
+from orchestrator.loop.controller import Controller
+from orchestrator.model import Cause, RunStatus
+from orchestrator.state import RunState, StateStore
+from orchestrator.views.ettr import run_metrics
+from orchestrator.views.metrics import registry
+from orchestrator.views.status import summary_table
+from tests.fakes import Fault
+from tests.unit.test_controller_fake import make
+
+
+def text_of(view: object, width: int = 100) -> str:
+    console = Console(width=width, record=True)
+    console.print(view, crop=False)
+    return console.export_text()
+
+
+def test_status_of_a_user_bug_stop_shows_the_error_line_and_the_advice_once(tmp_path: Path) -> None:
+    ctl, _, clock = make(tmp_path, {"all": Fault("bug", at=25)})
+    state = ctl.run()
+    assert state.status == RunStatus.STOPPED
+    flat = " ".join(text_of(status_view(state, clock.now()), width=400).split())
+    # the rank, the node, the file and line, the error text
+    assert "rank 0 on node1 (node1.log:27), also node2,node3: ValueError: could not broadcast" in flat
+    assert flat.count("fix the code, data or config") == 1
+    assert flat.count("it will happen again") == 1
+    assert "│ what to change │ fix the code, data or config" in flat
+
+
+def cancelled_and_resumed(tmp_path: Path) -> RunState:
+    """A run whose controller stopped at 10 s of training, cancelled by `orchestrator cancel` (as ann),
+    then resumed to its goal by a new controller."""
+    ctl, cluster, clock = make(tmp_path)
+
+    def stop_soon(now: datetime) -> None:
+        if clock.slept >= 10:
+            ctl.request_stop("test")
+
+    clock.on_advance.append(stop_soon)
+    state = ctl.run()
+    clock.on_advance.remove(stop_soon)
+    store = StateStore(ctl.s.run_dir)
+    assert _cancel_current(state, cluster, store, clock, by="orchestrator cancel by ann")
+    again = Controller(ctl.s, cluster, clock, store, python="python")
+    return again.run()
+
+
+def test_a_cancelled_segment_is_cancelled_by_whom_and_when_after_the_resume(tmp_path: Path) -> None:
+    state = cancelled_and_resumed(tmp_path)
+    assert state.status == RunStatus.DONE
+    first = state.segments[0]
+    assert first.cause == Cause.CANCELLED and first.cancelled_at is not None
+    assert f"cancelled by orchestrator cancel by ann at {first.cancelled_at.isoformat()}" in first.reason
+    lost = run_metrics(state, state.updated_at)["lost_s_by_cause"]
+    assert "cancelled" in lost and "unknown" not in lost
+    assert "│ time lost │ cancelled" in " ".join(text_of(summary_table(state, state.updated_at), 300).split())
+
+
+def test_start_up_is_its_own_bucket_never_time_lost_to_success(tmp_path: Path) -> None:
+    state = cancelled_and_resumed(tmp_path)
+    lost = run_metrics(state, state.updated_at)["lost_s_by_cause"]
+    assert "startup" in lost and "success" not in lost
+    prom = generate_latest(registry(state, state.updated_at, None)).decode()
+    assert 'orchestrator_lost_seconds{cause="startup",run="t"}' in prom
+    assert 'cause="success"' not in prom
+
+
+def test_orchestrator_cancel_names_the_user_running_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOGNAME", "ann")
+    assert _by_user() == " by ann"
+
+
+BLIND = Path(__file__).resolve().parents[1] / "data" / "blind"
+
+
+def test_diagnose_reads_a_single_log_file_and_says_blame_in_words() -> None:
+    one = BLIND / "node-failure-node023-slurm-out" / "logs" / "slurm-771234.out"
+    res = CliRunner().invoke(app, ["diagnose", str(one)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "cause: node_fail  culprits: node023 (blamed: their fault, excluded or struck)" in res.output
+    assert "True" not in res.output and "False" not in res.output
+
+
+def test_diagnose_calls_a_kernel_line_a_kernel_line() -> None:
+    res = CliRunner().invoke(app, ["diagnose", str(BLIND / "xid79-fell-off-bus-node017" / "logs")],
+                             catch_exceptions=False)
+    assert "summary: kernel log line on node017: [51841.112240] NVRM: Xid" in res.output
+    assert "first-rank" not in res.output
+
+
+def test_status_fits_columns_keeping_the_nodes_and_the_action_whole(tmp_path: Path) -> None:
+    ctl, _, _ = make(tmp_path, {"all": Fault("bug", at=25)})
+    ctl.run()
+    env = {**os.environ, "COLUMNS": "100"}
+    res = subprocess.run([sys.executable, "-m", "orchestrator", "status", str(ctl.s.run_dir)], env=env,
+                         capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100, res.stdout
+    row = next(line for line in lines if line.startswith("│ 1 "))
+    assert "node[1-3]" in row and "stop_and_alert" in row and "…" not in row
+    interval = [line for line in lines if "checkpoint interval" in line]
+    assert interval and "every 30 min (expected effective training time" in interval[0]
+    # one line: the next row starts right after it
+    assert "│ stopped by" in lines[lines.index(interval[0]) + 1]
+
+
+def test_the_node_summary_cannot_be_read_as_an_exit_code() -> None:
+    line = node_summary("exit", [])
+    assert line.startswith("ORCH-NODE summary at exit: abnormal facts: 0;") and "exit: 0" not in line
