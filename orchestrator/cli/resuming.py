@@ -70,7 +70,7 @@ def resume(ctx: typer.Context,
         state = loaded(store, where)
         if state.status != RunStatus.STOPPED:
             out.print(clean(f"{where}: the run is {state.status.value}; nothing to resume"),
-                      markup=False, highlight=False)
+                      markup=False, highlight=False, soft_wrap=True)
             return
         now = wiring(ctx).clock().now()
         t = advance(state, Started(s.goal.target_iteration, resume=True), s, now)
@@ -78,4 +78,4 @@ def resume(ctx: typer.Context,
     finally:
         lock.release()
     out.print(clean(f"{where}: {t.note}; 'orchestrator run {config}' goes on"), markup=False,
-              highlight=False)
+              highlight=False, soft_wrap=True)

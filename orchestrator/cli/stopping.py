@@ -34,10 +34,10 @@ def stop(target: Annotated[Path, typer.Argument(help="Config file or run directo
     store, where = _state_for(target)
     # creates nothing: `stop /tmp` leaves /tmp as it is
     if not RunLock(store.run_dir).holder_is_controller():
-        out.print(clean(f"{where}: no controller is running"), markup=False, highlight=False)
+        out.print(clean(f"{where}: no controller is running"), markup=False, highlight=False, soft_wrap=True)
         return
     _stop_controller(store, where, wait)
-    out.print(clean(f"controller of {where} stopped"), markup=False, highlight=False)
+    out.print(clean(f"controller of {where} stopped"), markup=False, highlight=False, soft_wrap=True)
 
 
 def _stop_controller(store: StateStore, where: str, wait: float) -> None:
@@ -105,4 +105,4 @@ def cancel(ctx: typer.Context,
     out.print(clean(f"cancelled job {job} of {where}; 'orchestrator run {config} --resume' resumes "
                     "the run"
                     if done else f"{where}: no job to cancel (the run is {state.status.value})"),
-              markup=False, highlight=False)
+              markup=False, highlight=False, soft_wrap=True)

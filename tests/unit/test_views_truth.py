@@ -49,7 +49,8 @@ def test_status_of_a_user_bug_stop_shows_the_error_line_and_the_advice_once(tmp_
 
 def cancelled_and_resumed(tmp_path: Path) -> RunState:
     """A run whose controller stopped at 10 s of training, cancelled by `orchestrator cancel` (as ann),
-    then resumed to its goal by a new controller."""
+    then resumed on purpose (`run --resume`: a cancelled run stays stopped without it) to its goal by a new
+    controller."""
     ctl, cluster, clock = make(tmp_path)
 
     def stop_soon(now: datetime) -> None:
@@ -62,6 +63,7 @@ def cancelled_and_resumed(tmp_path: Path) -> RunState:
     store = StateStore(ctl.s.run_dir)
     assert _cancel_current(state, cluster, store, clock, by="orchestrator cancel by ann")
     again = Controller(ctl.s, cluster, clock, store, python="python")
+    again.resume = True
     return again.run()
 
 
