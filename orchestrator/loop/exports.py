@@ -11,13 +11,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from loguru import logger
 from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
 from prometheus_client.metrics_core import Metric
 
 from orchestrator.loop.events import EventLog
+from orchestrator.redact import shown_url
 from orchestrator.settings import Settings
 from orchestrator.state import RunState
 from orchestrator.views.metrics import METRICS_FILE, registry
@@ -119,11 +119,11 @@ def metrics_path(s: Settings) -> Path:
 
 
 def _ping(url: str) -> None:
-    """GET the URL (healthchecks.io, Cronitor, Uptime Kuma push); its token is never logged, only
-    its host."""
+    """GET the URL (healthchecks.io, Cronitor, Uptime Kuma push); its token and password are never
+    logged, only its scheme and host."""
     try:
         with urllib.request.urlopen(
             url, timeout=HEARTBEAT_TIMEOUT_S) as res:  # noqa: S310 - http(s) only, checked
             res.read(1024)
     except (OSError, ValueError) as exc:
-        logger.warning("heartbeat to {} failed: {}", urlsplit(url).netloc, type(exc).__name__)
+        logger.warning("heartbeat to {} failed: {}", shown_url(url), type(exc).__name__)
