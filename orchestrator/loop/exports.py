@@ -19,6 +19,7 @@ from prometheus_client.metrics_core import Metric
 from orchestrator.loop.events import EventLog
 from orchestrator.redact import shown_url
 from orchestrator.settings import Settings
+from orchestrator.settings.metricsfile import not_our_metrics, user_metrics_path
 from orchestrator.state import RunState
 from orchestrator.views.metrics import METRICS_FILE, registry
 
@@ -56,7 +57,7 @@ class Exports:
                    seen_at: datetime | None) -> None:
         reg = registry(state, now, seen_at)
         self._latest.registry = reg
-        self._guard("metrics file", lambda: write_to_textfile(str(metrics_path(s)), reg))
+        self._guard("metrics file", lambda: _write_metrics(metrics_path(s), reg))
         if s.exports.http_port is not None and self._server is None:
             self._guard("metrics endpoint",
                         lambda: self._serve(s.exports.http_addr, s.exports.http_port or 0))
@@ -69,8 +70,10 @@ class Exports:
         try:
             work()
             self._failed.discard(what)
-        except OSError as exc:
-            if what not in self._failed:  # once per outage, not once per poll
+        # whatever it is (a name the resolver refuses raised UnicodeError and killed the loop,
+        # issue 37), it is said once per outage, not once per poll, and the loop goes on
+        except Exception as exc:  # noqa: BLE001
+            if what not in self._failed:
                 logger.warning("{} not written: {}", what, exc)
             self._failed.add(what)
 
@@ -112,10 +115,15 @@ class Exports:
 
 
 def metrics_path(s: Settings) -> Path:
-    p = s.exports.metrics_path
-    if p is None:
-        return s.run_dir / METRICS_FILE
-    return p if p.is_absolute() else s.config_dir / p
+    return user_metrics_path(s.exports.metrics_path, s.config_dir) or s.run_dir / METRICS_FILE
+
+
+def _write_metrics(path: Path, reg: CollectorRegistry) -> None:
+    """Replace the metrics file, unless what is there now is no metrics file of ours (a file put
+    there since the config was checked is not overwritten either)."""
+    if why := not_our_metrics(path):
+        raise ValueError(why)
+    write_to_textfile(str(path), reg)
 
 
 def _ping(url: str) -> None:
