@@ -11,8 +11,9 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
-__all__ = ["atomic_write", "private_dir", "read_regular", "read_request",
+__all__ = ["append_private", "atomic_write", "private_dir", "read_regular", "read_request",
            "require_regular_or_absent"]
 
 REQUEST_LIMIT = 4096  # a request file holds an id: a few bytes
@@ -71,6 +72,19 @@ def private_dir(path: Path) -> Path:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(path, 0o700)
     return path
+
+
+def append_private(path: Path) -> TextIO:
+    """`path` opened for appending text, created 0600 (a log holds paths, hosts and the training's
+    own output: not for every user of a shared file system); one we own made 0600 too (issue 37)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode) and os.fstat(fd).st_uid == os.geteuid():
+            os.fchmod(fd, 0o600)
+        return os.fdopen(fd, "a", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def atomic_write(path: Path, data: str, failpoint: Callable[[str], None] | None = None) -> None:

@@ -17,6 +17,7 @@ from orchestrator.checkpoint_interval import (
 from orchestrator.contract import SegmentPaths
 from orchestrator.model import SegmentSpec
 from orchestrator.settings import Settings
+from orchestrator.shellform import script_indexes
 from orchestrator.spares import sizing_text, spares_needed
 from orchestrator.state import RunState
 
@@ -40,15 +41,15 @@ def render(argv: list[str], values: dict[str, str]) -> tuple[str, ...]:
     """Substitute {placeholders} in each argv element in one pass (a value is never substituted
     again); `{{name}}` is the escape for a literal `{name}`. Never joins or splits arguments. In the
     script of a shell launch (`bash -c SCRIPT ...`) a placeholder becomes a quoted reference to its
-    environment variable."""
+    environment variable (shellform.py finds it in every spelling)."""
     def sub(m: re.Match[str]) -> str:
         if m.group(1) is not None:
             return "{" + m.group(1) + "}"
         return values.get(m.group(2), m.group(0))
 
     out = [PLACEHOLDER.sub(sub, arg) for arg in argv]
-    if len(argv) >= 3 and Path(argv[0]).name in ("bash", "sh") and argv[1] == "-c":
-        out[2] = shell_refs(argv[2], set(values))
+    for i in script_indexes(argv):  # every spelling: bash -lc, env bash -e -c, dash -c ...
+        out[i] = shell_refs(argv[i], set(values))
     return tuple(out)
 
 

@@ -1,7 +1,7 @@
 """The node agent: what submitit runs on every node of a segment. preflight -> launch the ranks ->
-tee their output to <segment>/logs/<host>.log with a timestamp and rank prefix -> heartbeat with
-the last progress -> the node's own evidence (nodefacts.py) -> exit record. On a dump request it
-records the state of every training process (dump.py) and the node's evidence."""
+tee their output to <segment>/logs/<host>.log (0600) with a timestamp and rank prefix -> heartbeat
+with the last progress -> the node's evidence (nodefacts.py) -> exit record. A dump request: each
+training process's state (dump.py), evidence."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from orchestrator.contract import (
     write_record,
 )
 from orchestrator.diagnose.linear import progress_pattern
-from orchestrator.files import read_request
+from orchestrator.files import append_private, read_request
 from orchestrator.flight import FLIGHT_DIR
 from orchestrator.model import SegmentSpec
 from orchestrator.settings import PROGRESS_REGEX, last_iteration
@@ -207,7 +207,7 @@ class NodeAgent:
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         self.paths.nodes.mkdir(parents=True, exist_ok=True)
         (self.paths.root / FLIGHT_DIR).mkdir(exist_ok=True)  # torch writes there, creates nothing
-        self._log = self.paths.log(self.node).open("a", encoding="utf-8")
+        self._log = append_private(self.paths.log(self.node))  # 0600
         self.emit("agent",
                   start_line(self.spec.index, self.job_id, self.node, self.node_rank,
                              self.spec.resume_from))

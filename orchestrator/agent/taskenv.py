@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.flight import FLIGHT_DIR
+from orchestrator.shellform import script_indexes
 
 
 def srun_task_env(node_rank: int, local_rank: int, per_node: int, nnodes: int,
@@ -48,11 +49,12 @@ def flight_env(segment_dir: str, node: str, outer: Any) -> dict[str, str]:
 
 def training_argv(argv: tuple[str, ...], env: dict[str, str]) -> list[str]:
     """The argv the agent starts. A shell launch (`bash -c SCRIPT ...`, what import-sbatch writes)
-    goes to bash as written: bash expands its own variables; otherwise $VARS of the rank's
-    environment are expanded here."""
-    if len(argv) >= 3 and Path(argv[0]).name in ("bash", "sh") and argv[1] == "-c":
-        return [argv[0], argv[1], argv[2], *expand_vars(argv[3:], env)]
-    return expand_vars(argv, env)
+    goes to bash as written: the shell expands its own variables in SCRIPT (in every spelling,
+    `bash -lc`, `env bash -e -c`: a value pasted there would be code); the $VARS of the rank's
+    environment in the other words are expanded here."""
+    scripts = set(script_indexes(argv))
+    expanded = expand_vars(argv, env)
+    return [argv[i] if i in scripts else a for i, a in enumerate(expanded)]
 
 
 ENV_REF = re.compile(r"\$(?:\{(\w+)\}|(\w+))")

@@ -166,8 +166,8 @@ def notify(config: Annotated[Path, typer.Argument(help="The run config whose not
                            typer.Option("--test",
                                         help="Send a test notification now.")] = False) -> None:
     """Check where the run's alerts go; with --test, send one test notification through every
-    notify.urls entry (exit 1 if it is not delivered). The URLs carry tokens: only their schemes are
-    printed.
+    notify.urls entry and say each one's result (exit 1 if one is not delivered). The URLs carry
+    tokens: only their schemes and hosts are printed.
 
     \b
     Example:
@@ -175,19 +175,25 @@ def notify(config: Annotated[Path, typer.Argument(help="The run config whose not
     """
     from orchestrator.cli.common import load
     from orchestrator.notify import Notifier
+    from orchestrator.redact import shown_url
 
     s = load(config, [])
-    schemes = [u.split("://", 1)[0] for u in s.notify.urls]
-    if not schemes:
+    if not s.notify.urls:
         out.print(f"{clean(config)}: notify.urls is empty: alerts are only logged", markup=False)
         return
-    out.print(f"notify.urls: {len(schemes)} ({', '.join(sorted(set(schemes)))})", markup=False)
+    out.print(f"notify.urls: {len(s.notify.urls)}", markup=False)
     if not test:
+        for url in s.notify.urls:
+            out.print(f"  {clean(shown_url(url))}", markup=False, highlight=False)
         return
-    sent = Notifier(s.notify.urls, RealClock())(f"{s.name}: test notification",
-                                               "A test from `orchestrator notify --test` for run "
-                                               f"{s.name}.")
-    if not sent:
-        raise fail([f"{clean(config)}: the test notification was not delivered (see the warning "
-                    "above)"], 1)
+    results = Notifier(s.notify.urls, RealClock()).send_each(
+        f"{s.name}: test notification",
+        f"A test from `orchestrator notify --test` for run {s.name}.")
+    for shown, why in results:
+        out.print(f"  {clean(shown)}: {'ok' if why is None else clean(why)}", markup=False,
+                  highlight=False)
+    failed = sum(why is not None for _, why in results)
+    if failed:
+        raise fail([f"{clean(config)}: the test notification was not delivered through {failed} of "
+                    f"{len(results)} URLs (see above)"], 1)
     out.print("test notification delivered", markup=False)

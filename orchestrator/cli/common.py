@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from loguru import logger
@@ -19,7 +19,7 @@ from rich.console import Console
 
 from orchestrator.backends.base import Backend
 from orchestrator.clock import Clock, RealClock
-from orchestrator.files import private_dir
+from orchestrator.files import append_private, private_dir
 from orchestrator.rundir import foreign_entries
 from orchestrator.settings import ConfigError, Settings, check_paths, load_settings, parse_overrides
 from orchestrator.state import RunState, StateError, StateStore
@@ -35,6 +35,8 @@ out = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "")
 err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 EXIT_CONFIG = 2
+# what the user reads on the terminal; controller.log adds milliseconds and the record's extras
+TERMINAL_FORMAT = "{time:YYYY-MM-DD HH:mm:ss} {level: <7} {message}"
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,16 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
                                                 help="Print the version and exit.")]
           = False) -> None:
     """Keep long multi-node training on Slurm moving: diagnose, blacklist, resume."""
+    # every command's warnings in the one terminal format, not loguru's default (its module,
+    # function and line are for controller.log readers, not for the user) (issue 37)
+    with contextlib.suppress(ValueError):
+        logger.remove(0)  # loguru's own sink, there until the first command replaces it
+        logger.add(_to_stderr, level="INFO", format=TERMINAL_FORMAT)
+
+
+def _to_stderr(message: str) -> None:
+    """The terminal sink: the sys.stderr of the moment (a test's runner swaps it)."""
+    sys.stderr.write(message)
 
 
 def fail(lines: list[str], code: int = EXIT_CONFIG) -> typer.Exit:
@@ -81,6 +93,10 @@ class _LogFile(RotatingFileHandler):
         super().__init__(path, maxBytes=20 << 20, backupCount=5, encoding="utf-8", delay=False)
         self.failed = False
 
+    # created 0600, the rotated ones too (issue 37): it holds hosts, paths and the job's messages
+    def _open(self) -> Any:
+        return append_private(Path(self.baseFilename))
+
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
         if not self.failed:
             self.failed = True
@@ -99,8 +115,7 @@ class _LogFile(RotatingFileHandler):
 
 def setup_logging(run_dir: Path | None, verbose: bool) -> None:
     logger.remove()
-    fmt = "{time:YYYY-MM-DD HH:mm:ss} {level: <7} {message}"
-    logger.add(sys.stderr, level="DEBUG" if verbose else "INFO", format=fmt)
+    logger.add(_to_stderr, level="DEBUG" if verbose else "INFO", format=TERMINAL_FORMAT)
     if run_dir is not None:
         try:
             private_dir(run_dir)

@@ -14,6 +14,7 @@ from orchestrator.contract import SegmentPaths
 from orchestrator.model import RunStatus
 from orchestrator.plan import spares_reason
 from orchestrator.settings import Settings
+from orchestrator.shellform import script_indexes
 from orchestrator.state import STATE_FILE, RunState, StateError, StateStore
 from orchestrator.views.text import clean
 
@@ -129,10 +130,11 @@ def launch_lines(spec: SegmentSpec) -> list[str]:
     out = [f"# per-node launch: one agent on each of {spec.nodes} node(s), {spec.tasks_per_node} "
            "rank(s) each", f"#   working directory: {spec.workdir}"]
     argv = list(spec.command)
-    if len(argv) >= 3 and argv[0] in ("bash", "/bin/bash", "sh") and argv[1] == "-c":
-        out.append(f"#   command: {argv[0]} -c SCRIPT {shlex.join(argv[3:])}".rstrip()
+    if scripts := script_indexes(argv):
+        i = scripts[0]
+        out.append(f"#   command: {shlex.join(argv[:i])} SCRIPT {shlex.join(argv[i + 1:])}".rstrip()
                    + "   (SCRIPT below)")
-        out += [f"#     | {line}" for line in argv[2].splitlines()]
+        out += [f"#     | {line}" for line in argv[i].splitlines()]
     else:
         out.append(f"#   command: {shlex.join(argv)}")
     env = masked(dict(spec.env))

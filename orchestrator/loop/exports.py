@@ -11,14 +11,15 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from loguru import logger
 from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
 from prometheus_client.metrics_core import Metric
 
 from orchestrator.loop.events import EventLog
+from orchestrator.redact import shown_url
 from orchestrator.settings import Settings
+from orchestrator.settings.metricsfile import not_our_metrics, user_metrics_path
 from orchestrator.state import RunState
 from orchestrator.views.metrics import METRICS_FILE, registry
 
@@ -56,7 +57,7 @@ class Exports:
                    seen_at: datetime | None) -> None:
         reg = registry(state, now, seen_at)
         self._latest.registry = reg
-        self._guard("metrics file", lambda: write_to_textfile(str(metrics_path(s)), reg))
+        self._guard("metrics file", lambda: _write_metrics(metrics_path(s), reg))
         if s.exports.http_port is not None and self._server is None:
             self._guard("metrics endpoint",
                         lambda: self._serve(s.exports.http_addr, s.exports.http_port or 0))
@@ -69,8 +70,10 @@ class Exports:
         try:
             work()
             self._failed.discard(what)
-        except OSError as exc:
-            if what not in self._failed:  # once per outage, not once per poll
+        # whatever it is (a name the resolver refuses raised UnicodeError and killed the loop,
+        # issue 37), it is said once per outage, not once per poll, and the loop goes on
+        except Exception as exc:  # noqa: BLE001
+            if what not in self._failed:
                 logger.warning("{} not written: {}", what, exc)
             self._failed.add(what)
 
@@ -112,18 +115,23 @@ class Exports:
 
 
 def metrics_path(s: Settings) -> Path:
-    p = s.exports.metrics_path
-    if p is None:
-        return s.run_dir / METRICS_FILE
-    return p if p.is_absolute() else s.config_dir / p
+    return user_metrics_path(s.exports.metrics_path, s.config_dir) or s.run_dir / METRICS_FILE
+
+
+def _write_metrics(path: Path, reg: CollectorRegistry) -> None:
+    """Replace the metrics file, unless what is there now is no metrics file of ours (a file put
+    there since the config was checked is not overwritten either)."""
+    if why := not_our_metrics(path):
+        raise ValueError(why)
+    write_to_textfile(str(path), reg)
 
 
 def _ping(url: str) -> None:
-    """GET the URL (healthchecks.io, Cronitor, Uptime Kuma push); its token is never logged, only
-    its host."""
+    """GET the URL (healthchecks.io, Cronitor, Uptime Kuma push); its token and password are never
+    logged, only its scheme and host."""
     try:
         with urllib.request.urlopen(
             url, timeout=HEARTBEAT_TIMEOUT_S) as res:  # noqa: S310 - http(s) only, checked
             res.read(1024)
     except (OSError, ValueError) as exc:
-        logger.warning("heartbeat to {} failed: {}", urlsplit(url).netloc, type(exc).__name__)
+        logger.warning("heartbeat to {} failed: {}", shown_url(url), type(exc).__name__)

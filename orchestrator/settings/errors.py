@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from orchestrator.redact import shown_url
+
 
 def cut(value: object, limit: int = 80) -> str:
     """repr of a value, cut to `limit` characters (a 10 MB value is never echoed)."""
@@ -37,8 +39,18 @@ def format_errors(path: Path, exc: ValidationError,
                    "docs/CONFIGURATION.md)")
         elif err["type"] == "missing":
             msg = "required field is missing"
-        got = err.get("input")
+        got = _unsecret(err["loc"], err.get("input"))
         shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(
                                           got, dict) else f" (got {cut(got)})"
         lines.append(f"{where}: {loc}: {msg[:300]}{shown}")
     return lines
+
+
+def _unsecret(loc: tuple[int | str, ...], got: object) -> object:
+    """A URL setting's value (`notify.urls`, `exports.heartbeat_url`) as `shown_url` shows it:
+    pydantic's error carries the whole input, token and password included (issue 37)."""
+    if not any(str(p).endswith(("url", "urls")) for p in loc):
+        return got
+    if isinstance(got, list | tuple):
+        return [shown_url(u) for u in got]
+    return shown_url(got)

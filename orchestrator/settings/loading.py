@@ -18,6 +18,7 @@ from pydantic_settings import (
 )
 
 from orchestrator.settings.errors import ConfigError, format_errors
+from orchestrator.settings.metricsfile import metrics_path_problem, user_metrics_path
 from orchestrator.settings.run import Settings
 from orchestrator.settings.source import env_problems, env_sources, parse_overrides, read_yaml
 
@@ -66,6 +67,9 @@ def check_paths(s: Settings) -> list[str]:
     rd = Path(s.run_dir)
     if rd.exists() and not rd.is_dir():
         problems.append(f"{where}: run_dir: {rd} exists and is not a directory")
+    if (mp := user_metrics_path(s.exports.metrics_path, s.config_dir)) is not None and (
+            why := metrics_path_problem(mp, rd, ck)):
+        problems.append(f"{where}: {why}")
     prog = s.command[0]
     if "/" in prog and "{" not in prog and not (Path(s.workdir or ".") / prog).exists():
         problems.append(f"{where}: command.0: program {prog} does not exist (relative to workdir "

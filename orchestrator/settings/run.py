@@ -24,9 +24,12 @@ from orchestrator.settings.sections import (
     Watch,
     plain_path,
 )
+from orchestrator.shellform import env_cleared, foreign_shell, script_indexes
 
 PLACEHOLDERS = ("checkpoint", "checkpoint_root", "checkpoint_interval", "segment", "run_dir",
                 "python", "config_dir")
+# a placeholder as the command uses it: ${name} is a shell variable, {{name}} a literal {name}
+PLACEHOLDER_USE = re.compile(r"(?<![${])\{([a-z_]+)\}(?!\})")
 # Values that mean "fill me in" (import-sbatch writes CHANGE-ME); a config holding one is rejected.
 UNFILLED = re.compile(r"CHANGE[-_ ]?ME|<[A-Za-z_ -]*>|\bTODO\b|/path/to/", re.I)
 # The default progress line: group 1 is the iteration. Megatron, GPT-NeoX, NeMo and nanotron
@@ -143,10 +146,12 @@ class Settings(BaseSettings):
             if "\x00" in arg:
                 raise ValueError("an argument contains a NUL byte")
             # ${name} is a shell variable, {{name}} a literal {name}
-            for m in re.finditer(r"(?<![${])\{([a-z_]+)\}(?!\})", arg):
+            for m in PLACEHOLDER_USE.finditer(arg):
                 if m.group(1) not in PLACEHOLDERS:
                     raise ValueError(f"unknown placeholder {{{m.group(1)}}}; known: "
                                      f"{', '.join(PLACEHOLDERS)}")
+        if why := unsafe_in_shell(v):
+            raise ValueError(why)
         return v
 
     @field_validator("env")
@@ -230,3 +235,21 @@ class Settings(BaseSettings):
     @property
     def config_dir(self) -> Path:
         return self.config_path.parent if self.config_path else Path.cwd()
+
+
+def unsafe_in_shell(argv: list[str]) -> str:
+    """Why a placeholder in `argv` cannot reach a shell safely (issue 37), or "": after a csh or
+    fish (their quoting is not the POSIX one the placeholder's variable reference is written in),
+    or in a `sh -c` script behind `env -i` (the variable would be gone)."""
+    def has(a: str) -> bool:
+        return any(m.group(1) in PLACEHOLDERS for m in PLACEHOLDER_USE.finditer(a))
+
+    j = foreign_shell(argv)
+    if j is not None and any(has(a) for a in argv[j:]):
+        return (f"a placeholder after {argv[j]!r}: only a POSIX shell (sh, bash, dash, zsh, ksh) "
+                "gets one safely; use its ORCH_* variable ($ORCH_RUN_DIR, ...) instead")
+    cleared = [i for i in script_indexes(argv) if has(argv[i]) and env_cleared(argv, i)]
+    if cleared:
+        return ("a placeholder in a shell script behind `env -i` or `env -u ORCH_...`: the "
+                "script reads it from its ORCH_* variable, which would be gone")
+    return ""

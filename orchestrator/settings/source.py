@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from orchestrator.files import read_regular
+from orchestrator.redact import redacted
 from orchestrator.settings.errors import ConfigError, cut
 
 MAX_NODES_IN_CONFIG = 100_000  # values after expanding YAML aliases
@@ -118,7 +119,7 @@ def _scalar(raw: str) -> Any:
                  else "")  # noqa: S506 - a SafeLoader subclass
     except (yaml.YAMLError, ValueError, RecursionError):
         return raw
-    check_size(value, f"--set {raw[:40]!r}")
+    check_size(value, f"--set {redacted(raw)[:40]!r}")
     return value
 
 
@@ -126,8 +127,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     """Turn ['policy.max_segments=5', ...] into a nested dict; values are parsed as YAML scalars."""
     out: dict[str, Any] = {}
     for item in items:
+        shown = cut(redacted(item))  # a URL's token is never echoed
         if "=" not in item:
-            raise ConfigError([f"--set {cut(item)}: expected KEY=VALUE, e.g. "
+            raise ConfigError([f"--set {shown}: expected KEY=VALUE, e.g. "
                                "watch.poll_interval_s=5"])
         key, raw = item.split("=", 1)
         node = out
@@ -135,10 +137,10 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         for i, part in enumerate(parts[:-1]):
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError([f"--set {cut(item)}: {'.'.join(parts[:i + 1])} was given a "
+                raise ConfigError([f"--set {shown}: {'.'.join(parts[:i + 1])} was given a "
                                    "value by an earlier --set; it cannot also be a section"])
         if isinstance(node.get(parts[-1]), dict):
-            raise ConfigError([f"--set {cut(item)}: {key.strip()} is a section with keys set by an "
+            raise ConfigError([f"--set {shown}: {key.strip()} is a section with keys set by an "
                                "earlier --set"])
         node[parts[-1]] = _scalar(raw)
     return out

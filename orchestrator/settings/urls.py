@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+from orchestrator.redact import shown_url
+
 
 def apprise_urls(v: list[str]) -> list[str]:
     """Every URL is one apprise understands."""
@@ -15,11 +17,11 @@ def apprise_urls(v: list[str]) -> list[str]:
     # its own "Unsupported URL" line: we say it once
     level, quiet.level = quiet.level, logging.CRITICAL
     try:
-        bad = [u for u in v if not apprise.Apprise().add(u)]
+        bad = [(i, u) for i, u in enumerate(v, 1) if not apprise.Apprise().add(u)]
     finally:
         quiet.setLevel(level)
-    if bad:
-        shown = ", ".join(repr(u[:60]) for u in bad[:5])
+    if bad:  # by place and scheme and host: the rest of a URL is its token (issue 37)
+        shown = ", ".join(f"entry {i} {shown_url(u)}" for i, u in bad[:5])
         raise ValueError(f"not a URL apprise can send to: {shown} (see the list of services "
                          "apprise supports)")
     return v

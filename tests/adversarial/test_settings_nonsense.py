@@ -114,7 +114,7 @@ def test_double_braces_are_a_literal_placeholder(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("over", "field", "says"), [
     ({"run_dir": "/tmp/" + "x" * 5000}, "run_dir", "5000 bytes long; the limit is 255"),
     ({"env": {"A=B": "1", "X Y": "2", "OK": "3"}}, "env", "'A=B', 'X Y'"),
-    ({"notify": {"urls": ["json://localhost", "notaurl"]}}, "notify.urls", "'notaurl'"),
+    ({"notify": {"urls": ["json://localhost", "notaurl"]}}, "notify.urls", "entry 2 (not a URL)"),
     ({"checkpoint": {"write_time_s": 1e-300}}, "checkpoint.write_time_s", "greater than or equal to 0.1"),
 ])
 def test_issue_21_config_findings_are_one_line_naming_the_field(tmp_path: Path, over: dict[str, Any], field: str,

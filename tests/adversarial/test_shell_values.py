@@ -53,3 +53,44 @@ def test_a_rewritten_resume_flag_stays_one_argument_whatever_the_checkpoint_path
             args = got[1:-1].split("][")
             first = resume or ("/x/plain" if written == "/x/plain" else "/x/ck dir")
             assert args == ["--load", first, "--x", "1"], (written, resume, got)
+
+
+@pytest.mark.parametrize("launcher", [
+    ["bash", "-lc"], ["bash", "-e", "-c"], ["bash", "-o", "pipefail", "-c"], ["/usr/bin/env", "bash", "-c"],
+    ["dash", "-c"], ["sh", "-ec"], ["env", "OMP_NUM_THREADS=1", "sh", "-c"], ["timeout", "60", "bash", "-c"],
+])
+def test_every_spelling_of_a_shell_launch_keeps_a_hostile_run_dir_data(tmp_path: Path, launcher: list[str]) -> None:
+    """Issue 37: only a literal `bash -c`/`sh -c` was protected; `bash -lc`, `bash -e -c`, `/usr/bin/env bash -c`
+    or `dash -c` pasted the run_dir into the script and its `$(...)` ran, in plan.render and again in the agent's
+    $VAR expansion."""
+    import shutil
+
+    from orchestrator.agent.taskenv import training_argv
+
+    shell = next(w for w in launcher if Path(w).name in ("bash", "sh", "dash"))
+    if not shutil.which(shell):
+        pytest.skip(f"{shell} is not installed here")
+    hostile = str(tmp_path / "a b $(touch PWNED) `touch PWNED2`; touch PWNED3")
+    values = {k: "" for k in SHELL_VARS} | {"run_dir": hostile}
+    argv = render([*launcher, 'printf "%s\\n" {run_dir}', "job"], values)
+    env = {"PATH": "/usr/bin:/bin", "ORCH_RUN_DIR": hostile, "HOME": str(tmp_path)}
+    started = training_argv(argv, env)
+    assert not any(hostile in a for a in started[len(launcher):len(launcher) + 1])
+    out = subprocess.run(started, capture_output=True, text=True, cwd=tmp_path, env=env, check=True)
+    assert out.stdout.splitlines() == [hostile], out
+    assert not list(tmp_path.glob("PWNED*"))
+
+
+@pytest.mark.parametrize(("command", "says"), [
+    (["fish", "-c", "train --dir {run_dir}"], "only a POSIX shell"),
+    (["env", "-i", "bash", "-c", "train --dir {run_dir}"], "env -i"),
+])
+def test_a_placeholder_a_shell_would_not_get_safely_is_refused(tmp_path: Path, command: list[str], says: str) -> None:
+    from orchestrator.settings import ConfigError, load_settings
+    from tests.conftest import base_config, write_config
+
+    with pytest.raises(ConfigError, match=says) as got:
+        load_settings(write_config(tmp_path, base_config(tmp_path, command=command)), {})
+    assert "command" in str(got.value)
+    load_settings(write_config(tmp_path, base_config(tmp_path, command=["fish", "-c", "train --dir $ORCH_RUN_DIR"])),
+                  {})

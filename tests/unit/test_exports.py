@@ -123,7 +123,7 @@ def test_a_dead_heartbeat_endpoint_never_stops_the_loop_and_the_token_is_not_log
         ctl.exports.wait_heartbeat()
     finally:
         logger.remove(sink)
-    assert any("heartbeat to 127.0.0.1:9 failed" in m for m in said), said
+    assert any("heartbeat to http://127.0.0.1:9/… failed" in m for m in said), said
     assert not any("secret-token" in m for m in said)
 
 

@@ -1,0 +1,54 @@
+"""The one way a URL is shown (issue 37): its scheme and host, never its user, password, path,
+query or fragment, where tokens live (a Slack webhook's path, a healthchecks.io UUID, a password in
+`user:password@`). For a scheme whose "host" is itself a token (apprise's `slack://TOKEN/...`,
+`tgram://BOT_TOKEN/...`), only the scheme is shown."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+# schemes whose host part is a real host name (the others put tokens there)
+HOST_SCHEMES = frozenset({"http", "https", "json", "jsons", "xml", "xmls", "form", "forms",
+                          "mailto", "mailtos"})
+_URLISH = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,30}://[^\s'\"<>]*")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,30}")
+
+
+def shown_url(url: object) -> str:
+    """`https://hooks.slack.com/…`, `slack://…`, or `(not a URL)`: what of a URL may be printed."""
+    text = str(url).strip()
+    scheme, sep, rest = text.partition("://")
+    if not sep or not _SCHEME.fullmatch(scheme):
+        return "(not a URL)"
+    scheme = scheme.lower()
+    if scheme not in HOST_SCHEMES:
+        return f"{scheme}://…"
+    try:
+        parts = urlsplit(text)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:  # a bad port or IPv6 literal: the host is not trusted to be one
+        return f"{scheme}://…"
+    if not re.fullmatch(r"[A-Za-z0-9.:_-]{1,253}", host):
+        return f"{scheme}://…"
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}{'' if port is None else f':{port}'}/…"
+
+
+def _host(url: str) -> str:
+    shown = shown_url(url)
+    return "" if shown.endswith("://…") else (urlsplit(url.strip()).hostname or "")
+
+
+def redacted(text: str, urls: tuple[str, ...] = ()) -> str:
+    """`text` with every URL in it shown as `shown_url` shows it, and every token of `urls` (their
+    user, password, path and query parts; the host too where it is no host name) cut out, for a
+    library's error message that may quote them."""
+    out = _URLISH.sub(lambda m: shown_url(m.group(0)), text)
+    for url in urls:
+        kept = _host(url)
+        rest = url.partition("://")[2] if "://" in url else url
+        for piece in re.split(r"[/@:?&=#;,]", rest):
+            if len(piece) >= 4 and piece != kept and not piece.isdigit():
+                out = out.replace(piece, "…")
+    return out

@@ -1,0 +1,69 @@
+"""Where a launch command holds shell code (issue 37): the SCRIPT of `bash -c SCRIPT` in every
+spelling (`bash -lc`, `bash -e -c`, `bash -o pipefail -c`, `/usr/bin/env bash -c`, `dash -c`,
+`srun ... sh -c`, `apptainer exec IMG bash -c`). A value there would be read as code, so a
+placeholder in it becomes a reference to its environment variable (plan.render), and the agent
+expands no variable in it; a shell whose quoting is not the POSIX one (csh, fish) gets no
+placeholder at all after it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+POSIX_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ksh93", "mksh", "pdksh", "ash",
+                          "yash", "posh", "lksh"})
+OTHER_SHELLS = frozenset({"csh", "tcsh", "fish", "rc", "es", "nu", "pwsh", "xonsh", "elvish"})
+_TAKES_VALUE = ("--rcfile", "--init-file")
+
+
+def shell_name(word: str) -> str:
+    """`bash` for `/usr/bin/bash` or `bash5.2`; the word's base name otherwise."""
+    name = Path(word).name
+    stem = name.rstrip("0123456789.")
+    return stem if stem in POSIX_SHELLS | OTHER_SHELLS else name
+
+
+def script_indexes(argv: list[str] | tuple[str, ...]) -> list[int]:
+    """The positions of argv that a POSIX shell runs as code: the first word after the options of
+    every `SHELL ... -c` in it (a wrapper before it, `env`, `srun`, `timeout`, a container, is
+    passed over)."""
+    found = []
+    for j, word in enumerate(argv):
+        if shell_name(word) in POSIX_SHELLS and (i := _script_after(argv, j + 1)) is not None:
+            found.append(i)
+    return found
+
+
+def foreign_shell(argv: list[str] | tuple[str, ...]) -> int | None:
+    """The position of the first non-POSIX shell (csh, fish, ...) in argv, or None."""
+    return next((j for j, w in enumerate(argv) if shell_name(w) in OTHER_SHELLS), None)
+
+
+def _script_after(argv: list[str] | tuple[str, ...], i: int) -> int | None:
+    """After a shell's word at i-1: where its -c SCRIPT is, if an option cluster holds `c`."""
+    has_c = False
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--", "-"):
+            i += 1
+            break
+        if a in _TAKES_VALUE:
+            i += 2
+        elif a.startswith("--"):
+            i += 1
+        elif len(a) > 1 and a[0] in "-+":
+            has_c = has_c or (a[0] == "-" and "c" in a[1:])
+            i += 1 + sum(f in "oO" for f in a[1:])  # -o pipefail, -O extglob take a value
+        else:
+            break
+    return i if has_c and i < len(argv) else None
+
+
+def env_cleared(argv: list[str] | tuple[str, ...], before: int) -> bool:
+    """An `env -i` (or `env -u ORCH_...`) ahead of position `before`: the shell would not see the
+    variables a placeholder becomes."""
+    words = list(argv[:before])
+    start = next((j for j, w in enumerate(words) if shell_name(w) == "env"), None)
+    return start is not None and any(
+        w in ("-i", "--ignore-environment", "-") or (w.startswith("-u") and "ORCH_" in w)
+        or (w in ("-u", "--unset") and j + 1 < len(words) and words[j + 1].startswith("ORCH_"))
+        for j, w in enumerate(words) if j > start)
