@@ -34,10 +34,12 @@ def stop(target: Annotated[Path, typer.Argument(help="Config file or run directo
     store, where = _state_for(target)
     # creates nothing: `stop /tmp` leaves /tmp as it is
     if not RunLock(store.run_dir).holder_is_controller():
-        out.print(clean(f"{where}: no controller is running"), markup=False, highlight=False, soft_wrap=True)
+        out.print(clean(f"{where}: no controller is running"), markup=False, highlight=False,
+                  soft_wrap=True)
         return
     _stop_controller(store, where, wait)
-    out.print(clean(f"controller of {where} stopped"), markup=False, highlight=False, soft_wrap=True)
+    out.print(clean(f"controller of {where} stopped"), markup=False, highlight=False,
+              soft_wrap=True)
 
 
 def _stop_controller(store: StateStore, where: str, wait: float) -> None:
