@@ -27,6 +27,7 @@ from orchestrator.requests import (
     write_request,
 )
 from orchestrator.runlock import EDIT_LOCK_FILE, LockHeld, LockUnavailable, RunLock
+from orchestrator.settings.errors import error_message
 from orchestrator.state import RunState, StateError, StateStore
 from orchestrator.views.status import blacklist_table, status_json
 
@@ -230,7 +231,7 @@ def bl_add(target: Annotated[Path, typer.Argument(help="Config file or run direc
     # name the option and say what is wrong, not where pydantic's docs are
     except ValidationError as exc:
         problems = [f"--{'.'.join(str(p) for p in e['loc']) or 'hours'} "
-                    f"{hours if 'hours' in e['loc'] else reason!r}: {e['msg']}"
+                    f"{hours if 'hours' in e['loc'] else reason!r}: {error_message(e)}"
                     for e in exc.errors()]
         raise fail([p[:300] for p in problems]) from None
     how, _ = _edit(target, req, wait)
