@@ -18,7 +18,6 @@ from orchestrator.files import atomic_write, private_dir, read_regular
 from orchestrator.migrations import read_v1
 from orchestrator.model import Action, CancelReason, Cause, Evidence, JobState, RunStatus
 from orchestrator.placement import InAllocation, OwnJob, Placement, legacy_placement
-from orchestrator.settings.errors import error_message
 
 # 2: cancel_reason beside the sentence, placement for the four spares fields (read_v1)
 SCHEMA_VERSION = 2
@@ -255,8 +254,8 @@ class StateStore:
         try:
             return RunState.model_validate(parsed)
         except ValidationError as exc:  # each problem as field: message, not pydantic's dump
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: "
-                                 f"{error_message(e)}" for e in exc.errors()[:3])
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}"
+                                 for e in exc.errors()[:3])
             more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
             raise StateError(f"{self.path}: not a valid run state: {problems[:300]}{more}; restore "
                              f"it from {self.path}.bak") from None
