@@ -34,6 +34,7 @@ class Cause(StrEnum):
     SLOW_NODE = "slow_node"  # one node slowed the lock-step job: swapped for a spare
     SUCCESS = "success"
     UNKNOWN = "unknown"
+    MANUAL = "manual"  # an operator blacklisted the node (`blacklist add`); ends no segment
 
 
 HARDWARE_CAUSES = frozenset({Cause.GPU_ECC, Cause.GPU_LOST, Cause.GPU_OOM_STARTUP, Cause.NODE_FAIL})

@@ -14,6 +14,7 @@ import typer
 from pydantic import ValidationError
 
 from orchestrator.blacklist import Blacklist, compress
+from orchestrator.cli.blacklist_nodes import checked_add, node_names
 from orchestrator.cli.common import _state_for, app, err, fail, load, loaded, out, require_run_dir
 from orchestrator.clock import RealClock
 from orchestrator.requests import (
@@ -22,7 +23,6 @@ from orchestrator.requests import (
     BlacklistRemove,
     apply_queued,
     apply_request,
-    check_node_names,
     pending,
     write_request,
 )
@@ -169,24 +169,6 @@ def _report(how: str, done: str) -> None:
                   markup=False)
 
 
-# per command: a whole cluster is not a blacklist, and the request must fit the queue
-MAX_EDIT_NODES = 4096
-
-
-def _names(nodes: str) -> list[str]:
-    from orchestrator.blacklist import expand
-
-    try:
-        names = expand(nodes)
-        if len(names) > MAX_EDIT_NODES:
-            raise ValueError(f"{len(names)} nodes: at most {MAX_EDIT_NODES} per edit; split the "
-                             "range")
-        check_node_names(tuple(names))
-    except ValueError as exc:
-        raise fail([f"{nodes!r}: {exc}"[:300]]) from None
-    return names
-
-
 @bl_app.command("list")
 def bl_list(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
             as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
@@ -217,15 +199,19 @@ WaitOpt = Annotated[float, typer.Option("--wait", help="Seconds to wait for a ru
 def bl_add(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
            nodes: Annotated[str, typer.Argument(help="Hostlist, e.g. node[3,7-9].")],
            reason: Annotated[str, typer.Option(help="Why (kept as evidence).")] = "added by hand",
-           hours: Annotated[float, typer.Option(help="Expiry in hours.")] = 72.0,
+           hours: Annotated[float | None, typer.Option(
+               help="Expiry in hours [default: the config's policy.blacklist_expiry_h].")] = None,
+           force: Annotated[bool, typer.Option(
+               "--force", help="Take node names the cluster does not list.")] = False,
            wait: WaitOpt = 30.0) -> None:
-    """Exclude nodes by hand.
+    """Exclude nodes by hand (cause `manual`). Each node must be one the cluster lists.
 
     \b
     Example:
       orchestrator blacklist add runs/demo 'node[3-4]' --reason 'Xid 79'
     """
-    names = _names(nodes)
+    names = node_names(nodes)
+    hours = checked_add(target, names, hours, force)
     try:
         req = BlacklistAdd(nodes=tuple(names), reason=reason, hours=hours)
     # name the option and say what is wrong, not where pydantic's docs are
@@ -248,7 +234,7 @@ def bl_remove(target: Annotated[Path, typer.Argument(help="Config file or run di
     Example:
       orchestrator blacklist remove configs/demo.yaml node3
     """
-    names = _names(nodes)
+    names = node_names(nodes)
     # what a running controller will remove from (it applies the edit, not this command)
     prior = _snapshot(target)
     how, before = _edit(target, BlacklistRemove(nodes=tuple(names)), wait)
