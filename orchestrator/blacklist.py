@@ -68,7 +68,7 @@ class Blacklist(Frozen):
         touched: dict[str, BlacklistEntry] = {}
         for n in nodes:
             touched.pop(n, None)  # as record() does: the node moves to the end
-            touched[n] = current[n] = _struck(current.get(n), n, Cause.UNKNOWN, reason, "manual",
+            touched[n] = current[n] = _struck(current.get(n), n, Cause.MANUAL, reason, "manual",
                                               now, True, expiry, EntrySource.MANUAL)
         kept = tuple(e for e in self.entries if e.node not in touched)
         return Blacklist(entries=kept + tuple(touched.values()))

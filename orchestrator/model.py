@@ -35,6 +35,7 @@ class Cause(StrEnum):
     CANCELLED = "cancelled"  # an operator cancelled the job (orchestrator cancel, --cancel-on-exit)
     SUCCESS = "success"
     UNKNOWN = "unknown"
+    MANUAL = "manual"  # an operator blacklisted the node (`blacklist add`); ends no segment
 
 
 HARDWARE_CAUSES = frozenset({Cause.GPU_ECC, Cause.GPU_LOST, Cause.GPU_OOM_STARTUP, Cause.NODE_FAIL})

@@ -7,7 +7,28 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.tree_guard import changes, snapshot
+
 REPO = Path(__file__).resolve().parents[1]
+_TREE_BEFORE = pytest.StashKey[frozenset[str] | None]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.stash[_TREE_BEFORE] = snapshot(REPO)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Tests write only under tmp dirs: a session that changed the checkout fails (issue 37)."""
+    changed = changes(session.stash.get(_TREE_BEFORE, None), snapshot(REPO))
+    if not changed:
+        return
+    lines = "\n".join(f"  {c}" for c in changed[:20])
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    message = (f"the test session changed the source tree {REPO} (tests write only under tmp dirs):\n"
+               f"{lines}\n")
+    if reporter is not None:
+        reporter.write_line(message, red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def base_config(tmp: Path, **over: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import typer
 from pydantic import ValidationError
 
 from orchestrator.blacklist import Blacklist, compress
+from orchestrator.cli.blacklist_nodes import checked_add, node_names
 from orchestrator.cli.common import _state_for, app, err, fail, load, loaded, out, require_run_dir
 from orchestrator.clock import RealClock
 from orchestrator.requests import (
@@ -22,11 +23,11 @@ from orchestrator.requests import (
     BlacklistRemove,
     apply_queued,
     apply_request,
-    check_node_names,
     pending,
     write_request,
 )
 from orchestrator.runlock import EDIT_LOCK_FILE, LockHeld, LockUnavailable, RunLock
+from orchestrator.settings.errors import error_message
 from orchestrator.state import RunState, StateError, StateStore
 from orchestrator.views.status import blacklist_table, status_json
 
@@ -168,24 +169,6 @@ def _report(how: str, done: str) -> None:
                   markup=False)
 
 
-# per command: a whole cluster is not a blacklist, and the request must fit the queue
-MAX_EDIT_NODES = 4096
-
-
-def _names(nodes: str) -> list[str]:
-    from orchestrator.blacklist import expand
-
-    try:
-        names = expand(nodes)
-        if len(names) > MAX_EDIT_NODES:
-            raise ValueError(f"{len(names)} nodes: at most {MAX_EDIT_NODES} per edit; split the "
-                             "range")
-        check_node_names(tuple(names))
-    except ValueError as exc:
-        raise fail([f"{nodes!r}: {exc}"[:300]]) from None
-    return names
-
-
 @bl_app.command("list")
 def bl_list(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
             as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
@@ -216,21 +199,25 @@ WaitOpt = Annotated[float, typer.Option("--wait", help="Seconds to wait for a ru
 def bl_add(target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
            nodes: Annotated[str, typer.Argument(help="Hostlist, e.g. node[3,7-9].")],
            reason: Annotated[str, typer.Option(help="Why (kept as evidence).")] = "added by hand",
-           hours: Annotated[float, typer.Option(help="Expiry in hours.")] = 72.0,
+           hours: Annotated[float | None, typer.Option(
+               help="Expiry in hours [default: the config's policy.blacklist_expiry_h].")] = None,
+           force: Annotated[bool, typer.Option(
+               "--force", help="Take node names the cluster does not list.")] = False,
            wait: WaitOpt = 30.0) -> None:
-    """Exclude nodes by hand.
+    """Exclude nodes by hand (cause `manual`). Each node must be one the cluster lists.
 
     \b
     Example:
       orchestrator blacklist add runs/demo 'node[3-4]' --reason 'Xid 79'
     """
-    names = _names(nodes)
+    names = node_names(nodes)
+    hours = checked_add(target, names, hours, force)
     try:
         req = BlacklistAdd(nodes=tuple(names), reason=reason, hours=hours)
     # name the option and say what is wrong, not where pydantic's docs are
     except ValidationError as exc:
         problems = [f"--{'.'.join(str(p) for p in e['loc']) or 'hours'} "
-                    f"{hours if 'hours' in e['loc'] else reason!r}: {e['msg']}"
+                    f"{hours if 'hours' in e['loc'] else reason!r}: {error_message(e)}"
                     for e in exc.errors()]
         raise fail([p[:300] for p in problems]) from None
     how, _ = _edit(target, req, wait)
@@ -247,7 +234,7 @@ def bl_remove(target: Annotated[Path, typer.Argument(help="Config file or run di
     Example:
       orchestrator blacklist remove configs/demo.yaml node3
     """
-    names = _names(nodes)
+    names = node_names(nodes)
     # what a running controller will remove from (it applies the edit, not this command)
     prior = _snapshot(target)
     how, before = _edit(target, BlacklistRemove(nodes=tuple(names)), wait)

@@ -24,7 +24,7 @@ from orchestrator.rundir import foreign_entries
 from orchestrator.settings import ConfigError, Settings, check_paths, load_settings, parse_overrides
 from orchestrator.state import RunState, StateError, StateStore
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="Keep long multi-node training on Slurm moving: diagnose, blacklist, "
                   "resume.")
 # no emoji codes: text such as `H:M:S` or `:cross_mark:` in a note, a log line or a path is printed

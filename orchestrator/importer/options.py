@@ -10,6 +10,8 @@ import re
 import shlex
 from typing import Any
 
+from orchestrator.settings.slurmtime import is_slurm_time, slurm_minutes
+
 SHORT = {"-J": "job-name", "-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task", "-p": "partition",
          "-A": "account",
          "-q": "qos", "-t": "time", "-C": "constraint", "-o": "output", "-e": "error",
@@ -70,21 +72,6 @@ def array_ids(val: str, limit: int = 100_000) -> list[int]:
         first, last, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
         ids.extend(range(first, min(last, first + limit * step) + 1, max(step, 1)))
     return ids[:limit]
-
-
-def time_to_min(v: str) -> int:
-    """Slurm time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
-    days = 0
-    if "-" in v:
-        d, v = v.split("-", 1)
-        days = int(d)
-        parts = [int(x) for x in v.split(":")]
-        h, m, s = (parts + [0, 0])[:3]
-    else:
-        parts = [int(x) for x in v.split(":")]
-        h, m, s = {1: (0, parts[0], 0), 2: (0, parts[0], parts[-1])}.get(
-            len(parts), tuple(parts[:3]))
-    return max(1, days * 1440 + h * 60 + m + (1 if s else 0))
 
 
 def _one_line(toks: list[str], out: Opts) -> None:
@@ -192,11 +179,11 @@ class _Resources:
             if "-" in val:
                 self.notes.append(f"--nodes={val}: a range; every segment asks for "
                                   f"{self.r['nodes']} nodes")
-        elif key == "time" and val and not re.fullmatch(r"(\d+-)?\d+(:\d+){0,2}", val):
+        elif key == "time" and val and not is_slurm_time(val):
             self.notes.append(f"--time={val}: not a time limit Slurm reads (M, M:S, H:M:S, D-H, "
                               "D-H:M, D-H:M:S); set resources.time_limit_min by hand")
         elif key == "time" and val:
-            self.r["time_limit_min"] = time_to_min(val)
+            self.r["time_limit_min"] = slurm_minutes(val)
         elif key == "array" and val:
             self._array(val)
         elif key == "dependency" and val and re.fullmatch(r"[A-Za-z0-9_:,?+]+", val):

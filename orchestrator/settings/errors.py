@@ -3,7 +3,9 @@ path."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -24,6 +26,24 @@ class ConfigError(Exception):
         self.problems = problems
 
 
+# pydantic's words before a validator's own message
+PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def error_message(err: Mapping[str, Any]) -> str:
+    """What is wrong, in the orchestrator's words: the validator's own message without pydantic's
+    prefix, a plain line for a missing or unknown field."""
+    if err["type"] == "extra_forbidden":
+        return ("unknown field (check the spelling; see the configuration reference in "
+                "docs/CONFIGURATION.md)")
+    if err["type"] == "missing":
+        return "required field is missing"
+    msg = str(err["msg"])
+    for prefix in PYDANTIC_PREFIXES:
+        msg = msg.removeprefix(prefix)
+    return msg
+
+
 def format_errors(path: Path, exc: ValidationError,
                   sources: dict[str, str] | None = None) -> list[str]:
     """One line per error, naming where the value came from: the file, `--set` or an ORCH_*
@@ -33,12 +53,7 @@ def format_errors(path: Path, exc: ValidationError,
         where = (sources or {}).get(str(err["loc"][0]) if err["loc"] else "", str(path))
         where = where if where in (str(path), "--set") else f"environment {where}"
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = ("unknown field (check the spelling; see the configuration reference in "
-                   "docs/CONFIGURATION.md)")
-        elif err["type"] == "missing":
-            msg = "required field is missing"
+        msg = error_message(err)
         got = _unsecret(err["loc"], err.get("input"))
         shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(
                                           got, dict) else f" (got {cut(got)})"

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from orchestrator.model import Cause
 from orchestrator.settings.nodes import node_list
 from orchestrator.settings.patterns import catastrophic, python_unbounded, too_slow
+from orchestrator.settings.slurmtime import minutes_value
 from orchestrator.settings.urls import apprise_urls
 
 SAFE_VALUE = re.compile(r"^[^\x00-\x1f;`$&|<>\\'\"]*$")
@@ -74,7 +75,10 @@ class Resources(Section):
     account: str | None = Field(None, description="Slurm account.")
     qos: str | None = Field(None, description="Slurm QOS.")
     time_limit_min: int = Field(60, ge=1, le=525_600, description="Wall-clock limit of one segment "
-                                                                  "(--time), minutes.")
+                                "(--time): minutes, or a Slurm time (30:00, 12:00:00, 1-12, "
+                                "2-00:00:00).")
+    _minutes = field_validator("time_limit_min", mode="before")(
+        classmethod(lambda cls, v: minutes_value(v)))
     spare_nodes: int | Literal["auto"] = Field(
         0, description="Spare nodes allocated with each segment (Slurm, --no-kill), 0 to 64: a "
         "failed node is replaced by a spare and training restarts inside the same job, without a "

@@ -48,6 +48,21 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _no_base_60(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    """YAML 1.1 reads `30:00` as 1800 (base 60): a Slurm time in a config would become hours of
+    minutes. Such a scalar stays text, as in YAML 1.2; the setting that takes it reads it."""
+    text = loader.construct_scalar(node)  # type: ignore[arg-type]
+    if isinstance(text, str) and ":" in text:
+        return text
+    if node.tag.endswith(":int"):
+        return yaml.SafeLoader.construct_yaml_int(loader, node)  # type: ignore[arg-type]
+    return yaml.SafeLoader.construct_yaml_float(loader, node)  # type: ignore[arg-type]
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _no_base_60)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _no_base_60)
+
+
 def check_size(data: object, where: str) -> None:
     """Refuse configs too large or deep once aliases are expanded (what validation would walk)."""
     budget = MAX_NODES_IN_CONFIG

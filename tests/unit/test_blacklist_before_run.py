@@ -57,7 +57,7 @@ def test_adding_many_nodes_at_once_is_as_many_records_in_a_row(existing: list[st
                            expiry=timedelta(hours=3))
     one_by_one = base
     for n in added:
-        one_by_one = one_by_one.record(n, Cause.UNKNOWN, "r", "manual", now, hard=True, expiry=timedelta(hours=1),
+        one_by_one = one_by_one.record(n, Cause.MANUAL, "r", "manual", now, hard=True, expiry=timedelta(hours=1),
                                        source=EntrySource.MANUAL)
     assert base.add_manual(added, "r", now, timedelta(hours=1)) == one_by_one
 

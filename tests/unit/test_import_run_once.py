@@ -50,10 +50,11 @@ def _stubs(tmp: Path) -> dict[str, str]:
             "WORK": str(tmp / "work"), "SLURM_JOB_NODELIST": "n1,n2"}
 
 
-def _run_setup(setup: list[str], env_file: Path | None, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _run_setup(setup: list[str], env_file: Path | None, env: dict[str, str],
+               cwd: Path) -> subprocess.CompletedProcess[str]:
     head = f"ORCH_SETUP_ENV={env_file}\n" if env_file else ""
     return subprocess.run(["bash", "-c", head + "\n".join(setup) + "\necho BATCH-CONTINUES"], capture_output=True,
-                          text=True, env=env, timeout=30, check=False)
+                          text=True, env=env, timeout=30, check=False, cwd=cwd)
 
 
 def test_work_before_the_launch_runs_once_and_variables_on_every_node(tmp_path: Path) -> None:
@@ -65,7 +66,7 @@ def test_work_before_the_launch_runs_once_and_variables_on_every_node(tmp_path: 
     # the run's environment (config env) reaches the setup through the file the Slurm backend writes
     env_file = tmp_path / "setup.env"
     env_file.write_text("".join(f"export {k}='{v}'\n" for k, v in env.items() if k != "PATH"))
-    batch = _run_setup(setup, env_file, {"PATH": env["PATH"], "HOME": str(tmp_path)})
+    batch = _run_setup(setup, env_file, {"PATH": env["PATH"], "HOME": str(tmp_path)}, tmp_path)
     assert batch.returncode == 0 and "BATCH-CONTINUES" in batch.stdout, batch.stderr
     assert "START TIME" in batch.stdout
     assert (tmp_path / "work" / "data" / "ds_config.json").read_text().strip() == '{"train_batch_size": 8}'
@@ -86,7 +87,7 @@ def test_the_setup_stops_the_batch_script_where_the_original_stopped(tmp_path: P
     """Under sbatch, `set -e` and a failed preparation ended the job before the launch; without it the job went on."""
     script = f"#!/bin/bash\n#SBATCH -N 2\n{strict}false\nmkdir -p out\nsrun python train.py\n"
     cfg, _ = import_sbatch(script, "x", workdir=str(tmp_path))
-    res = _run_setup(cfg["backend"]["slurm"]["setup"], None, {"PATH": os.environ["PATH"]})
+    res = _run_setup(cfg["backend"]["slurm"]["setup"], None, {"PATH": os.environ["PATH"]}, tmp_path)
     assert ("BATCH-CONTINUES" in res.stdout) == (rc == 0)
     assert (res.returncode != 0) == bool(rc)
 
