@@ -6,109 +6,102 @@ from __future__ import annotations
 
 import json
 import os
-import time
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from orchestrator.cli.common import _state_for, app, err, fail, loaded, out
+from orchestrator.cli.common import _state_for, app, fail, loaded, out, wiring
+from orchestrator.cli.following import Follower, node_logs, node_name, show
 from orchestrator.clock import RealClock
-from orchestrator.contract import LOG_SUFFIX, SegmentPaths
+from orchestrator.contract import SegmentPaths
 from orchestrator.state import STATE_FILE, RunState, StateError, StateStore
-from orchestrator.tail import LogTail
 from orchestrator.views.ettr import run_metrics
+from orchestrator.views.nodelogs import merge
 from orchestrator.views.text import clean
 
 MAX_RUNS = 10_000
 
 
-def _segment(state: RunState, run_dir: Path, index: int | None, where: str) -> SegmentPaths:
+def _segment(state: RunState, index: int | None, where: str) -> int:
     if not state.segments:
         raise fail([f"{where}: no segment has been submitted yet"], 1)
     seg = (state.segments[-1] if index is None
            else next((s for s in state.segments if s.index == index), None))
     if seg is None:
         raise fail([f"{where}: no segment {index} (segments 1-{state.segments[-1].index})"], 1)
-    return SegmentPaths.of(run_dir, seg.index)
+    return seg.index
 
 
-def _tail_lines(path: Path, lines: int) -> list[str]:
-    """The last `lines` lines of a log, read from its end (a 2 GB log costs what its end costs)."""
+def _tail_lines(path: Path, lines: int, whole: bool = False) -> tuple[list[str], int]:
+    """The last `lines` lines of a log, read from its end (a 2 GB log costs what its end costs), and
+    the offset after them. `whole`: a half-written last line is left out (following prints it once
+    it is complete)."""
+    if lines == 0 and not whole:
+        return [], 0
     try:
         # never through a link swapped in since it was listed, never waiting on a FIFO
         with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
-            fh.seek(max(0, size - lines * 512 - 65536))
-            data = fh.read()
+            start = max(0, size - lines * 512 - 65536)
+            fh.seek(start)
+            data = fh.read(size - start)
     except OSError as exc:
         raise fail([f"{path}: cannot read: {exc.strerror or exc}"], 1) from None
-    return [clean(x.decode("utf-8", "replace").replace("\x00", ""))
-            for x in data.split(b"\n")[-lines - 1:] if x.strip()][-lines:]
+    if whole:
+        data = data[: data.rfind(b"\n") + 1]
+    found = [clean(x.decode("utf-8", "replace").replace("\x00", ""))
+             for x in data.split(b"\n")[-lines - 1:] if x.strip()]
+    return (found[-lines:] if lines else []), start + len(data)
 
 
 @app.command()
 def logs(
+    ctx: typer.Context,
     target: Annotated[Path, typer.Argument(help="Config file or run directory.")],
     node: Annotated[str | None, typer.Option("--node", help="One node's log (default: every "
                                                             "node's).")] = None,
     segment: Annotated[int | None, typer.Option("--segment", help="Segment number (default: the "
-                                                                  "latest).")] = None,
-    lines: Annotated[int, typer.Option("-n", "--lines", min=1, max=100_000,
-                                       help="Lines from the end.")] = 20,
-    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing what the node "
-                                                                "writes.")] = False,
+                                                                  "latest; -f follows into the "
+                                                                  "next ones).")] = None,
+    lines: Annotated[int, typer.Option("-n", "--lines", min=0, max=100_000,
+                                       help="Lines from the end of each node's log (0: none).")]
+    = 20,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing what the nodes "
+                                                                "write, into the next segments, "
+                                                                "until the run ends.")] = False,
 ) -> None:
-    """Print a segment's node output: the last lines of every node (each line after its node's
-    name), or of one.
+    """Print a segment's node output: the last lines of every node in time order (each line after
+    its node's name), or of one. With -f, keep printing until the run is done, stopped or
+    cancelled.
 
     \b
     Examples:
       orchestrator logs runs/demo
       orchestrator logs runs/demo --node node3 --segment 1 -n 50
+      orchestrator logs runs/demo -f -n 0
     """
     store, where = _state_for(target)
-    paths = _segment(loaded(store, where), store.run_dir, segment, where)
-    found = _node_logs(paths, node)
-    if node is not None:
-        if not found:
-            raise fail([f"{clean(paths.logs)}: no log of node {clean(node)}"], 1)
-    if not found:
-        raise fail([f"{clean(paths.logs)}: no node log yet"], 1)
+    state = loaded(store, where)
+    # nothing submitted yet: -f follows the first segment once there is one
+    index = None if follow and segment is None and not state.segments else _segment(state, segment,
+                                                                                      where)
+    paths = None if index is None else SegmentPaths.of(store.run_dir, index)
+    found = [] if paths is None else node_logs(paths, node)
+    if paths is not None and not found and not follow:
+        raise fail([f"{clean(paths.logs)}: "
+                    + ("no node log yet" if node is None else f"no log of node {clean(node)}")], 1)
+    offsets: dict[Path, int] = {}
+    blocks: dict[str, list[str]] = {}
     for path in found:
-        name = path.name[: -len(LOG_SUFFIX)]
-        for line in _tail_lines(path, lines):
-            out.print(f"{clean(name)}: {line}" if node is None else line, markup=False,
-                      highlight=False, soft_wrap=True)
+        blocks[node_name(path)], offsets[path] = _tail_lines(path, lines, whole=follow)
+    last: dict[str, datetime] = {}
+    show(merge(blocks, last), node is None)
     if follow:
-        _follow(found)
-
-
-def _node_logs(paths: SegmentPaths, node: str | None) -> list[Path]:
-    """The segment's node logs (one node's if `node`): regular files only. A symlink in their place
-    (to /etc/shadow, say) is said and skipped, as `diagnose` skips it."""
-    listed = sorted(paths.logs.glob(f"*{LOG_SUFFIX}")) if paths.logs.is_dir() else []
-    if node is not None:
-        listed = [p for p in listed if p.name == f"{node}{LOG_SUFFIX}"]
-    for link in (p for p in listed if p.is_symlink()):
-        err.print(f"note: {clean(link)} is a symlink, not a node log: not shown", markup=False,
-                  highlight=False)
-    return [p for p in listed if p.is_file() and not p.is_symlink()]
-
-
-def _follow(paths: list[Path]) -> None:
-    tails = {p: LogTail(p, p.stat().st_size) for p in paths}
-    many = len(paths) > 1
-    try:
-        while True:
-            for path, tail in tails.items():
-                for _, text in tail.read_new():
-                    shown = clean(text)
-                    out.print(f"{clean(path.name[: -len(LOG_SUFFIX)])}: {shown}" if many else shown,
-                              markup=False, highlight=False, soft_wrap=True)
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        return
+        follower = Follower(store, where, node, segment, wiring(ctx).clock())
+        follower.start(index, offsets, last)
+        follower.run()
 
 
 @app.command()

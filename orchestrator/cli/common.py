@@ -42,8 +42,8 @@ TERMINAL_FORMAT = "{time:YYYY-MM-DD HH:mm:ss} {level: <7} {message}"
 @dataclass(frozen=True)
 class Wiring:
     """What the commands are built from besides their arguments, set from Python only (no option
-    reaches it): the clock `run`, `cancel` and `status --watch` wait by. A test passes its own as
-    the context object, `CliRunner().invoke(app, argv, obj=Wiring(clock=...))`."""
+    reaches it): the clock `run`, `cancel`, `status --watch` and `logs -f` wait by. A test passes
+    its own as the context object, `CliRunner().invoke(app, argv, obj=Wiring(clock=...))`."""
     clock: Callable[[], Clock] = RealClock
 
 
