@@ -8,13 +8,13 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from orchestrator import budget
 from orchestrator.model import Action, Cause, Decision, JobState, Owner, Role, Verdict
 from orchestrator.settings import Goal, Policy
 from orchestrator.state import RunState, SegmentRecord
 
-
-def _progressed(seg: SegmentRecord) -> bool:
-    return seg.end_iteration is not None and seg.end_iteration > seg.start_iteration
+_progressed = budget.progressed
+no_progress_streak = budget.no_progress_streak
 
 
 LOAD_FAILURES = frozenset({Cause.USER_BUG, Cause.UNKNOWN, Cause.SEGFAULT, Cause.BUS_ERROR})
@@ -33,15 +33,6 @@ ADVICE = {  # what to change, for the job's own faults
                      "DataLoader workers (fewer workers, or a larger shared-memory size)",
 }
 CLEAN_ENDS = frozenset({JobState.TIMEOUT, JobState.COMPLETED, JobState.PREEMPTED})
-
-
-def no_progress_streak(segments: list[SegmentRecord]) -> int:
-    n = 0
-    for seg in reversed(segments):
-        if _progressed(seg):
-            break
-        n += 1
-    return n
 
 
 def _repeats_elsewhere(segments: list[SegmentRecord], verdict: Verdict) -> SegmentRecord | None:
@@ -169,47 +160,93 @@ def _shared_wait(state: RunState, verdict: Verdict, policy: Policy) -> Decision 
                     wait_s=policy.wait_before_resubmit_s, rule=verdict.rule or "shared_fault")
 
 
+def _stop(blame: tuple[str, ...], hard: bool, rule: str, reason: str) -> Decision:
+    return Decision(action=Action.STOP_AND_ALERT, blame_nodes=blame, hard=hard, rule=rule,
+                    reason=reason)
+
+
+def _breakers(state: RunState, verdict: Verdict, policy: Policy,
+              blame_hard: tuple[tuple[str, ...], bool]) -> Decision | None:
+    """The segment budgets: the user's, and infrastructure failures'. A stop for a spent budget
+    still blames the segment's culprit."""
+    blame, hard = blame_hard
+    infra = budget.infra_verdict(verdict)
+    user, infra_n = budget.spent(state.segments, infra)
+    if user >= policy.max_segments and not infra:
+        return _stop(blame, hard, "max_segments", f"max_segments={policy.max_segments} reached "
+                     f"({user} segments ended by the job or nobody; {infra_n} by nodes or the "
+                     "environment do not count)")
+    if infra and infra_n >= policy.max_infra_failures:
+        return _stop(blame, hard, "max_infra_failures", f"max_infra_failures="
+                     f"{policy.max_infra_failures} reached: {infra_n} segments ended by nodes or "
+                     "the environment (hardware, network, filesystem, preemption): ask the admins")
+    return None
+
+
+def _no_progress(state: RunState, verdict: Verdict, policy: Policy, goal: Goal,
+                 blame_hard: tuple[tuple[str, ...], bool], clean_exit: bool) -> Decision | None:
+    """No progress across max_no_progress_segments (infrastructure failures skipped)."""
+    blame, hard = blame_hard
+    streak = budget.no_progress_streak(state.segments, budget.infra_verdict(verdict))
+    if streak < policy.max_no_progress_segments:
+        return None
+    return _stop(blame, hard, "no_progress", (
+        f"the training exited 0 on every node at iteration {state.best_iteration()}, short "
+        f"of the goal {goal.target_iteration}, {streak} segments in a row without training: it "
+        "takes itself for done (its own iteration count or stop condition is below the goal)"
+        if clean_exit else f"no progress across {streak} consecutive segments (stuck at "
+        f"iteration {state.best_iteration()}): a bug or a bad checkpoint"))
+
+
+def _overridden(verdict: Verdict, how: str, blame: tuple[str, ...], hard: bool, excludes: bool,
+                policy: Policy) -> Decision:
+    """policy.on_cause: the action the config names for this cause."""
+    why = f"policy.on_cause: {verdict.cause.value} -> {how}; {verdict.summary}"[:300]
+    if how == "stop":
+        return _stop(blame, hard, "on_cause", why)
+    if how == "wait":
+        return Decision(action=Action.WAIT_AND_RESUBMIT, reason=why, blame_nodes=blame, hard=hard,
+                        wait_s=policy.wait_before_resubmit_s, rule="on_cause")
+    return Decision(action=Action.RESUBMIT_EXCLUDE if excludes else Action.RESUBMIT, reason=why,
+                    blame_nodes=blame, hard=hard, rule="on_cause")
+
+
 def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: datetime,
            checkpoint_dir: str = "") -> Decision:
-    """Decide what to do after the current (last) segment ended with `verdict`.
-
-    A stop for a spent budget (max_segments, no progress, lost checkpoints) still blames the
-    segment's culprit, so a hardware fault in the last segment allowed is blacklisted like any other
-    (issue 15, data loss 5).
-    """
+    """Decide what to do after the current (last) segment ended with `verdict`: the goal, the
+    config's override for the cause, the budgets (budget.py: a node's or the environment's failure
+    does not spend the user's), lost checkpoints, a checkpoint that fails to load, the job's own
+    fault, the shared environment's, a node's."""
     done = _done(state, verdict, goal)
     if done is not None:
         return done
+    how = budget.override(policy.on_cause, verdict.cause)
     # exit 0 on every node short of the goal: nothing failed to load
     clean_exit = verdict.cause == Cause.SUCCESS
     if clean_exit:
         verdict = verdict.model_copy(update={"cause": Cause.UNKNOWN, "owner": Owner.NOBODY})
     blame, hard, excludes = _blame(state, verdict, policy, now)
-    if len(state.segments) >= policy.max_segments:
-        return Decision(action=Action.STOP_AND_ALERT, blame_nodes=blame, hard=hard,
-                        reason=f"max_segments={policy.max_segments} reached", rule="max_segments")
+    if how == "stop":
+        return _overridden(verdict, how, blame, hard, excludes, policy)
+    if (brake := _breakers(state, verdict, policy, (blame, hard))) is not None:
+        return brake
     lost = lost_progress(state, checkpoint_dir)
     if lost:
-        return Decision(action=Action.STOP_AND_ALERT, reason=lost, blame_nodes=blame, hard=hard,
-                        rule="no_checkpoint")
+        return _stop(blame, hard, "no_checkpoint", lost)
     retry = None if clean_exit else _checkpoint_retry(state.segments[-1], state, verdict)
     if retry is not None:
         return retry
-    stop = _job_stop(state, verdict, policy)
-    if stop is not None:
+    if not how and (stop := _job_stop(state, verdict, policy)) is not None:
         return stop
-    streak = no_progress_streak(state.segments)
-    if streak >= policy.max_no_progress_segments:
-        return Decision(action=Action.STOP_AND_ALERT, blame_nodes=blame, hard=hard,
-                        rule="no_progress", reason=(
-            f"the training exited 0 on every node at iteration {state.best_iteration()}, short "
-            f"of the goal {goal.target_iteration}, {streak} segments in a row without training: it "
-            "takes itself for done (its own iteration count or stop condition is below the goal)"
-            if clean_exit else f"no progress across {streak} consecutive segments (stuck at "
-            f"iteration {state.best_iteration()}): a bug or a bad checkpoint"))
-    wait = _shared_wait(state, verdict, policy)
-    if wait is not None:
-        return wait
+    if (still := _no_progress(state, verdict, policy, goal, (blame, hard), clean_exit)) is not None:
+        return still
+    if how:
+        return _overridden(verdict, how, blame, hard, excludes, policy)
+    return _shared_wait(state, verdict, policy) or _node_or_resubmit(verdict, blame, hard, excludes)
+
+
+def _node_or_resubmit(verdict: Verdict, blame: tuple[str, ...], hard: bool,
+                      excludes: bool) -> Decision:
     if blame:
         what = "exclude" if hard else "strike against"
         return Decision(action=Action.RESUBMIT_EXCLUDE if excludes else Action.RESUBMIT,

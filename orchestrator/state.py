@@ -85,6 +85,7 @@ class SegmentRecord(Ledger):
     reason: str = ""
     rule: str = ""  # the diagnosis rule that fired (docs/CAUSES.md)
     decision_rule: str = ""  # the policy rule that chose the action
+    infra: bool = False  # a node's strong fault or the environment's ended it (budget.py)
     confidence: float | None = None
     evidence: list[Evidence] = Field(default_factory=list)
     # why the controller cancelled it (the sentence is the next field)

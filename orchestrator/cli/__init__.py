@@ -5,7 +5,15 @@ import os
 import sys
 
 # registers the commands
-from orchestrator.cli import blacklist, browse, inspect, resuming, run, stopping  # noqa: F401
+from orchestrator.cli import (  # noqa: F401
+    blacklist,
+    browse,
+    diagnosing,
+    inspect,
+    resuming,
+    run,
+    stopping,
+)
 from orchestrator.cli.common import app
 
 COMPLETE_VAR = "_ORCHESTRATOR_COMPLETE"

@@ -1,5 +1,5 @@
-"""Commands that read: `status`, `report`, `diagnose`, `validate`, and `import-sbatch` (its
-reading and translating in `importing.py`)."""
+"""Commands that read: `status`, `report`, `validate`, and `import-sbatch` (its reading and
+translating in `importing.py`); `diagnose` is in `diagnosing.py`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import typer
 from orchestrator.cli.common import SetOpt, _state_for, app, err, fail, load, loaded, out, wiring
 from orchestrator.cli.importing import check_output, translate
 from orchestrator.clock import RealClock
-from orchestrator.diagnose.offline import diagnose_dir
 from orchestrator.state import RunState
 from orchestrator.views.status import (
     blacklist_table,
@@ -21,7 +20,7 @@ from orchestrator.views.status import (
     summary_table,
     timeline_table,
 )
-from orchestrator.views.text import clean, cut
+from orchestrator.views.text import clean
 
 
 @app.command()
@@ -208,66 +207,5 @@ def validate(config: Annotated[Path, typer.Argument(help="The YAML config file t
               else f" + {k} spare{'s' if k != 1 else ''}")
     out.print(clean(f"{config}: ok (run {s.name}, {s.resources.nodes} nodes{spares}, backend "
                     f"{s.backend.kind})"), markup=False, highlight=False)
-
-
-def blame_words(result: dict[str, Any]) -> str:
-    """Whether the culprits are blamed, in words (the JSON keeps `blame`: true/false)."""
-    if result["blame"]:
-        return "blamed: their fault, excluded or struck"
-    return "named, not blamed" if result["culprit_nodes"] else "nobody blamed"
-
-
-def _diagnosed(directory: Path, config: Path | None) -> dict[str, Any]:
-    if config is None:
-        return diagnose_dir(directory)
-    from orchestrator.diagnose.signatures import table_for
-
-    s = load(config, [])
-    return diagnose_dir(directory, s.progress_regex, table_for(s.signatures))
-
-
-@app.command()
-def diagnose(
-    directory: Annotated[Path, typer.Argument(help="A directory with one log file per node "
-                                                   "(host.out), or one log file.")],
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-    config: Annotated[Path | None, typer.Option(
-        "--config", help="Also use this run config's signatures and progress_regex (test them on "
-                         "old logs).")] = None,
-) -> None:
-    """Name the cause and the culprit node from per-node logs of any Slurm job.
-
-    \b
-    Examples:
-      orchestrator diagnose runs/demo/segments/0001/logs
-      orchestrator diagnose tests/data/blind/segfault-one-node-r7n3/logs --json
-      orchestrator diagnose tests/data/blind/node-failure-node023-slurm-out/logs/slurm-771234.out
-      orchestrator diagnose tests/data/blind/segfault-one-node-r7n3/logs --config \
-configs/example.yaml
-    """
-    if not directory.exists():
-        raise fail([f"{directory}: no such file or directory"])
-    if not directory.is_dir() and not directory.is_file():
-        raise fail([f"{directory}: neither a log file nor a directory of them"])
-    if directory.is_dir() and not any(p.is_file() for p in directory.iterdir()):
-        raise fail([f"{directory}: no log files in it (expected one file per node, named after the "
-                    "host)"])
-    try:
-        result = _diagnosed(directory, config)
-    except OSError as exc:
-        raise fail([f"{clean(getattr(exc, 'filename', None) or directory)}: cannot read: "
-                    f"{exc.strerror or exc}"], 1) from None
-    if as_json:
-        print(json.dumps(result, indent=2))
-        return
-    culprits = clean(",".join(result["culprit_nodes"]) or "-")
-    out.print(f"cause: {result['cause']}  culprits: {culprits} ({blame_words(result)})  action: "
-              f"{result['action']}  confidence: {result['confidence']:.2f}  rule: {result['rule']}",
-              markup=False, highlight=False, emoji=False)
-    out.print(f"summary: {clean(result['summary'])}", markup=False, highlight=False, emoji=False)
-    for e in result["evidence"][:15]:
-        src = " (node)" if e.get("source") == "node" else ""
-        out.print(clean(f"  [{e['role']}{src}] {e['node']} {Path(e['file']).name}:{e['line']}: ")
-                  + cut(e["text"], 160), markup=False, highlight=False, emoji=False)
 
 

@@ -14,7 +14,7 @@ from orchestrator.diagnose.classify import Context, classify, infer_job_state
 from orchestrator.diagnose.nodes import node_evidence, scan_file
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.signatures import Signature, build_table
-from orchestrator.model import EvidenceSource, Verdict
+from orchestrator.model import EvidenceSource, JobState, JobStatus, Verdict
 from orchestrator.policy import decide
 from orchestrator.settings import PROGRESS_REGEX, Goal, Policy
 from orchestrator.state import RunState, SegmentRecord
@@ -71,17 +71,20 @@ def host_of_file(name: str, index: int) -> str:
 
 
 def diagnose_dir(directory: Path, progress_regex: str = DEFAULT_PROGRESS,
-                 signatures: tuple[Signature, ...] | None = None) -> dict[str, Any]:
+                 signatures: tuple[Signature, ...] | None = None, files: list[Path] | None = None,
+                 job_state: JobState | None = None) -> dict[str, Any]:
     """`signatures`: the table to use (a config's, from `signatures.table_for`); default the
-    built-in one."""
-    files = log_files(directory)
+    built-in one. `files`: these instead of the directory's; `job_state`: how Slurm ended the job
+    (sacct's State), when known, instead of inferring it from the lines."""
+    files = files if files is not None else log_files(directory)
     sigs = build_table() if signatures is None else signatures
     rx = re.compile(progress_regex)
     prefilter = _prefilter(sigs)
     nodes = [node_evidence(scan_file(f, host_of_file(f.name, i), sigs, rx, prefilter)) for i,
              f in enumerate(files)]
     stalled = any(n.top_frames or n.stuck_detail for n in nodes)
-    v = classify(infer_job_state(nodes), nodes, Context(stalled=stalled))
+    known = JobStatus(state=job_state) if job_state not in (None, JobState.UNKNOWN) else None
+    v = classify(known or infer_job_state(nodes), nodes, Context(stalled=stalled))
     action, reason, policy_rule = action_without_history(v)
     return {
         "cause": v.cause.value, "culprit_nodes": list(v.culprit_nodes), "blame": v.blame,

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from orchestrator import budget
 from orchestrator.loop import observations as o
 from orchestrator.loop import progress
 from orchestrator.loop.conclude import Outcome, conclude
@@ -136,7 +137,8 @@ def judged(old: RunState, obs: o.Ended, policy: Policy, goal: Goal, checkpoint_d
                      culprit_nodes=list(v.culprit_nodes),
                      confidence=v.confidence, evidence=list(v.evidence), action=d.action,
                      reason=d.reason,
-                     rule=v.rule, decision_rule=d.rule, checkpoint_write_s=obs.checkpoint_write_s)
+                     rule=v.rule, decision_rule=d.rule, checkpoint_write_s=obs.checkpoint_write_s,
+                     infra=budget.infra_verdict(v))
     bad = dict(old.bad_checkpoints)
     if d.checkpoint_failed:
         bad[d.checkpoint_failed] = bad.get(d.checkpoint_failed, 0) + 1

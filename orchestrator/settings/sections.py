@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.model import Cause
+from orchestrator.settings.causes import known_causes
 from orchestrator.settings.nodes import node_list
 from orchestrator.settings.patterns import catastrophic, python_unbounded, too_slow
 from orchestrator.settings.slurmtime import minutes_value
@@ -203,6 +204,15 @@ class Policy(Section):
     )
     stop_on_user_bug: bool = Field(True, description="Stop and alert on user_bug instead of "
                                                      "resubmitting.")
+    max_infra_failures: int = Field(
+        100, ge=1, le=1_000_000, description="Stop and alert after this many segments ended by "
+        "nodes or the shared environment (a node's strong fault, excluded at once; a filesystem "
+        "outage; a preemption); those do not spend max_segments nor the no-progress budget.")
+    on_cause: dict[str, Literal["stop", "resubmit", "wait"]] = Field(
+        default_factory=dict, description="The action for a cause, over the policy's: e.g. "
+        "{nccl_timeout: stop}; the key `any` covers every cause but success ({any: stop}: never "
+        "run a second time, for a job with side effects).")
+    _causes = field_validator("on_cause")(known_causes)
     shared_blacklist: Path | None = Field(
         None, description="A blacklist file shared by several runs on one cluster (read and "
                           "written with a lock)."

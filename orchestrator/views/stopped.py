@@ -52,9 +52,8 @@ def stop_rows(state: RunState) -> list[tuple[str, str]]:
     if seg is None:
         return []
     advice = what_to_change(seg)
-    why = seg.reason  # the policy's reason ends with the advice: shown on its own row
-    if advice and why.endswith(f": {advice}"):
-        why = why[: -len(f": {advice}")]
+    # the policy's reason ends with the advice: shown on its own row
+    why = seg.reason.removesuffix(f": {advice}") if advice else seg.reason
     rows = [("stopped by", f"segment {seg.index} ({seg.action.value if seg.action else '-'}): "
                            f"{why}")]
     lines = error_lines(seg)

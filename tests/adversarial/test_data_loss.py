@@ -38,9 +38,9 @@ def make(tmp_path: Path, faults: dict[str, Fault] | None = None, overrides: tupl
 
 
 def test_5_hardware_fault_in_the_last_allowed_segment_is_still_blacklisted(tmp_path: Path) -> None:
-    ctl, cluster, _ = make(tmp_path, {"node3": Fault("ecc", at=35)}, ("policy.max_segments=1",))
+    ctl, cluster, _ = make(tmp_path, {"node3": Fault("ecc", at=35)}, ("policy.max_infra_failures=1",))
     state = ctl.run()
-    assert state.status == RunStatus.STOPPED and "max_segments" in state.stop_reason
+    assert state.status == RunStatus.STOPPED and "max_infra_failures" in state.stop_reason
     assert state.segments[0].cause == Cause.GPU_ECC
     entry = state.blacklist.get("node3")
     assert entry is not None and entry.hard and "ECC" in entry.evidence

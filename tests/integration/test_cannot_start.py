@@ -24,7 +24,7 @@ def test_a_command_that_cannot_start_stops_after_one_segment(tmp_path: Path, com
     (tmp_path / "ckpt").mkdir()
     res = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(cfg)], capture_output=True, text=True,
                          timeout=240, cwd=REPO)
-    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.returncode == 3, res.stdout + res.stderr
     state = StateStore(tmp_path / "run").load()
     assert state is not None and len(state.segments) == 1 and state.status.value == "stopped"
     seg = state.segments[0]

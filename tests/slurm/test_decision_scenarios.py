@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slurm
 def test_a_the_same_segfault_before_any_progress_stops_after_one_segment(cluster: None, tmp_path: Path) -> None:
     cfg = make_config(tmp_path, uniq("segv0"), faults=("segfault:all:1",))
     res = orch("run", str(cfg))
-    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.returncode == 3, res.stdout + res.stderr
     st = status(cfg)
     assert len(st["segments"]) == 1 and st["state"] == "stopped", st["segments"]
     s1 = st["segments"][0]
@@ -40,7 +40,7 @@ def test_b_exit_0_before_the_goal_without_a_checkpoint_stops_the_second_time(clu
     cfg = make_config(tmp_path, uniq("nockpt"), iters=30, goal={"target_iteration": 60},
                       checkpoint={"dir": str(looks), "preset": "megatron"})
     res = orch("run", str(cfg))
-    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.returncode == 3, res.stdout + res.stderr
     st = status(cfg)
     segs = st["segments"]
     assert len(segs) == 2 and st["state"] == "stopped", segs

@@ -76,7 +76,7 @@ def test_b_a_frozen_node_agent_included_is_the_hang(cluster: None, tmp_path: Pat
 def test_c_the_same_keyerror_on_every_rank_stops_as_user_bug(cluster: None, tmp_path: Path) -> None:
     cfg = make_config(tmp_path, uniq("kerr"), faults=("keyerror:all:25",))
     res = orch("run", str(cfg))
-    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.returncode == 3, res.stdout + res.stderr
     st = status(cfg)
     assert len(st["segments"]) == 1 and st["state"] == "stopped"
     s1 = st["segments"][0]

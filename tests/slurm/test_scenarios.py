@@ -99,7 +99,7 @@ def test_node_crash_is_node_fail_and_excluded(cluster: None, tmp_path: Path) -> 
 def test_user_bug_stops_instead_of_looping(cluster: None, tmp_path: Path) -> None:
     cfg = make_config(tmp_path, uniq("bug"), faults=("exception:all:25",))
     res = orch("run", str(cfg))
-    assert res.returncode == 1
+    assert res.returncode == 3
     st = status(cfg)
     assert st["state"] == "stopped" and len(st["segments"]) == 1
     assert st["segments"][0]["cause"] == "user_bug" and st["blacklist"] == []
@@ -109,10 +109,10 @@ def test_user_bug_stops_instead_of_looping(cluster: None, tmp_path: Path) -> Non
 def test_poisoned_gpu_after_ecc_is_not_user_oom(cluster: None, tmp_path: Path) -> None:
     cfg = make_config(tmp_path, uniq("poison"), faults=("ecc:node3:35",))
     # stop after segment 1, then an operator returns node3 to the pool by hand: its GPU is still poisoned
-    res = orch("run", str(cfg), "--set", "policy.max_segments=1")
-    assert res.returncode == 1 and status(cfg)["segments"][0]["cause"] == "gpu_ecc"
+    res = orch("run", str(cfg), "--set", "policy.max_infra_failures=1")
+    assert res.returncode == 3 and status(cfg)["segments"][0]["cause"] == "gpu_ecc"
     assert orch("blacklist", "remove", str(cfg), "node3").returncode == 0
-    res = orch("run", str(cfg))
+    res = orch("run", str(cfg), "--resume")  # a stopped run goes on only on purpose (issue 37)
     assert res.returncode == 0, res.stdout + res.stderr
     st = status(cfg)
     s2 = st["segments"][1]

@@ -196,19 +196,19 @@ def test_user_bug_stops_and_cancels_the_job(tmp_path: Path) -> None:
     assert job.state == JobState.CANCELLED and len(job.steps) == 1  # not left holding three nodes until it times out
 
 
-def test_restarts_count_against_max_segments(tmp_path: Path) -> None:
+def test_restarts_count_against_the_infrastructure_budget(tmp_path: Path) -> None:
     ctl, cluster, _ = make(tmp_path, {"node2": Fault("ecc", at=25), "node3": Fault("ecc", at=40)},
-                           nodes=NODES + ["node5"], resources={"spare_nodes": 2}, policy={"max_segments": 2})
+                           nodes=NODES + ["node5"], resources={"spare_nodes": 2}, policy={"max_infra_failures": 2})
     state = ctl.run()
-    assert state.status == RunStatus.STOPPED and "max_segments=2" in state.stop_reason
+    assert state.status == RunStatus.STOPPED and "max_infra_failures=2" in state.stop_reason
     assert len(state.segments) == 2 and len(cluster.submitted) == 1  # a spare was left: the budget stopped it
     assert state.segments[1].in_job_of == 1 and state.segments[1].action == Action.STOP_AND_ALERT
     assert cluster.jobs["101"].state == JobState.CANCELLED and len(cluster.jobs["101"].steps) == 2
     assert {e.node for e in state.blacklist.entries} == {"node2", "node3"}  # the last fault is still blamed
 
 
-def test_max_segments_1_never_restarts(tmp_path: Path) -> None:
-    ctl, cluster, _ = make(tmp_path, {"node2": Fault("ecc", at=25)}, policy={"max_segments": 1})
+def test_max_infra_failures_1_never_restarts(tmp_path: Path) -> None:
+    ctl, cluster, _ = make(tmp_path, {"node2": Fault("ecc", at=25)}, policy={"max_infra_failures": 1})
     state = ctl.run()
     assert state.status == RunStatus.STOPPED and len(state.segments) == 1
     assert cluster.jobs["101"].state == JobState.CANCELLED and len(cluster.jobs["101"].steps) == 1
