@@ -87,7 +87,7 @@ def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: l
         return named
     hw = hardware_hosts(kinds)
     quiet = silent(nodes, secondary)
-    if quiet:
+    if quiet and not set(quiet) <= set(hw):  # a quiet host's own hardware report says more
         return silent_verdict(nodes, quiet, secondary)
     if hw and secondary:
         hosts = sorted(hw)

@@ -72,12 +72,13 @@ EVENTS: tuple[Signature, ...] = (
     # The framework stopped itself ahead of the wall time: not a failure, not the end of the
     # training.
     Signature("framework_time_stop",
-              r"exiting program after [\d.]+ minutes|Time limit reached\. Elapsed time "
+              r"exiting program after (?:[\d.]+ minutes|receiving SIG(?:TERM|USR\d))"
+              r"|Time limit reached\. Elapsed time "
               r"is|Signaling Trainer to stop|exit(?:ing)? (?:early )?(?:due to|because of) (?:the "
               r")?(?:time|wall ?clock|walltime) limit|Job has timed out\. Ran \d+ minutes out of "
               r"requested", C.TIMELIMIT, kind="stop",
-              source="Megatron --exit-duration-in-mins; Lightning Timer callback; submitit's "
-                     "timeout handling"),
+              source="Megatron --exit-duration-in-mins and --exit-signal-handler; Lightning "
+                     "Timer callback; submitit's timeout handling"),
     Signature("spot_termination",
               r"[Ss]pot (?:[Ii]nstance )?(?:[Ii]nterruption|[Tt]ermination)(?: [Nn]otice| "
               r"[Ww]arning)?|instance-action.*(?:terminate|stop)|[Pp]reemption notice|[Ii]nstance "

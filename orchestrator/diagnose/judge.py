@@ -21,6 +21,29 @@ LOCAL_PATH = re.compile(r"(?:^|[\s'\"(=:\[])/(?:tmp|var/tmp)\b"
                         r"|/(?:[\w.-]+/)*(?:nvme\w*|local(?:scratch|_?disk|_?ssd)?|scratch_local|"
                         r"lscratch|raid\d*|ssd\d*)(?:/|\b)")
 
+# PyTorch's OOM message: the processes NVML lists on the GPU (the rank's own too, under another pid
+# namespace), and what the caching allocator holds ("...by PyTorch, and X is reserved by PyTorch")
+HELD = re.compile(r"Process (\d+) has ([\d.]+) (bytes|[KMGT]iB) memory in use")
+BY_PYTORCH = re.compile(r"([\d.]+) (bytes|[KMGT]iB) is (?:allocated|reserved) by PyTorch")
+JOB_PID = re.compile(r"\(pid: (\d+)\)")
+UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def held_by_the_job(text: str, nodes: list[NodeEvidence]) -> bool:
+    """The one process an OOM message lists is the job's own rank: torchrun's failure summary names
+    its pid, or PyTorch's own allocations account for the memory it holds (a container's rank seen
+    under its host pid)."""
+    held = HELD.findall(text)
+    if len(held) != 1 or "this process has" in text:
+        return False
+    pid, amount, unit = held[0]
+    if any(pid in JOB_PID.findall(m.text) for n in nodes for m in n.matches
+           if m.signature == "rank_exit"):
+        return True
+    listed = float(amount) * UNITS[unit]
+    ours = sum(float(a) * UNITS[u] for a, u in BY_PYTORCH.findall(text))
+    return listed > 0 and 0.8 <= ours / listed <= 1.05
+
 
 def earliest_root(roots: list[NodeMatch], best: NodeMatch) -> NodeMatch | None:
     """The root printed first, on another host, when it leads the precedence pick by more than clock

@@ -20,6 +20,12 @@ ALLOC_MARK = re.compile(
 NCCL_ADDR = re.compile(r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using "
                        r".*?(?P<ip>\d+\.\d+\.\d+\.\d+)<\d+>")
 NODE_IP = re.compile(r"--node-ip-address[= ](\d+\.\d+\.\d+\.\d+)")
+# What names this host to its peers besides an IP: its IB port's LID (ibstat 'Base lid: 5', ibstatus
+# 'base lid: 0x5', ibv_devinfo 'port_lid: 5'; UCX names a remote port by it) and its EC2 instance id
+# (EFA names a peer by it; a reporter states its own as 'My host id')
+OWN_LID = re.compile(r"\b(?:[Bb]ase lid|port_lid):\s*(0x[0-9a-fA-F]+|\d+)\b")
+OWN_INSTANCE = re.compile(r"(?:\binstance[-_ ]?id\b[\"']?\s*[:=]?\s*[\"']?|My host id: )"
+                          r"(i-[0-9a-f]{8,17})\b", re.IGNORECASE)
 LOCAL_GID = re.compile(r"localGid ::ffff:(\d+\.\d+\.\d+\.\d+)")
 COMPLETED = re.compile(r"submitit INFO \([^)]*\) - Job completed successfully|" + EXIT_OK_RE)
 # py-spy's "Thread N (idle): ..." and faulthandler's "Thread 0x... (most recent call first):"
@@ -38,3 +44,16 @@ ALLOC_START = re.compile(ALLOC_START_RE)
 # `scontrol show hostnames $SLURM_JOB_NODELIST` in a job script prints the job's hosts, one a line
 HOSTNAMES_CMD = re.compile(r"scontrol show hostnames")
 BARE_HOST = re.compile(r"^[A-Za-z][\w.-]*\d[\w.-]*$")
+
+
+def own_names(body: str) -> list[str]:
+    """The names a line says this host goes by for its peers (`lid:N`, `i-...`); see `peer_name`."""
+    out = [f"lid:{int(m.group(1), 0)}" for m in OWN_LID.finditer(body)] if "lid" in body else []
+    if "id" in body:
+        out += [m.group(1) for m in OWN_INSTANCE.finditer(body)]
+    return out
+
+
+def peer_name(group: str, value: str) -> str:
+    """A peer as a signature's named group captured it, in the form `own_names` learns."""
+    return f"lid:{int(value, 0)}" if group == "lid" else value

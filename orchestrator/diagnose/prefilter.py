@@ -36,6 +36,7 @@ SPECIAL = (
      r"scontrol show hostnames", False), (ALLOC_START_RE, False),
     (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|hread 0x[0-9a-f]+ \(most recent call first|Failed "
      r"to suspend process|py-spy timed out", False),
+    (r"base lid:|port_lid:|instance[-_ ]?id|My host id: ", True),  # a host's own names (lines.py)
 )
 _NAMED = re.compile(r"\(\?P<\w+>")
 Compiled = dict[tuple[tuple[str, bool], ...], bytes]

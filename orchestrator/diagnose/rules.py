@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from orchestrator.diagnose.judge import local_disk, refine_oom
+from orchestrator.diagnose.judge import held_by_the_job, local_disk, refine_oom
 from orchestrator.diagnose.verdicts import Context
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.model import Cause, Owner
@@ -101,6 +101,10 @@ def judge_oom(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
     underway = any(m.kind == "phase" for n in nodes for m in n.matches)
     at_start = max((n.last_iteration or 0 for n in nodes),
                    default=0) <= ctx.start_iteration and not underway
+    if best.signature == "gpu_mem_held" and held_by_the_job(best.text, nodes):
+        return Cause.USER_OOM, [], Owner.JOB, "job_cuda_oom", (
+            "the one process the OOM message lists is the rank itself: the job's own allocations "
+            "filled the GPU")
     if best.signature == "gpu_mem_held" and not symmetric and at_start:
         return Cause.GPU_OOM_STARTUP, culprits, Owner.NODE, "gpu_memory_held", (
             "GPU memory held by another process on " + ",".join(culprits))
@@ -120,7 +124,7 @@ def judge_oom(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
 
 
 def judge_fs(best: Match, culprits: list[str], symmetric: bool) -> Judged:
-    if best.signature == "no_space":
+    if best.signature in ("no_space", "df_full"):
         if SHM.search(best.text):
             return Cause.USER_BUG, [], Owner.JOB, "shared_memory_exhausted", (
                 "shared memory (/dev/shm) is full: fewer DataLoader workers or a larger shm size")

@@ -22,6 +22,8 @@ from orchestrator.diagnose.lines import (
     PYSPY_FRAME,
     PYSPY_STUCK,
     PYSPY_THREAD,
+    own_names,
+    peer_name,
 )
 from orchestrator.diagnose.origin import MAX_TIES, HostMap, Prefixes, parse_line, parse_prefix
 from orchestrator.diagnose.prefilter import Prefilter
@@ -183,19 +185,19 @@ class NodeScan:
         if self._ended and ALLOC_START.search(body):
             self._new_allocation()
         self.host_map.learn(body, p.task)
+        for name in own_names(body):
+            self._address(name, host)
         if "NCCL INFO" in body:
             am = NCCL_ADDR.search(body)
             if am:
-                self.addresses.add(am.group("ip"))
-                self.host_map.learn_address(am.group("ip"), host)
+                self._address(am.group("ip"), host)
             if "async event" not in body:  # NCCL reports an HCA's own async events at INFO level
                 return
         self.tail.append((line_no, raw[:MAX_TEXT]))
         if "node-ip-address" in body:  # Ray: the address this host joined the cluster with
             ip = NODE_IP.search(body)
             if ip:
-                self.addresses.add(ip.group(1))
-                self.host_map.learn_address(ip.group(1), host)
+                self._address(ip.group(1), host)
         if self._stack_line(body):
             return
         pm = self.progress.search(body)
@@ -227,7 +229,8 @@ class NodeScan:
                 self._new_allocation()
             groups = m.groupdict()
             named = groups.get(sig.node_group) if sig.node_group else None
-            peer = groups.get(sig.peer_group) if sig.peer_group else None
+            value = groups.get(sig.peer_group) if sig.peer_group else None
+            peer = peer_name(sig.peer_group or "", value) if value else None
             # NCCL names this host's own address in the same warning
             if peer and "localGid" in body:
                 gid = LOCAL_GID.search(body)
@@ -242,6 +245,11 @@ class NodeScan:
                 self._ended_at = banner_time(body) or p.ts or self.last_ts
                 self._ended_line = line_no
             return
+
+    def _address(self, name: str, host: str | None) -> None:
+        """A name this file's host (or the line's `host`) goes by: an IP, an IB LID, an instance."""
+        self.addresses.add(name)
+        self.host_map.learn_address(name, host)
 
     def _teardown(self, ts: datetime | None, line_no: int) -> bool:
         """An error printed within minutes of Slurm's end banner (or, without times, within a few

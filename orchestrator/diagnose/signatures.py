@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from orchestrator.diagnose.events import EVENTS
+from orchestrator.diagnose.platforms import PLATFORMS
 from orchestrator.diagnose.signature import Signature
 from orchestrator.model import Cause
 from orchestrator.settings import UserSignature
@@ -24,7 +25,7 @@ __all__ = ["BUILTIN", "Signature", "build_table", "table_for"]
 C = Cause
 
 # Order matters: specific hardware text first, generic Python exceptions last.
-BUILTIN: tuple[Signature, ...] = EVENTS + (
+BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + (
     Signature("orch_fs_probe", r"ORCH-FS-PROBE FAILED", C.FILESYSTEM,
               source="the agent's filesystem probe"),
     Signature(

@@ -1,0 +1,82 @@
+"""Signatures of newer hardware and software stacks: NVLink/NVSwitch fabrics, AMD GPUs, AWS EFA,
+UCX, Horovod, JAX's coordination service, TensorFlow, Lustre's metadata servers and `df`. They come
+right after the events in the table (diagnose/signatures.py), before the generic transport and
+Python-exception patterns that would otherwise read their lines."""
+
+from __future__ import annotations
+
+from orchestrator.diagnose.signature import Signature
+from orchestrator.model import Cause as C
+
+PLATFORMS: tuple[Signature, ...] = (
+    # NVLink 5 / NVSwitch: Xid 144-150 are NVLink errors; the driver says Fatal or NonFatal. The
+    # kernel's report about the node: it makes the node's failure (or its peers' timeouts) its own.
+    Signature("nvlink_fatal",
+              r"NVRM: Xid \([^)]*\): 1(?:4[4-9]|50), \w+\s+Fatal\b", C.GPU_LOST,
+              blame=True, kind="hw",
+              source="NVIDIA Xid catalog 144-150; 'Xid 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link "
+                     "01' (leptonai/gpud#1160, NVIDIA/open-gpu-kernel-modules#1150)"),
+    # CUDA cannot start work until the node's fabric manager has set the NVSwitches up (error 802).
+    Signature("fabric_not_ready",
+              r"system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY"
+              r"|nvidia-fabricmanager(?:\.service)?: .*(?:FAILURE|Failed with result)"
+              r"|Failed to bind NVLink SHARP \(NVLS\) Multicast"
+              r"|nvls\.cc:\d+ NCCL WARN Cuda failure 401\b", C.GPU_LOST, blame=True,
+              source="CUDA error 802 (pytorch/pytorch#35710, aws-samples DLAMI#33); systemd on "
+                     "nvidia-fabricmanager (NVIDIA/gpu-operator#356); NCCL NVLS bind "
+                     "(pytorch/pytorch#177472, NVIDIA/nccl#1788)"),
+    Signature("amdgpu_reset",
+              r"amdgpu_job_timedout.*\bring \S+ timeout|\*ERROR\* ring \S+ timeout, signaled"
+              r"|amdgpu: GPU reset begin|VRAM is lost due to GPU reset|amdgpu: GPU reset\(\d+\) "
+              r"failed", C.GPU_LOST, blame=True,
+              source="amdgpu driver ring timeout and reset (rocm-arch/rocm-arch#829, "
+                     "ROCm/ROCR-Runtime#180)"),
+    Signature("launch_failure",
+              r"HIP error: unspecified launch failure|hipErrorLaunchFailure"
+              r"|Cuda failure \d* ?'unspecified launch failure'", C.GPU_LOST, blame=True,
+              source="HIP's and NCCL's wording of CUDA's 'unspecified launch failure'"),
+    # TensorFlow / XLA out of device memory: the job's own allocations, like a CUDA OOM.
+    Signature("tf_oom",
+              r"ResourceExhaustedError\b.*OOM when allocating tensor|OOM when allocating tensor "
+              r"with shape|RESOURCE_EXHAUSTED: Out of memory while trying to allocate", C.USER_OOM,
+              source="TensorFlow ResourceExhaustedError (horovod/horovod#534); XLA allocator"),
+    Signature("framework_shutdown",
+              r"Horovod has been shut down|HorovodShutdownError"
+              r"|has been set to ERROR in coordination service|Polled an error from coordination "
+              r"service|JAX distributed service detected fatal errors",
+              C.NCCL_TIMEOUT, cascade=True,
+              source="Horovod after another rank's exception (horovod/horovod#534); XLA "
+                     "coordination service heartbeat timeout (jax-ml/jax#23599)"),
+    # AWS EFA: the reporter names the peer's instance id; hosts announce their own.
+    Signature("efa_peer",
+              r"My host id: \S+ .*Peer host id: (?P<peer>i-[0-9a-f]{8,17})\b", C.NETWORK,
+              cascade=True, peer_group="peer",
+              source="libfabric efa_rdm_txe_handle_error 'Invalid address ... Peer host id: i-...'"
+                     " (aws/aws-ofi-nccl#346)"),
+    Signature("efa_error",
+              r"efa_rdm_\w+_handle_error\(\)|NET/OFI Request completed with error", C.NETWORK,
+              cascade=True, source="libfabric EFA provider; aws-ofi-nccl (aws/aws-ofi-nccl#161)"),
+    # UCX: the failed work request names the remote port's LID (IB) or address (RoCE).
+    Signature("ucx_peer_lid",
+              r"\[rqpn 0x[0-9a-f]+ (?:dlid=|rlid )(?P<lid>\d+)\b", C.NETWORK, cascade=True,
+              peer_group="lid", source="UCX ib_mlx5_log 'RC QP ... [rqpn 0xa90 dlid=5 ...]' "
+                                       "(openucx/ucx#10755, openucx/ucx#6871)"),
+    Signature("ucx_peer_ip",
+              r"\[rqpn 0x[0-9a-f]+ .*dgid ::ffff:(?P<peer>\d+\.\d+\.\d+\.\d+)", C.NETWORK,
+              cascade=True, peer_group="peer", source="UCX on RoCE (openucx/ucx#6871)"),
+    Signature("ucx_ib_error",
+              r"ib_mlx5_log\.c:\d+\s+(?:Remote (?:operation|access|invalid request) error"
+              r"|Transport retry count exceeded|RNR retry count exceeded|Local \w+ error) on",
+              C.NETWORK, cascade=True, source="UCX ib_mlx5_log completion errors"),
+    # Lustre client: the metadata (or object) server is lost; the job waits for recovery.
+    Signature("lustre_lost",
+              r"Connection to \S+-(?:MDT|OST)[0-9a-f]{4} \(at \S+\) was lost"
+              r"|ptlrpc_expire_one_request\(\)\) @@@ Request sent has timed out", C.FILESYSTEM,
+              source="Lustre client (jade-hpc-gpu#14; wiki.lustre.org monitoring guide)"),
+    # `df` printed by a prologue or epilogue: a filesystem with nothing available (not a snap's
+    # read-only loop mount; not /dev/shm, whose SIGBUS or ENOSPC says more).
+    Signature("df_full",
+              r"^(?:[^/\s]\S*|/dev/(?:[^l\s]|l[^o\s])\S*)(?:\s+\d[\d.]*[KMGTPE]?){2}\s+0[KMGTPE]?"
+              r"\s+100% /(?:$|[^sd\s]|s[^n\s]|d[^e\s])",
+              C.FILESYSTEM, source="df(1) 'Size Used Avail Use% Mounted on' rows"),
+)
