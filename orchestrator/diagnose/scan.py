@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from orchestrator.diagnose.blocks import block_progress, group_int
@@ -58,6 +58,8 @@ class NodeScan:
     lines: int = 0
     allocations: int = 0
     history: list[Match] = field(default_factory=list)
+    earlier: list[NodeScan] = field(default_factory=list)  # earlier allocations, oldest first
+    _at: tuple[bytes, int, int] | None = None  # the block, where its allocation began, the line
     addresses: set[str] = field(default_factory=set)
     completed: bool = False
     nul_padding: bool = False
@@ -94,7 +96,7 @@ class NodeScan:
             pos = start
             if self._known_nccl(data, start, end):
                 continue
-            before = self.allocations
+            before, self._at = self.allocations, (data, max(last_alloc, 0), start)
             self._raw_line(pos_line, data[start:end])
             if self.allocations != before:
                 last_alloc = end
@@ -280,6 +282,11 @@ class NodeScan:
     def _new_allocation(self) -> None:
         if self.allocations > 0 or self.matches:
             self.history.extend(self.matches[:50])
+        if self._at is not None:  # the block's progress before this line was the old one's
+            self._block_progress(self._at[0][: self._at[2]], self._at[1])
+        if self.matches or self.last_iteration is not None:  # what it was: the run's history
+            self.earlier = [*self.earlier[-7:], replace(self, matches=list(self.matches),
+                                                        earlier=[], tail=deque(self.tail))]
         self.allocations += 1
         self.matches = []
         self.dropped_matches = 0
