@@ -16,6 +16,7 @@ from orchestrator.diagnose.lines import (
     COMPLETED,
     HOSTNAMES_CMD,
     JOB_END,
+    JOB_START,
     LOCAL_GID,
     NCCL_ADDR,
     NODE_IP,
@@ -60,6 +61,7 @@ class NodeScan:
     history: list[Match] = field(default_factory=list)
     earlier: list[NodeScan] = field(default_factory=list)  # earlier allocations, oldest first
     _at: tuple[bytes, int, int] | None = None  # the block, where its allocation began, the line
+    _job_starts: int = 0  # lines that start a job (SLURM_JOB_ID=...)
     addresses: set[str] = field(default_factory=set)
     completed: bool = False
     nul_padding: bool = False
@@ -79,9 +81,8 @@ class NodeScan:
 
     def feed_bytes(self, first_line: int, data: bytes, prefilter: Prefilter,
                    newlines: int | None = None) -> None:
-        """Scan a block of complete lines: only the lines the prefilter flags are decoded and
-        matched; progress comes from the last progress line of the block, the tail from its last
-        lines."""
+        """Scan a block of complete lines (only those the prefilter flags are decoded and matched);
+        progress from the block's last progress line, the tail from its last lines."""
         pos_line, pos = first_line, 0
         last_alloc = -1
         # memchr first: the two-byte search is 60x slower
@@ -115,9 +116,8 @@ class NodeScan:
             self.tail.append((line_no, text[:MAX_TEXT]))
 
     def _known_nccl(self, data: bytes, start: int, end: int) -> bool:
-        """An `NCCL INFO comm ... rank N` line (one per rank and communicator) whose prefixes (srun
-        task, host:pid:tid) were seen: it can add nothing, since an NCCL INFO line is never
-        evidence, only who runs where."""
+        """An `NCCL INFO comm ... rank N` line whose prefixes (srun task, host:pid:tid) were seen:
+        it adds nothing (an NCCL INFO line is never evidence, only who runs where)."""
         at = data.find(b"NCCL INFO comm ", start, end)
         if at < 0 or self._ended or self._frame_next:
             return False
@@ -182,7 +182,7 @@ class NodeScan:
             # submitit's always do
             if am and (am.group("sjob") or (p.task is None and p.rank is None)):
                 self._new_allocation()
-        if self._ended and ALLOC_START.search(body):
+        if ALLOC_START.search(body) and (self._ended or self._restarted(body, p)):
             self._new_allocation()
         self.host_map.learn(body, p.task)
         if "NCCL INFO" in body:
@@ -245,9 +245,13 @@ class NodeScan:
                 self._ended_line = line_no
             return
 
+    def _restarted(self, body: str, p: Prefixes) -> bool:
+        """A second job start line that no rank printed: a requeued allocation appended."""
+        self._job_starts += bool(JOB_START.search(body)) and p.rank is None and p.task is None
+        return self._job_starts > 1 and bool(JOB_START.search(body))
+
     def _teardown(self, ts: datetime | None, line_no: int) -> bool:
-        """An error printed within minutes of Slurm's end banner (or, without times, within a few
-        hundred lines of it) belongs to that job's teardown."""
+        """An error within minutes (or a few hundred lines) of Slurm's end banner: its teardown."""
         if ts is not None and self._ended_at is not None:
             return ts - self._ended_at < TEARDOWN
         return line_no - self._ended_line < TEARDOWN_LINES
@@ -288,11 +292,9 @@ class NodeScan:
             self.earlier = [*self.earlier[-7:], replace(self, matches=list(self.matches),
                                                         earlier=[], tail=deque(self.tail))]
         self.allocations += 1
-        self.matches = []
-        self.dropped_matches = 0
-        self.first_iteration = self.last_iteration = None
-        self.last_progress_ts = None
+        self.matches, self.dropped_matches = [], 0
+        self.host_map, self.hosts = HostMap(), set()  # another allocation: other hosts
+        self.first_iteration = self.last_iteration = self.last_progress_ts = None
         self.tail.clear()
         self.completed, self.top_frames, self.stuck = False, [], ""
-        self.nul_padding = False
-        self._ended = False
+        self.nul_padding = self._ended = False

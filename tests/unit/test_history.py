@@ -87,3 +87,44 @@ def test_two_allocations_appended_to_one_file_hanging_at_the_same_step_stop(tmp_
     # the last allocation alone: a hang nobody stands out in, resubmitted
     (d / "slurm-4881270.out").write_text("\n".join(text[len(text) // 2:]) + "\n")
     assert diagnose_dir(d)["action"] == "resubmit"
+
+
+# real shapes of one rank's device crash: PyTorch's RuntimeError, XLA's driver name
+CUDA_CRASHES = ["[rank20]: RuntimeError: CUDA error: an illegal memory access was encountered",
+                "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal "
+                "memory access was encountered"]
+
+
+def per_host(tmp_path: Path, crash: str, steps: int = 300) -> Path:
+    for h in ("n1", "n2", "n3"):
+        lines = [f"[2025-07-22 19:{k // 60:02d}:{k % 60:02d}] step {k * 100}/20000 loss 2.1"
+                 for k in range(1, steps // 100 + 1)]
+        if h == "n2":
+            lines += ["Traceback (most recent call last):", '  File "train.py", line 88, in <module>', crash]
+        else:
+            lines.append("[rank4]:[E722 19:45:41.6 ProcessGroupNCCL.cpp:632] [Rank 4] Watchdog caught collective "
+                         "operation timeout: WorkNCCL(SeqNum=455120, OpType=_ALLGATHER_BASE) ran for 600000 "
+                         "milliseconds before timing out.")
+        (tmp_path / f"{h}.log").write_text("\n".join(lines) + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("crash", CUDA_CRASHES)
+def test_one_ranks_cuda_crash_after_progress_is_a_strike_on_its_node(tmp_path: Path, crash: str) -> None:
+    got = diagnose_dir(per_host(tmp_path, crash))
+    assert (got["culprit_nodes"], got["action"], got["rule"]) == (["n2"], "resubmit", "one_rank_cuda_crash")
+
+
+def test_a_python_error_on_one_rank_is_still_the_jobs(tmp_path: Path) -> None:
+    got = diagnose_dir(per_host(tmp_path, "[rank20]: KeyError: 'input_ids'"))
+    assert (got["culprit_nodes"], got["action"]) == ([], "stop_and_alert")
+
+
+@pytest.mark.parametrize("start", ["SLURM_JOB_ID=440575", "SLURM_RESTART_COUNT=1"])
+def test_a_second_job_start_line_without_a_banner_begins_the_next_allocation(tmp_path: Path, start: str) -> None:
+    crash = ["1: [rank11]: RuntimeError: CUDA error: an illegal memory access was encountered",
+             "srun: error: {host}: task 1: Exited with exit code 1"]
+    first = allocation(440575, ["x1", "x2", "x3"], 12000, 12850, crash, "x2").replace("SLURM_JOB_ID=440575", start)
+    second = allocation(440575, ["y1", "y2", "y3"], 12000, 12850, crash, "y2").replace("SLURM_JOB_ID=440575", start)
+    got = diagnose_dir(write(tmp_path, {"slurm-440575.out": first.replace("*** STEP", "STEP") + second}))
+    assert (got["culprit_nodes"], got["action"]) == ([], "stop_and_alert")
