@@ -30,6 +30,8 @@ PYSPY_THREAD = re.compile(r"^(?:Thread (?:0x)?[0-9a-f]+ \((?:idle|active)[^)]*\)
 PYSPY_FRAME = re.compile(r"^\s*(?P<fn>[\w<>.:~]+) \((?P<file>[^():]+)(?::\d+)?\)\s*$"
                          r"|^\s*File \"(?:[^\"]*/)?(?P<ffile>[^\"/]+/[^\"/]+|[^\"/]+)\", line \d+ "
                          r"in (?P<ffn>\S+)")
+# py-spy --native names a frame it cannot symbolize by its address: `0x14cd955ebdbc (libcuda.so.1)`
+NATIVE_ADDRESS = re.compile(r"0x[0-9a-fA-F]+$")
 PYSPY_STUCK = re.compile(r"Error: Failed to suspend process|py-spy timed out")
 # After Slurm ended a job (a JOB-level banner), these start the next allocation appended to the same
 # file.

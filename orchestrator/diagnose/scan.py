@@ -18,6 +18,7 @@ from orchestrator.diagnose.lines import (
     JOB_END,
     JOB_START,
     LOCAL_GID,
+    NATIVE_ADDRESS,
     NCCL_ADDR,
     NODE_IP,
     PYSPY_FRAME,
@@ -35,9 +36,7 @@ from orchestrator.settings.run import not_training
 TEARDOWN = timedelta(minutes=5)
 # printed by the rank that drives the job, not quoted
 QUOTED_OK = frozenset({"ray_node_dead", "sigkill"})
-TEARDOWN_LINES = 200
-MAX_MATCHES = 400
-MAX_TEXT = 500
+TEARDOWN_LINES, MAX_MATCHES, MAX_TEXT = 200, 400, 500
 MATCH_CHARS = 8 * 1024  # signatures look at a line's first 8 KB: crafted monster lines stay cheap
 
 
@@ -103,12 +102,12 @@ class NodeScan:
                 last_alloc = end
             if HOSTNAMES_CMD.search(data[start:end].decode("utf-8", "replace")):
                 self.hosts.update(hostnames_after(data, end))
-            # a py-spy thread header: the frame is on the next line
-            if self._frame_next and end + 1 < len(data):
-                nxt = data.find(b"\n", end + 1)
-                _, _, body = parse_prefix(_decode(data[end + 1 : len(data) if nxt < 0 else nxt]))
-                # takes the frame if it is one; the line is not scanned twice
-                self._stack_line(body)
+            # a py-spy thread header: the frame is on the next line (after unnamed native ones)
+            while self._frame_next and end + 1 < len(data):
+                nxt = data.find(b"\n", end + 1) % (len(data) + 1)  # -1: the block's end
+                _, _, body = parse_prefix(_decode(data[end + 1 : nxt]))
+                self._stack_line(body)  # takes a frame if it is one; the line is not scanned twice
+                end = nxt
         newlines = data.count(b"\n") if newlines is None else newlines
         self.lines += newlines
         self._block_progress(data, max(last_alloc, 0))
@@ -262,9 +261,10 @@ class NodeScan:
         if self._frame_next:
             self._frame_next = False
             fm = PYSPY_FRAME.match(body)
-            if fm:
+            if fm:  # `0x14cd955ebdbc (libcuda.so.1)` has no name: the next frame says where
+                self._frame_next = bool(NATIVE_ADDRESS.match(fm.group("fn") or ""))
                 fn, file = fm.group("fn") or fm.group("ffn"), fm.group("file") or fm.group("ffile")
-                self.top_frames.append(f"{fn} ({file})")
+                self.top_frames += [] if self._frame_next else [f"{fn} ({file})"]
                 return True
         if ("hread " in body[:16]) and PYSPY_THREAD.match(body):
             self._frame_next = True
