@@ -115,3 +115,26 @@ def test_py_spy_native_frames_with_no_name_give_way_to_the_call_a_rank_waits_in(
     assert nodes[1].top_frames[-1] == stuck[3]
     v = classify(TIMEOUT, nodes, Context(stalled=True))
     assert v.cause == Cause.HANG and v.culprit_nodes == ("g32",) and v.blame
+
+
+def nccl_info(host: str, ip: str) -> str:
+    return f"{host}:5246:5246 [0] NCCL INFO Bootstrap : Using ib0:{ip}<0>"
+
+
+# NCCL's net_ib completion line, older (`with error N, ... vendor err`) and newer (`with status=N ...`)
+# formats: a retry-exceeded completion (12 / vendor err 129) and the flush (5 / 249) it leaves behind
+COMPLETIONS = [("NET/IB : Got completion from peer 172.20.40.{ip}<44411> with error {st}, opcode 0, len 0, "
+                "vendor err {vendor} (Recv)"),
+               ("NET/IB : Got completion from peer 172.20.40.{ip}<44411> with status={st} opcode=0 len=0 "
+                "vendor err {vendor} (Recv) localGid ::ffff:172.20.40.18 remoteGids ::ffff:172.20.40.{ip}")]
+
+
+@pytest.mark.parametrize("fmt", COMPLETIONS)
+def test_a_flushed_request_after_one_peers_retry_exceeded_error_does_not_name_the_reporter_back(fmt: str) -> None:
+    reporter = node("n4018", [nccl_info("n4018", "172.20.40.18"), fmt.format(ip=24, st=12, vendor=129)])
+    flushed = node("n4024", [nccl_info("n4024", "172.20.40.24"), fmt.format(ip=18, st=5, vendor=249)])
+    quiet = node("n4017", [nccl_info("n4017", "172.20.40.17"),
+                           "socketProgress: Connection closed by remote peer 172.20.40.18<39112>"])
+    v = classify(JobStatus(state=JobState.FAILED), [quiet, reporter, flushed], Context())
+    assert v.cause == Cause.NETWORK and v.culprit_nodes == ("n4024",) and v.rule == "one_peer_names_host"
+    assert action_without_history(v)[0] == "resubmit"
