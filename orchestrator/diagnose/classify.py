@@ -12,10 +12,14 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from orchestrator.diagnose.cascade import from_cascade, killed_everywhere
-from orchestrator.diagnose.culprits import (
-    node_fail_culprits,
+from orchestrator.diagnose.culprits import node_fail_culprits, origin
+from orchestrator.diagnose.endings import (
+    UNKILLABLE,
+    from_roots,
+    scheduler_end,
+    stuck_alive,
+    who_stalled,
 )
-from orchestrator.diagnose.endings import from_roots, scheduler_end, who_stalled
 from orchestrator.diagnose.finish import FINISH
 from orchestrator.diagnose.judge import (
     NodeMatch,
@@ -182,7 +186,13 @@ def _stopped_before_walltime(f: Facts) -> Verdict | None:
 
 
 def _scheduler_ended(f: Facts) -> Verdict | None:
-    if f.state_cause in (Cause.TIMELIMIT, Cause.PREEMPTED) and not f.hardware_roots:
+    """Slurm's time limit or preemption ended the job; a step that would not die at that end
+    (`unkillable`) names its node but leaves the cause the scheduler's."""
+    alive = stuck_alive(f.nodes, f.roots)
+    # a node stuck before the end that then could not be killed: its failure, not the end's
+    faults = [(n, m) for n, m in f.hardware_roots if m.signature not in UNKILLABLE
+              or origin(n, m) in alive]
+    if f.state_cause in (Cause.TIMELIMIT, Cause.PREEMPTED) and not faults:
         assert f.state_cause is not None
         return scheduler_end(f.job, f.state_cause, f.nodes, f.roots, f.secondary)
     return None

@@ -75,6 +75,9 @@ def stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
 
 RETRY = re.compile(r"status=12\b|RETRY_EXC|retry.?exceeded|vendor err 129\b", re.IGNORECASE)
 IPV4 = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+# a work request flushed (status 5) when the queue pair went to error: the aftermath of another
+# completion error, not a peer that stopped answering
+FLUSHED = re.compile(r"with (?:error |status=)5\b|WR_FLUSH_ERR|\bflush(?:ed)? error", re.IGNORECASE)
 
 
 def address_owners(nodes: list[NodeEvidence]) -> dict[str, str]:
@@ -108,6 +111,8 @@ def peer_culprits(nodes: list[NodeEvidence],
     errors: that host's own link is as suspect as the peer, and it is the one with evidence; a
     refused connection: the peer, which is not listening."""
     owner = address_owners(nodes)
+    if any(RETRY.search(m.text) for _, m in secondary if m.peer_ip):  # the flushes followed it
+        secondary = [(n, m) for n, m in secondary if not (m.peer_ip and FLUSHED.search(m.text))]
     reports = {(r, owner.get(m.peer_ip or ""), m.signature) for n, m in secondary
                if m.peer_ip and (r := origin(n, m))}
     votes: Counter[str] = Counter(peer for r, peer, _ in {(r, p, "") for r, p, _ in reports} if peer

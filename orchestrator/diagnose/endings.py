@@ -114,27 +114,67 @@ def _outside(nodes: list[NodeEvidence], secondary: list[Evidence]) -> Verdict | 
                    Owner.NODE)
 
 
+# processes that did not end with the scheduler's signals: their node's fault, whatever ended it
+UNKILLABLE = frozenset({"unkillable"})
+
+
 def scheduler_end(job: JobStatus, cause: Cause, nodes: list[NodeEvidence], roots: list[NodeMatch],
                    secondary: list[NodeMatch]) -> Verdict:
     """Slurm ended the job (time limit, preemption). If progress had stopped long before, that was a
-    hang."""
+    hang; a node whose processes could not be killed at that end is excluded, the cause stays."""
     found = evs(roots + secondary, Role.SECONDARY)
     requeue = [(n, m) for n, m in secondary if m.signature == "job_requeue"]
     if requeue and cause == Cause.PREEMPTED:
         return verdict(cause, [], False, 0.8, evs(requeue, Role.ROOT) + found,
                        "the job was requeued: the same job "
                         "comes back", "requeued", Owner.SHARED)
+    unkillable = sorted({h for n, m in roots if m.signature in UNKILLABLE and (h := origin(n, m))})
+    stuck = stuck_before_end(nodes, roots) if cause == Cause.TIMELIMIT else []
     gap = progress_stopped_early(nodes, secondary) if cause == Cause.TIMELIMIT else None
     if gap is not None:
-        stuck = sorted({h for n, m in roots if m.cause == Cause.HANG and (h := origin(n, m))})
-        behind = stuck or progress_culprit(nodes) or silent(nodes, [(n, m) for n, m in secondary
-                                                          if m.signature != "job_timelimit"])
+        behind = stuck or unkillable or progress_culprit(nodes) or silent(
+            nodes, [(n, m) for n, m in secondary if m.signature != "job_timelimit"])
         return verdict(Cause.HANG, behind, bool(behind), 0.6, found,
                         f"progress stopped {mins(gap)} before the time limit: a hang, not the time "
                         "limit" + (f"; it stopped first on {','.join(behind)}" if behind else ""),
                         "progress_stopped_before_limit", Owner.NODE if behind else Owner.NOBODY)
+    if unkillable:
+        return verdict(cause, unkillable, True, 0.85, evs([(n, m) for n, m in roots if m.signature
+                                                          in UNKILLABLE], Role.ROOT) + found,
+                       f"Slurm ended the job ({job.state.value}) and the processes on "
+                       f"{','.join(unkillable)} did not end with its signals: that node",
+                       "unkillable_at_end", Owner.NODE)
+    if stuck and not any(n.last_progress_ts for n in nodes):
+        return verdict(Cause.HANG, stuck, True, 0.7, found,
+                       f"a process on {','.join(stuck)} was stuck (the kernel's own report) before "
+                       "the time limit, and no progress line says the job still trained: a hang",
+                       "stuck_before_limit", Owner.NODE)
     return verdict(cause, [], False, 0.9, found, f"Slurm ended the job: {job.state.value}",
                    "scheduler_ended", Owner.NOBODY)
+
+
+def stuck_before_end(nodes: list[NodeEvidence], roots: list[NodeMatch]) -> list[str]:
+    """Hosts with a process stuck (D state, hung task) printed before Slurm's end banner in the same
+    file (after it, the stuck process is the teardown's), unless every host of the job reports it
+    (then the cause is shared)."""
+    ends = {n.file: min((m.line for m in n.matches if m.signature in END_BANNERS), default=None)
+            for n in nodes}
+    stuck = sorted({h for n, m in roots if m.cause == Cause.HANG and (h := origin(n, m))
+                    and ((end := ends.get(n.file)) is None or m.line < end)})
+    everyone = all_hosts(nodes)
+    return [] if len(everyone) > 1 and set(stuck) >= everyone else stuck
+
+
+END_BANNERS = frozenset({"job_timelimit", "job_preempted"})
+# a hung task's kernel call trace through the exit path: the process was dying (the end's signal)
+EXITING = re.compile(r"\b(?:do_exit|do_group_exit|get_signal)\+")
+
+
+def stuck_alive(nodes: list[NodeEvidence], roots: list[NodeMatch]) -> set[str]:
+    """Hosts whose processes were stuck (D state) outside the exit path: their node was stuck before
+    the end came, so a step it could not kill is its failure, not the end's teardown."""
+    dying = {n.node for n in nodes if any(EXITING.search(t) for _, t in n.tail)}
+    return {h for n, m in roots if m.cause == Cause.HANG and (h := origin(n, m)) and h not in dying}
 
 
 def mins(d: timedelta) -> str:

@@ -36,11 +36,15 @@ PYSPY_THREAD = re.compile(r"^(?:Thread (?:0x)?[0-9a-f]+ \((?:idle|active)[^)]*\)
 PYSPY_FRAME = re.compile(r"^\s*(?P<fn>[\w<>.:~]+) \((?P<file>[^():]+)(?::\d+)?\)\s*$"
                          r"|^\s*File \"(?:[^\"]*/)?(?P<ffile>[^\"/]+/[^\"/]+|[^\"/]+)\", line \d+ "
                          r"in (?P<ffn>\S+)")
+# py-spy --native names a frame it cannot symbolize by its address: `0x14cd955ebdbc (libcuda.so.1)`
+NATIVE_ADDRESS = re.compile(r"0x[0-9a-fA-F]+$")
 PYSPY_STUCK = re.compile(r"Error: Failed to suspend process|py-spy timed out")
 # After Slurm ended a job (a JOB-level banner), these start the next allocation appended to the same
 # file.
 JOB_END = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT|DUE TO JOB REQUEUE")
 ALLOC_START = re.compile(ALLOC_START_RE)
+# printed once by a job script as it starts: a second one in the same file is the next allocation
+JOB_START = re.compile(r"SLURM_JOB_ID=\d|SLURM_RESTART_COUNT\b")
 # `scontrol show hostnames $SLURM_JOB_NODELIST` in a job script prints the job's hosts, one a line
 HOSTNAMES_CMD = re.compile(r"scontrol show hostnames")
 BARE_HOST = re.compile(r"^[A-Za-z][\w.-]*\d[\w.-]*$")

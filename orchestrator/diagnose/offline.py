@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.diagnose.classify import Context, classify, infer_job_state
-from orchestrator.diagnose.nodes import node_evidence, scan_file
+from orchestrator.diagnose.history import decide_with_history, split_allocations
+from orchestrator.diagnose.nodes import scan_file
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.signatures import Signature, build_table
 from orchestrator.model import EvidenceSource, JobState, JobStatus, Verdict
@@ -80,12 +81,18 @@ def diagnose_dir(directory: Path, progress_regex: str = DEFAULT_PROGRESS,
     sigs = build_table() if signatures is None else signatures
     rx = re.compile(progress_regex)
     prefilter = _prefilter(sigs)
-    nodes = [node_evidence(scan_file(f, host_of_file(f.name, i), sigs, rx, prefilter)) for i,
+    scans = [(f.name, scan_file(f, host_of_file(f.name, i), sigs, rx, prefilter)) for i,
              f in enumerate(files)]
+    # the last allocation is judged; earlier ones (older job ids, appended runs) are its history
+    history, nodes = split_allocations(scans)
     stalled = any(n.top_frames or n.stuck_detail for n in nodes)
     known = JobStatus(state=job_state) if job_state not in (None, JobState.UNKNOWN) else None
     v = classify(known or infer_job_state(nodes), nodes, Context(stalled=stalled))
-    action, reason, policy_rule = action_without_history(v)
+    if history:
+        d, v = decide_with_history(history, nodes, v)
+        action, reason, policy_rule = d.action.value, d.reason, d.rule
+    else:
+        action, reason, policy_rule = action_without_history(v)
     return {
         "cause": v.cause.value, "culprit_nodes": list(v.culprit_nodes), "blame": v.blame,
         "owner": v.fault_owner.value, "rule": v.rule, "policy_rule": policy_rule,

@@ -24,7 +24,9 @@ ENGINE_AVAILABLE = hyperscan is not None
 
 # The start of an allocation (used after Slurm printed a JOB-level end banner in the same file).
 ALLOC_START_RE = (r"NCCL INFO NCCL version \d|Starting elastic_operator|Initializing distributed: "
-                  r"GLOBAL_RANK|initializing torch distributed|loading checkpoint from|\*{5} "
+                  r"GLOBAL_RANK|initializing torch distributed|loading checkpoint from|"
+                  r"SLURM_RESTART_COUNT\b|SLURM_JOB_ID=\d|"
+                  r"\b(?:loaded|resum(?:ed|ing) from) checkpoint|\*{5} "
                   r"Running training \*{5}|^\+ (?:srun|torchrun|deepspeed|accelerate|python)\b")
 # Lines the scanner handles besides signatures: allocation markers, NCCL addresses, completion,
 # py-spy thread headers and failures.

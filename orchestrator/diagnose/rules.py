@@ -18,6 +18,9 @@ SHM = re.compile(r"/dev/shm|\bshm\b|shared memory|</torch_\d+", re.IGNORECASE)
 # CONTEXT.md)
 RUNTIME_OOM = re.compile(r"CUDA error: out of memory|cudaErrorMemoryAllocation|Cuda failure \d* "
                          r"?'out of memory'")
+# A kernel's own crash on the device (PyTorch, NCCL's "Cuda failure", the driver API's names)
+CUDA_CRASH = re.compile(r"illegal memory access|unspecified launch failure|cudaErrorIllegalAddress|"
+                        r"cudaErrorLaunchFailure|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED")
 # Positive evidence that a rank waits in the program's own machinery (a queue, a lock, a data
 # loader), not in an unknown frame: an unknown frame outside the collective is the node's (the
 # stuck-rank rule)
@@ -85,6 +88,9 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
         cause = Cause.NCCL_TIMEOUT if cause == Cause.HANG else cause
         return (cause, [], Owner.NOBODY, "same_on_every_node",
                 f"the same {cause.value} on every node: nobody stands out")
+    if cause == Cause.USER_BUG and one_rank_cuda_crash(best, culprits, nodes, ctx):
+        return cause, culprits, Owner.NODE_SUSPECT, "one_rank_cuda_crash", f"one rank's CUDA \
+crash on {culprits[0]} after progress, no hardware message: a strike: {best.text[:120]}"
     if cause in (Cause.USER_BUG, Cause.HOST_OOM):
         rule = "program_error" if cause == Cause.USER_BUG else "job_memory"
         return cause, [], Owner.JOB, rule, ""
@@ -93,6 +99,14 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
     if cause == Cause.HANG:
         return cause, culprits, Owner.NODE, "stuck_process", ""
     return cause, culprits, Owner.NODE_SUSPECT, "one_off_crash", ""
+
+
+def one_rank_cuda_crash(best: Match, culprits: list[str], nodes: list[NodeEvidence],
+                        ctx: Context) -> bool:
+    """A CUDA illegal memory access or launch failure on one node's rank after progress: one crash
+    that nothing explains is weak evidence against the node, not yet the job's (DECISIONS.md)."""
+    progressed = max((n.last_iteration or 0 for n in nodes), default=0) > ctx.start_iteration
+    return len(culprits) == 1 and progressed and bool(CUDA_CRASH.search(best.text))
 
 
 def judge_oom(cause: Cause, best: Match, culprits: list[str], symmetric: bool,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from orchestrator.diagnose.blocks import block_progress, group_int
@@ -16,7 +16,9 @@ from orchestrator.diagnose.lines import (
     COMPLETED,
     HOSTNAMES_CMD,
     JOB_END,
+    JOB_START,
     LOCAL_GID,
+    NATIVE_ADDRESS,
     NCCL_ADDR,
     NODE_IP,
     PYSPY_FRAME,
@@ -34,11 +36,8 @@ from orchestrator.evidence import Match
 from orchestrator.settings.run import not_training
 
 TEARDOWN = timedelta(minutes=5)
-# printed by the rank that drives the job, not quoted
-QUOTED_OK = frozenset({"ray_node_dead", "sigkill"})
-TEARDOWN_LINES = 200
-MAX_MATCHES = 400
-MAX_TEXT = 500
+QUOTED_OK = frozenset({"ray_node_dead", "sigkill"})  # printed by the driving rank, not quoted
+TEARDOWN_LINES, MAX_MATCHES, MAX_TEXT = 200, 400, 500
 MATCH_CHARS = 8 * 1024  # signatures look at a line's first 8 KB: crafted monster lines stay cheap
 
 
@@ -60,28 +59,28 @@ class NodeScan:
     lines: int = 0
     allocations: int = 0
     history: list[Match] = field(default_factory=list)
+    earlier: list[NodeScan] = field(default_factory=list)  # earlier allocations, oldest first
+    _at: tuple[bytes, int, int] | None = None  # the block, where its allocation began, the line
+    _job_starts: int = 0  # lines that start a job (SLURM_JOB_ID=...)
     addresses: set[str] = field(default_factory=set)
     completed: bool = False
     nul_padding: bool = False
     hosts: set[str] = field(default_factory=set)  # hosts named by line prefixes
     host_map: HostMap = field(default_factory=HostMap)
-    # Slurm printed a JOB-level end banner: what follows may be the next allocation
-    _ended: bool = False
+    _ended: bool = False  # Slurm printed a JOB-level end banner: the next allocation may follow
     _ended_at: datetime | None = None  # when (the banner's own time, else the line's)
     _ended_line: int = 0
     top_frames: list[str] = field(default_factory=list)  # from py-spy dumps found in the log
     stuck: str = ""
     _frame_next: bool = False
-    # prefixes of NCCL INFO comm lines already learnt from
-    _nccl_seen: set[bytes] = field(default_factory=set)
+    _nccl_seen: set[bytes] = field(default_factory=set)  # NCCL INFO comm prefixes learnt from
     # when the training was told to stop (SIGTERM, KeyboardInterrupt)
     signalled_at: datetime | None = None
 
     def feed_bytes(self, first_line: int, data: bytes, prefilter: Prefilter,
                    newlines: int | None = None) -> None:
-        """Scan a block of complete lines: only the lines the prefilter flags are decoded and
-        matched; progress comes from the last progress line of the block, the tail from its last
-        lines."""
+        """Scan a block of complete lines (only those the prefilter flags are decoded and matched);
+        progress from the block's last progress line, the tail from its last lines."""
         pos_line, pos = first_line, 0
         last_alloc = -1
         # memchr first: the two-byte search is 60x slower
@@ -96,18 +95,18 @@ class NodeScan:
             pos = start
             if self._known_nccl(data, start, end):
                 continue
-            before = self.allocations
+            before, self._at = self.allocations, (data, max(last_alloc, 0), start)
             self._raw_line(pos_line, data[start:end])
             if self.allocations != before:
                 last_alloc = end
             if HOSTNAMES_CMD.search(data[start:end].decode("utf-8", "replace")):
                 self.hosts.update(hostnames_after(data, end))
-            # a py-spy thread header: the frame is on the next line
-            if self._frame_next and end + 1 < len(data):
-                nxt = data.find(b"\n", end + 1)
-                _, _, body = parse_prefix(_decode(data[end + 1 : len(data) if nxt < 0 else nxt]))
-                # takes the frame if it is one; the line is not scanned twice
-                self._stack_line(body)
+            # a py-spy thread header: the frame is on the next line (after unnamed native ones)
+            while self._frame_next and end + 1 < len(data):
+                nxt = data.find(b"\n", end + 1) % (len(data) + 1)  # -1: the block's end
+                _, _, body = parse_prefix(_decode(data[end + 1 : nxt]))
+                self._stack_line(body)  # takes a frame if it is one; the line is not scanned twice
+                end = nxt
         newlines = data.count(b"\n") if newlines is None else newlines
         self.lines += newlines
         self._block_progress(data, max(last_alloc, 0))
@@ -115,9 +114,8 @@ class NodeScan:
             self.tail.append((line_no, text[:MAX_TEXT]))
 
     def _known_nccl(self, data: bytes, start: int, end: int) -> bool:
-        """An `NCCL INFO comm ... rank N` line (one per rank and communicator) whose prefixes (srun
-        task, host:pid:tid) were seen: it can add nothing, since an NCCL INFO line is never
-        evidence, only who runs where."""
+        """An `NCCL INFO comm ... rank N` line whose prefixes (srun task, host:pid:tid) were seen:
+        it adds nothing (an NCCL INFO line is never evidence, only who runs where)."""
         at = data.find(b"NCCL INFO comm ", start, end)
         if at < 0 or self._ended or self._frame_next:
             return False
@@ -182,7 +180,7 @@ class NodeScan:
             # submitit's always do
             if am and (am.group("sjob") or (p.task is None and p.rank is None)):
                 self._new_allocation()
-        if self._ended and ALLOC_START.search(body):
+        if ALLOC_START.search(body) and (self._ended or self._restarted(body, p)):
             self._new_allocation()
         self.host_map.learn(body, p.task)
         for name in own_names(body):
@@ -210,8 +208,7 @@ class NodeScan:
         self._match(line_no, p)
 
     def _match(self, line_no: int, p: Prefixes) -> None:
-        """The first signature that matches names the line's cause; informational lines are
-        dropped."""
+        """The first signature that matches names the line's cause; info lines are dropped."""
         body = p.body
         probe = body[:MATCH_CHARS]
         by_rank = p.task is not None or p.rank is not None
@@ -232,11 +229,8 @@ class NodeScan:
             value = groups.get(sig.peer_group) if sig.peer_group else None
             peer = peer_name(sig.peer_group or "", value) if value else None
             # NCCL names this host's own address in the same warning
-            if peer and "localGid" in body:
-                gid = LOCAL_GID.search(body)
-                if gid:
-                    self.addresses.add(gid.group(1))
-                    self.host_map.learn_address(gid.group(1), p.host)
+            if peer and "localGid" in body and (gid := LOCAL_GID.search(body)):
+                self._address(gid.group(1), p.host)
             self._add(Match(line_no, body[:MAX_TEXT], sig.name, sig.cause, sig.blame, sig.cascade,
                             p.rank if p.rank is not None else p.task, p.ts or self.last_ts, named,
                             self.file, peer, p.host, sig.kind, p.task))
@@ -251,22 +245,26 @@ class NodeScan:
         self.addresses.add(name)
         self.host_map.learn_address(name, host)
 
+    def _restarted(self, body: str, p: Prefixes) -> bool:
+        """A second job start line that no rank printed: a requeued allocation appended."""
+        self._job_starts += bool(JOB_START.search(body)) and p.rank is None and p.task is None
+        return self._job_starts > 1 and bool(JOB_START.search(body))
+
     def _teardown(self, ts: datetime | None, line_no: int) -> bool:
-        """An error printed within minutes of Slurm's end banner (or, without times, within a few
-        hundred lines of it) belongs to that job's teardown."""
+        """An error within minutes (or a few hundred lines) of Slurm's end banner: its teardown."""
         if ts is not None and self._ended_at is not None:
             return ts - self._ended_at < TEARDOWN
         return line_no - self._ended_line < TEARDOWN_LINES
 
     def _stack_line(self, body: str) -> bool:  # noqa: C901
-        """py-spy dumps in the log: the innermost frame of each thread dump, and failures to
-        suspend."""
+        """py-spy dumps in the log: each thread dump's innermost frame, and failures to suspend."""
         if self._frame_next:
             self._frame_next = False
             fm = PYSPY_FRAME.match(body)
-            if fm:
+            if fm:  # `0x14cd955ebdbc (libcuda.so.1)` has no name: the next frame says where
+                self._frame_next = bool(NATIVE_ADDRESS.match(fm.group("fn") or ""))
                 fn, file = fm.group("fn") or fm.group("ffn"), fm.group("file") or fm.group("ffile")
-                self.top_frames.append(f"{fn} ({file})")
+                self.top_frames += [] if self._frame_next else [f"{fn} ({file})"]
                 return True
         if ("hread " in body[:16]) and PYSPY_THREAD.match(body):
             self._frame_next = True
@@ -288,12 +286,15 @@ class NodeScan:
     def _new_allocation(self) -> None:
         if self.allocations > 0 or self.matches:
             self.history.extend(self.matches[:50])
+        if self._at is not None:  # the block's progress before this line was the old one's
+            self._block_progress(self._at[0][: self._at[2]], self._at[1])
+        if self.matches or self.last_iteration is not None:  # what it was: the run's history
+            self.earlier = [*self.earlier[-7:], replace(self, matches=list(self.matches),
+                                                        earlier=[], tail=deque(self.tail))]
         self.allocations += 1
-        self.matches = []
-        self.dropped_matches = 0
-        self.first_iteration = self.last_iteration = None
-        self.last_progress_ts = None
+        self.matches, self.dropped_matches = [], 0
+        self.host_map, self.hosts = HostMap(), set()  # another allocation: other hosts
+        self.first_iteration = self.last_iteration = self.last_progress_ts = None
         self.tail.clear()
         self.completed, self.top_frames, self.stuck = False, [], ""
-        self.nul_padding = False
-        self._ended = False
+        self.nul_padding = self._ended = False

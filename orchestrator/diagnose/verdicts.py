@@ -49,7 +49,9 @@ def verdict(cause: Cause, culprits: list[str], blame: bool, conf: float, evidenc
              summary: str, rule: str = "", owner: Owner | None = None) -> Verdict:
     """Causes that are not a node's fault name no culprit (the evidence still says where it was
     printed); the job's and the shared environment's faults name none either."""
-    if cause in NOT_A_NODE or owner in (Owner.JOB, Owner.SHARED, Owner.FINISHED):
+    # a node named with the cause (one rank's crash, an unkillable node at a preemption) keeps it
+    named = owner in (Owner.NODE, Owner.NODE_SUSPECT) and cause != Cause.SUCCESS
+    if (cause in NOT_A_NODE and not named) or owner in (Owner.JOB, Owner.SHARED, Owner.FINISHED):
         culprits, blame = [], False
     blame = blame and bool(culprits)
     if owner in (Owner.NODE, Owner.NODE_SUSPECT) and not culprits:
