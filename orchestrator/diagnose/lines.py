@@ -19,7 +19,9 @@ ALLOC_MARK = re.compile(
 # ; OOB ib0:IP<0>"
 NCCL_ADDR = re.compile(r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using "
                        r".*?(?P<ip>\d+\.\d+\.\d+\.\d+)<\d+>")
-NODE_IP = re.compile(r"--node-ip-address[= ](\d+\.\d+\.\d+\.\d+)")
+# Ray: the address a host joined with (`ray start --node-ip-address=X`; `ray start` prints `Local
+# node IP: X`), loopback aside
+NODE_IP = re.compile(r"(?:--node-ip-address[= ]|\bLocal node IP: )(?!127\.)(\d+\.\d+\.\d+\.\d+)\b")
 # What names this host to its peers besides an IP: its IB port's LID (ibstat 'Base lid: 5', ibstatus
 # 'base lid: 0x5', ibv_devinfo 'port_lid: 5'; UCX names a remote port by it) and its EC2 instance id
 # (EFA names a peer by it; a reporter states its own as 'My host id')

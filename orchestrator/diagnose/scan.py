@@ -36,7 +36,8 @@ from orchestrator.evidence import Match
 from orchestrator.settings.run import not_training
 
 TEARDOWN = timedelta(minutes=5)
-QUOTED_OK = frozenset({"ray_node_dead", "sigkill"})  # printed by the driving rank, not quoted
+# printed by the rank that drives the job, not quoted
+QUOTED_OK = frozenset({"ray_node_dead", "ray_node_died_ip", "sigkill"})
 TEARDOWN_LINES, MAX_MATCHES, MAX_TEXT = 200, 400, 500
 MATCH_CHARS = 8 * 1024  # signatures look at a line's first 8 KB: crafted monster lines stay cheap
 
@@ -192,10 +193,8 @@ class NodeScan:
             if "async event" not in body:  # NCCL reports an HCA's own async events at INFO level
                 return
         self.tail.append((line_no, raw[:MAX_TEXT]))
-        if "node-ip-address" in body:  # Ray: the address this host joined the cluster with
-            ip = NODE_IP.search(body)
-            if ip:
-                self._address(ip.group(1), host)
+        if ("node-ip-address" in body or "node IP" in body) and (ip := NODE_IP.search(body)):
+            self._address(ip.group(1), host)  # Ray: the address this host joined the cluster with
         if self._stack_line(body):
             return
         pm = self.progress.search(body)

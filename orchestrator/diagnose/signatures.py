@@ -117,6 +117,12 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + (
               r"NOT ENDING WITH SIGNALS", C.NODE_FAIL, blame=True, node_group="node",
               source="slurmstepd/slurmctld: processes that did not end with signals "
                      "(UnkillableStepTimeout)"),
+    Signature("ray_node_died_ip",
+              r"(?:node it was running on is dead or unavailable\.\s*|^)Node IP: "
+              r"(?P<node>\d+\.\d+\.\d+\.\d+), node ID: [0-9a-f]{16,}",
+              C.NODE_FAIL, blame=True, node_group="node",
+              source="Ray core worker: 'Task failed because the node it was running on is dead or "
+              "unavailable. Node IP: X, node ID: Y' (normal_task_submitter.cc; one line or two)"),
     Signature("ray_node_dead",
               r"The node with node id: \w+ and (?:ip|address): (?P<node>[\w.-]+)(?: and node name: "
               r"\S+)? has been marked dead|has been marked dead because the detector has missed"
