@@ -31,8 +31,8 @@ def test_the_node_ray_says_died_is_the_host_that_joined_with_its_address(tmp_pat
     for host, ip in hosts.items():
         body = f"+ ray start --address=10.1.94.146:6379 --block\n{joined.format(ip=ip)}"
         if host == "gpu-a01":
-            body += STEPS + "ray.exceptions.RayTaskError(NodeDiedError): ray::_RayTrainWorker__execute.get_next() " \
-                            "(pid=0, ip=10.1.94.148)\n" + died + "srun: error: gpu-a01: task 0: Exited with exit code 1\n"
+            body += (STEPS + "ray.exceptions.RayTaskError(NodeDiedError): ray::_RayTrainWorker__execute.get_next() "
+                     "(pid=0, ip=10.1.94.148)\n" + died + "srun: error: gpu-a01: task 0: Exited with exit code 1\n")
         (tmp_path / f"{host}.out").write_text(body)
     got = diagnose_dir(tmp_path)
     assert got["cause"] == "node_fail" and got["culprit_nodes"] == ["gpu-a03"], got["summary"]
@@ -43,6 +43,7 @@ def test_a_loopback_local_node_ip_is_no_hosts_address(tmp_path: Path) -> None:
     """Every host of a single-machine-style setup prints 127.0.0.1: that address names none of them."""
     died = DIED[0].replace("10.1.94.148", "127.0.0.1")
     for host in ("gpu-a01", "gpu-a02"):
-        (tmp_path / f"{host}.out").write_text("Local node IP: 127.0.0.1\n" + (STEPS + died if host == "gpu-a01" else ""))
+        tail = STEPS + died if host == "gpu-a01" else ""
+        (tmp_path / f"{host}.out").write_text("Local node IP: 127.0.0.1\n" + tail)
     got = diagnose_dir(tmp_path)
     assert not (got["action"] == "resubmit_exclude" and set(got["culprit_nodes"]) & {"gpu-a01", "gpu-a02"}), got
