@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.cli.common import build_backend, fail
 from orchestrator.clock import Clock
-from orchestrator.contract import SegmentPaths
+from orchestrator.contract import EXIT_SUFFIX, ExitRecord, SegmentPaths, read_record
 from orchestrator.model import RunStatus
 from orchestrator.plan import spares_reason
 from orchestrator.settings import Settings
@@ -74,7 +74,7 @@ def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool 
         print(f"# {standing}")
     print(f"# exclude: {spec.exclude_hostlist or '(none)'}"
           + (f"  [{excl.note}]" if excl.note else ""))
-    print("\n".join(resume_lines(spec, state)))
+    print("\n".join(resume_lines(spec, state, s.run_dir)))
     print("\n".join(launch_lines(spec)))
     if s.resources.spare_nodes != 0:
         print("\n".join(allocation_lines(spec, s.resources.spare_nodes,
@@ -85,13 +85,26 @@ def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool 
     print(backend.render(spec))
 
 
-def resume_lines(spec: SegmentSpec, state: RunState) -> list[str]:
-    """The checkpoint the segment resumes from; with none while the last segment is not judged
-    yet, that the decision waits for it (its training may have reported saving checkpoints)."""
+def resume_lines(spec: SegmentSpec, state: RunState, run_dir: Path) -> list[str]:
+    """The checkpoint the segment resumes from. With none while the last segment is not judged yet:
+    if its nodes' exit records say the training saved checkpoints, run will wait for them (a lost
+    filesystem, exit 1 here, as run decides once it judges the segment); else that it is pending."""
     out = [f"# resume from: {spec.resume_from or '(no checkpoint: start from scratch)'} "
            f"(iteration {spec.start_iteration})"]
-    if spec.resume_from is None and (cur := state.current) and cur.action is None and (
-            cur.end_iteration or 0) > 0:
+    cur = state.current
+    if spec.resume_from is not None or cur is None or cur.action is not None:
+        return out
+    nodes = SegmentPaths.of(run_dir, cur.index).nodes
+    records = [read_record(f, ExitRecord) for f in sorted(nodes.glob(f"*{EXIT_SUFFIX}"))[:4096]]
+    saved = [r for r in records if r is not None and r.checkpoint_write_s]
+    if saved:
+        reached = max(r.iteration or 0 for r in saved)
+        raise fail([f"checkpoint directory: no complete checkpoint, but the training of segment "
+                    f"{cur.index} reported saving checkpoints (its nodes' exit records; it reached "
+                    f"iteration {reached}): emptied, moved or unmounted? run would not start from "
+                    "scratch (`orchestrator run --from-scratch` starts from iteration 0 on "
+                    "purpose)"], 1)
+    if (cur.end_iteration or 0) > 0:
         out.append(f"#   not decided yet: segment {cur.index} reached iteration "
                    f"{cur.end_iteration}; if its training reported saving checkpoints, run waits "
                    "for them instead")

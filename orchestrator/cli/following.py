@@ -22,6 +22,13 @@ POLL_S = 1.0
 def node_logs(paths: SegmentPaths, node: str | None, noted: set[Path] | None = None) -> list[Path]:
     """The segment's node logs (one node's if `node`): regular files only. A symlink in their place
     (to /etc/shadow, say) is said (once per path in `noted`) and skipped, as `diagnose` skips it."""
+    if paths.logs.is_symlink() or paths.root.is_symlink():  # the directory itself, to /var/log say
+        if noted is None or paths.logs not in noted:
+            err.print(f"note: {clean(paths.logs)} is a symlink, not the segment's logs: not shown",
+                      markup=False, highlight=False)
+        if noted is not None:
+            noted.add(paths.logs)
+        return []
     listed = sorted(paths.logs.glob(f"*{LOG_SUFFIX}")) if paths.logs.is_dir() else []
     if node is not None:
         listed = [p for p in listed if p.name == f"{node}{LOG_SUFFIX}"]

@@ -84,17 +84,17 @@ def status_view(state: Any, now: Any, run_dir: Path | None = None,
         tail.append(Text("To take the blacklisted nodes out of service (an admin runs these):"))
         tail.extend(Text(d, no_wrap=True, overflow="ignore") for d in drains)
     if height is None:
-        return Group(*head, timeline_table(state, reason=False), *tail)
+        return Group(*head, timeline_table(state, reason=False, width=out.width), *tail)
     # --watch: fit the terminal (summary first, then as many of the last segments as there are rows
     # left)
     def rows(part: Any) -> int:
         return len(out.render_lines(part, out.options, pad=False))
 
     room = height - sum(rows(p) for p in [*head, *tail])
-    last = max(room - rows(timeline_table(state, last=1, reason=False)) + 1, 1)
-    while last > 1 and rows(timeline_table(state, last=last, reason=False)) > room:
+    last = max(room - rows(timeline_table(state, last=1, reason=False, width=out.width)) + 1, 1)
+    while last > 1 and rows(timeline_table(state, last=last, reason=False, width=out.width)) > room:
         last -= 1
-    return Group(*head, timeline_table(state, last=last, reason=False), *tail)
+    return Group(*head, timeline_table(state, last=last, reason=False, width=out.width), *tail)
 
 
 def controller_note(state: Any, run_dir: Path) -> str:

@@ -131,7 +131,7 @@ def _supervised(s: Settings, config: Path, set_: list[str], clock: Clock,
         raise fail([str(exc)], 1) from None
     finally:
         lock.release()
-    out.print(timeline_table(state))
+    out.print(timeline_table(state, width=out.width))
     if state.status == RunStatus.STOPPED:
         raise fail([stopped_line(state, config, "it stops here")], EXIT_STOPPED)
     raise typer.Exit(0)

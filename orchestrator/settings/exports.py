@@ -42,6 +42,11 @@ class ExportsCfg(Section):
         if v is not None and (urlsplit(v).scheme not in ("http", "https")
                               or not urlsplit(v).netloc):
             raise ValueError("heartbeat_url must be an http:// or https:// URL")
+        try:
+            _ = v is not None and urlsplit(v).port  # a port that is no number fails every ping
+        except ValueError:
+            raise ValueError("heartbeat_url: the port after the host is not a number "
+                             "(0-65535)") from None
         return v
 
     @field_validator("http_addr")

@@ -138,6 +138,10 @@ def linear(pattern: str | bytes, ignore_case: bool = False) -> Any:
 
 
 BIG_REPEAT = 64  # a repeat allowing more than this many is counted as unbounded
+LINE_CHARS = 8192  # signatures look at a line's first 8 KB: an unbounded repeat spans at most this
+# ways a Python-engine pattern may split a line, per start position: one unbounded repeat and a few
+# small bounded ones (`x{0,3}\d+(?=y)`); two unbounded, or many bounded ones in a row, are over
+COST_BUDGET = 4 * (LINE_CHARS + 1)
 
 
 def _unbounded(items: Any) -> int:
@@ -150,6 +154,23 @@ def _unbounded(items: Any) -> int:
     return count
 
 
+def _cost(items: Any) -> int:
+    """The ways the repeats of `items` can split a line: each repeat of up to N multiplies by
+    N + 1 (unbounded: LINE_CHARS + 1), nested repeats multiply, alternatives add. Capped."""
+    cost = 1
+    for op, av in items:
+        if op in REPEATS:
+            factor = min(av[1], LINE_CHARS) + 1 if av[1] > 1 else 1
+            cost *= factor * _cost(av[2])
+        elif op == _c.BRANCH:
+            cost *= sum(_cost(alt) for alt in av[1])
+        else:
+            for child in _children(op, av):
+                cost *= _cost(child)
+        cost = min(cost, 10**15)
+    return cost
+
+
 def python_unbounded(pattern: str) -> str:
     """Why `pattern`, which RE2 refuses (a lookaround, a backreference) and so runs on Python's
     backtracking engine, cannot be proven fast, or "": more than one unbounded repeat. Two such
@@ -158,12 +179,15 @@ def python_unbounded(pattern: str) -> str:
     if linear(pattern) is not None:
         return ""
     try:
-        n = _unbounded(_p.parse(pattern))
+        parsed = _p.parse(pattern)
+        n, cost = _unbounded(parsed), _cost(parsed)
     except Exception:  # noqa: BLE001 - a pattern that does not parse is reported by re.compile
         return ""
-    if n <= 1:
+    if n <= 1 and cost <= COST_BUDGET:
         return ""
-    return (f"it has {n} unbounded repeats (*, +, {{n,}}) and runs on Python's backtracking engine "
-            "(a lookaround or backreference): repeats matching the same text take polynomial time; "
-            "keep one, bound the others ({0,20}), or drop the lookaround/backreference")
+    what = (f"it has {n} unbounded repeats (*, +, {{n,}})" if n > 1 else
+            f"its bounded repeats can split a line {cost:.3g} ways")
+    return (f"{what} and it runs on Python's backtracking engine (a lookaround or backreference): "
+            "repeats matching the same text take polynomial time; keep one repeat, make the others "
+            "small ({0,3}), or drop the lookaround/backreference")
 

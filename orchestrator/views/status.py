@@ -12,6 +12,7 @@ from orchestrator.blacklist import compress
 from orchestrator.model import Action, BlacklistEntry, EntrySource, EvidenceSource, Role
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import STARTUP, human, run_metrics, segment_label, short_advice
+from orchestrator.views.fit import kept_columns
 from orchestrator.views.restarts import (
     job_cell,
     job_spares,
@@ -28,6 +29,7 @@ from orchestrator.views.text import cut, plain, shell_dq
 NOT_LOST = (STARTUP, "in progress")
 ACTION_WIDTH = max(len(a.value) for a in Action)
 WHOLE = ("nodes", "cause", "action")
+DROP_ORDER = ("resumed from", "excluded", "spares", "end", "job", "seg")  # least needed first
 
 
 def _ts(d: datetime | None) -> str | None:
@@ -245,9 +247,11 @@ def _end_text(s: SegmentRecord) -> str:
     return s.job_state.value if s.job_state else "running"
 
 
-def timeline_table(state: RunState, last: int | None = None, reason: bool = True) -> Table:
+def timeline_table(state: RunState, last: int | None = None, reason: bool = True,
+                   width: int | None = None) -> Table:
     """Every segment, or the `last` ones (a caption says how many are hidden); `reason`: the stop's
-    reason in the title (not under a summary that says it)."""
+    reason in the title (not under a summary that says it); `width`: the columns that fit it, whole
+    (views/fit.py: the nodes, iterations, cause, culprit and action are never dropped)."""
     shown = (state.segments if last is None or len(state.segments) <= last
              else state.segments[-last:])
     hidden = len(state.segments) - len(shown)
@@ -256,24 +260,22 @@ def timeline_table(state: RunState, last: int | None = None, reason: bool = True
               caption=plain(f"{hidden} earlier segments not shown") if hidden else None)
     # a column only for runs with spare nodes: the others keep their table
     spares = uses_spares(state)
-    for col in ("seg", "job", "nodes", *(("spares",) if spares else ()), "excluded", "resumed from",
-                "iters", "end", "cause", "culprit", "action"):
+    headers = ["seg", "job", "nodes", *(["spares"] if spares else []), "excluded", "resumed from",
+               "iters", "end", "cause", "culprit", "action"]
+    rows = [[plain(c) for c in (
+        str(s.index), job_cell(s), compress(s.nodes) or "-",
+        *((spares_cell(state, s),) if spares else ()),
+        ",".join(s.excluded) or "-", (s.resumed_from or "-").rsplit("/", 1)[-1],
+        f"{s.start_iteration}->{s.end_iteration if s.end_iteration is not None else '?'}",
+        _end_text(s), segment_label(s) if s.cause else "-", ",".join(s.culprit_nodes) or "-",
+        s.action.value if s.action else "-")] for s in shown]
+    keep = kept_columns(headers, rows, width, DROP_ORDER)
+    for i in keep:
         # the nodes (a hostlist), the cause and the action stay whole: the others give way
-        t.add_column(col, no_wrap=col in WHOLE, min_width=ACTION_WIDTH if col == "action" else None)
-    for s in shown:
-        t.add_row(*(plain(c) for c in (
-            str(s.index),
-            job_cell(s),
-            compress(s.nodes) or "-",
-            *((spares_cell(state, s),) if spares else ()),
-            ",".join(s.excluded) or "-",
-            (s.resumed_from or "-").rsplit("/", 1)[-1],
-            f"{s.start_iteration}->{s.end_iteration if s.end_iteration is not None else '?'}",
-            _end_text(s),
-            segment_label(s) if s.cause else "-",
-            ",".join(s.culprit_nodes) or "-",
-            s.action.value if s.action else "-",
-        )))
+        t.add_column(headers[i], no_wrap=headers[i] in WHOLE,
+                     min_width=ACTION_WIDTH if headers[i] == "action" else None)
+    for r in rows:
+        t.add_row(*(r[i] for i in keep))
     return t
 
 

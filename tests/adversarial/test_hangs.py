@@ -164,3 +164,21 @@ def test_a_lookahead_pattern_that_skipped_validation_is_not_run() -> None:
         t.regex.search(line)
     progress_pattern(LOOKAHEAD_PROGRESS, PROGRESS_REGEX).search(line)
     assert time.perf_counter() - t0 < 2.0
+
+
+BOUNDED_SIG = r"(?:ab){0,20}" * 10 + r"c(?=x)"
+
+
+def test_many_bounded_repeats_before_a_lookahead_are_refused_and_never_run(tmp_path: Path) -> None:
+    """Issue 37 re-probe: ten `(?:ab){0,20}` and a lookahead passed validate (no repeat over 64) and then held the
+    controller on a 400-byte `abab...` line, SIGTERM ignored: the repeats split a line 21**10 ways."""
+    with pytest.raises(ConfigError, match=r"signatures\.0\.pattern: .*bounded repeats can split a line"):
+        load_settings(write_config(tmp_path, base_config(tmp_path, signatures=[sig(BOUNDED_SIG)])))
+    with pytest.raises(ConfigError, match=r"progress_regex: .*bounded repeats can split a line"):
+        load_settings(write_config(tmp_path, base_config(tmp_path, progress_regex=r"(?:ab){0,20}" * 10
+                                                         + r"(\d+)(?= loss)")))
+    unchecked = UserSignature.model_construct(name="mine", pattern=BOUNDED_SIG, cause=Cause.USER_BUG,
+                                              blame=False, cascade=False)
+    assert "mine" not in {s.name for s in table_for([unchecked])}
+    small = load_settings(write_config(tmp_path, base_config(tmp_path, signatures=[sig(r"x{0,3}\d+(?=y)")])))
+    assert len(small.signatures) == 1  # one unbounded repeat and a small bounded one still pass

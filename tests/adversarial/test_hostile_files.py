@@ -140,3 +140,19 @@ def test_logs_does_not_print_a_node_log_that_is_a_symlink(tmp_path: Path) -> Non
         assert "SECRET" not in res.output and "symlink" in res.output, res.output
     res = CliRunner().invoke(app, ["logs", str(run_dir)])
     assert res.exit_code == 0 and "node1: step 1" in res.output
+
+
+def test_logs_does_not_follow_a_segments_logs_directory_that_is_a_symlink(tmp_path: Path) -> None:
+    """Issue 37 re-probe: with segments/0001/logs a symlink to /var/log, `logs --node dpkg` printed dpkg.log."""
+    elsewhere = tmp_path / "var-log"
+    elsewhere.mkdir()
+    (elsewhere / "dpkg.log").write_text("SECRET-LINE\n")
+    run_dir = tmp_path / "run"
+    StateStore(run_dir).save(RunState(run="t", created_at=T0, updated_at=T0,
+                                      segments=[SegmentRecord(index=1, job_name="t", job_id="1")]))
+    paths = SegmentPaths.of(run_dir, 1)
+    paths.root.mkdir(parents=True)
+    paths.logs.symlink_to(elsewhere)
+    for args in (["--node", "dpkg"], []):
+        res = CliRunner().invoke(app, ["logs", str(run_dir), *args])
+        assert "SECRET" not in res.output and "symlink" in res.output, res.output

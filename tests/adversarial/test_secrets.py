@@ -136,3 +136,13 @@ def test_every_commands_warnings_have_the_terminal_format(tmp_path: Path) -> Non
     line = next(ln for ln in res.stderr.splitlines() if "after the command" in ln)
     assert line.split(" ", 2)[2] == "WARNING after the command", line
     assert ":<module>:" not in line and "__main__" not in line
+
+
+def test_a_heartbeat_port_that_is_no_number_is_a_config_error(tmp_path: Path) -> None:
+    """Issue 37 re-probe: `https://hc-ping.com:notaport/UUID` passed validate, then the heartbeat thread raised a
+    traceback on every ping and never pinged."""
+    from orchestrator.settings import ConfigError, load_settings
+
+    cfg = write_config(tmp_path, base_config(tmp_path, exports={"heartbeat_url": "https://hc-ping.com:notaport/X"}))
+    with pytest.raises(ConfigError, match=r"exports\.heartbeat_url: .*port after the host is not a number"):
+        load_settings(cfg)

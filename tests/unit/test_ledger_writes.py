@@ -22,9 +22,11 @@ CONTAINERS = {f for f in FIELDS if f in ("segments", "nodes", "excluded", "culpr
                                          "hardware_events", "applied_requests", "bad_checkpoints")}
 MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "sort", "reverse"}
 RECORDS = {"SegmentRecord", "RunState"}  # made only by advance (a segment) and RunState.begin (a new ledger)
-THROWAWAY = {"orchestrator/diagnose/offline.py"}  # `orchestrator diagnose`: a one-segment ledger, never saved
+# `orchestrator diagnose`: a one-segment ledger, and the earlier allocations replayed as history, never saved
+THROWAWAY = {"orchestrator/diagnose/offline.py", "orchestrator/diagnose/history.py"}
 # attribute writes on objects that are not the ledger but share a field name: (module, object)
-NOT_LEDGER = {("orchestrator/backends/local.py", "rec")}  # the local backend's own job record (its file, not state)
+# the local backend's own job record (its file, not state); `diagnose JOBID`'s facts about a Slurm job
+NOT_LEDGER = {("orchestrator/backends/local.py", "rec"), ("orchestrator/backends/slurmjob.py", "job")}
 REASONS = ("reason", "cancelled_by_controller", "note", "why", "detail")
 
 

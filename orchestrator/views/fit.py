@@ -1,0 +1,24 @@
+"""A table that fits the terminal by dropping whole columns, least needed first, instead of cutting
+every cell to an ellipsis ("CANCE…", "20->…"): what is shown is shown whole. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence, Sized
+
+PADDING = 3  # rich's box: a separator and one space each side
+
+
+def kept_columns(headers: Sequence[str], rows: Sequence[Sequence[Sized]], width: int | None,
+                 drop_order: Sequence[str]) -> list[int]:
+    """Indices of the columns to show within `width` (None: all), dropping `drop_order` in turn
+    until the natural widths fit; the columns not named in it are always kept."""
+    natural = [max([len(h), *(len(r[i]) for r in rows)]) + PADDING for i, h in enumerate(headers)]
+    kept = list(range(len(headers)))
+    if width is None:
+        return kept
+    for name in drop_order:
+        if sum(natural[i] for i in kept) + 1 <= width:
+            break
+        if name in headers:
+            kept.remove(headers.index(name))
+    return kept
