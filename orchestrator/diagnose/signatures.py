@@ -188,7 +188,8 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + (
               r"directory|Permission denied)$",
               C.USER_BUG, source="the agent; bash and python when the program or script does not "
                                  "exist"),
-    Signature("no_space", r"No space left on device|Disk quota exceeded|ENOSPC\b|EDQUOT\b"
+    # the errno names in capitals only: a path such as /scratch/enospc-test is no full disk
+    Signature("no_space", r"No space left on device|Disk quota exceeded|(?-i:\bENOSPC\b|\bEDQUOT\b)"
               r"|No usable temporary directory found", C.FILESYSTEM,
               source="errno ENOSPC/EDQUOT: a full /dev/shm, shared filesystem or quota is the "
               "job's; a node-local disk full on one node is the node's (classify tells them "
