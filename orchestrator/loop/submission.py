@@ -70,7 +70,8 @@ def merged_blacklist(settings: Settings, own: Blacklist) -> Blacklist:
         return own
 
 
-def _lost_checkpoints(settings: Settings, state: RunState, dir_exists: bool) -> str:
+def _lost_checkpoints(settings: Settings, state: RunState, dir_exists: bool,
+                      is_dir: bool = True) -> str:
     """Why "no checkpoint" cannot mean "start from scratch" for this run, or ''. Once a run has
     resumed from a checkpoint, or made progress and its checkpoint directory's parent is gone too,
     the filesystem is missing (unmounted, deleted): wait for it, never start over. (A run that made
@@ -92,9 +93,10 @@ def _lost_checkpoints(settings: Settings, state: RunState, dir_exists: bool) -> 
                 "purpose)")
     live = [s for s in state.segments if s.index > state.scratch_after]
     best = max((s.end_iteration or 0 for s in live), default=0)
-    if saved := [s for s in live if s.checkpoint_write_s is not None]:
+    if is_dir and (saved := [s for s in live if s.checkpoint_write_s is not None]):
         # the training itself said it saved one ("successfully saved checkpoint ..."), even where
-        # no controller was watching when it did (killed, then the mount came back empty)
+        # no controller was watching when it did (killed, then the mount came back empty); a
+        # directory that does not exist was never written: the training saves elsewhere
         return (f"no complete checkpoint in {where}, but the training of segment "
                 f"{saved[-1].index} reported saving checkpoints (the run reached iteration "
                 f"{best}): emptied, moved or unmounted? not starting from scratch (`orchestrator "
@@ -116,10 +118,10 @@ def find_checkpoint(settings: Settings, state: RunState,
     that hangs)."""
     skip = frozenset(p for p, n in state.bad_checkpoints.items() if n >= 2)
 
-    def look() -> tuple[ckpt_mod.Checkpoint | None, bool]:
+    def look() -> tuple[ckpt_mod.Checkpoint | None, bool, bool]:
         found = find(settings.checkpoint, skip)
         d = settings.checkpoint.dir
-        return found, found is not None or d.is_dir() or d.parent.is_dir()
+        return found, found is not None or d.is_dir() or d.parent.is_dir(), d.is_dir()
 
     done, result = call_with_timeout(look, settings.watch.read_timeout_s)
     if not done:
@@ -129,9 +131,9 @@ def find_checkpoint(settings: Settings, state: RunState,
         raise FilesystemStall(f"{settings.checkpoint.dir}: {result}")
     assert isinstance(result, tuple)
     ckpt: ckpt_mod.Checkpoint | None = result[0]
-    dir_exists: bool = result[1]
+    dir_exists, is_dir = bool(result[1]), bool(result[2])
     if ckpt is None:
-        lost = _lost_checkpoints(settings, state, dir_exists)
+        lost = _lost_checkpoints(settings, state, dir_exists, is_dir)
         if lost:
             raise FilesystemStall(lost)
     return ckpt
