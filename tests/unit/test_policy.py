@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from orchestrator import budget
 from orchestrator.blacklist import Blacklist
 from orchestrator.model import Action, Cause, Verdict
 from orchestrator.policy import decide
@@ -29,7 +30,7 @@ def v(cause: Cause, culprits: tuple[str, ...] = (), blame: bool = False) -> Verd
     return Verdict(cause=cause, culprit_nodes=culprits, blame=blame, confidence=0.9)
 
 
-P = Policy(max_segments=10, max_no_progress_segments=2, strike_threshold=2)
+P = Policy(max_segments=10, max_no_progress_segments=2, strike_threshold=2, max_infra_failures=4)
 G = Goal(target_iteration=100)
 
 CASES = [
@@ -75,12 +76,12 @@ def test_wait_duration_comes_from_policy() -> None:
     assert d.wait_s == 123
 
 
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=1, max_size=12),
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.booleans()), min_size=1, max_size=16),
        st.sampled_from(list(Cause)), st.booleans())
-def test_decide_is_pure_and_bounded(progress: list[tuple[int, int]], cause: Cause, blame: bool) -> None:
+def test_decide_is_pure_and_bounded(progress: list[tuple[int, int, bool]], cause: Cause, blame: bool) -> None:
     segs, it = [], 0
-    for i, (a, b) in enumerate(progress, 1):
-        segs.append(seg(i, it, it + a * b))
+    for i, (a, b, infra) in enumerate(progress, 1):  # infra: a node's or the environment's end (budget.py)
+        segs.append(seg(i, it, it + a * b).evolve(infra=infra))
         it += a * b
     s = state(*segs)
     verdict = v(cause, ("n1",) if blame else (), blame)
@@ -88,8 +89,12 @@ def test_decide_is_pure_and_bounded(progress: list[tuple[int, int]], cause: Caus
     d1 = decide(s, verdict, P, G, NOW)
     assert s.model_dump_json() == before  # the run state is not touched: edits are the caller's
     assert set(d1.blame_nodes) <= set(verdict.culprit_nodes)  # never blames a node the verdict did not name
-    if len(segs) >= P.max_segments and d1.action != Action.DONE:
-        assert d1.action == Action.STOP_AND_ALERT  # restarts are bounded
+    # restarts are bounded: the user's segments by max_segments, those nodes or the environment ended by
+    # max_infra_failures (whichever the segment being judged counts against)
+    infra = budget.infra_verdict(verdict)
+    spent = sum(s.infra == infra for s in segs[:-1]) + 1
+    if spent >= (P.max_infra_failures if infra else P.max_segments) and d1.action != Action.DONE:
+        assert d1.action == Action.STOP_AND_ALERT
     if cause == Cause.USER_BUG:
         assert d1.action in (Action.STOP_AND_ALERT,) and not d1.blame_nodes
 
