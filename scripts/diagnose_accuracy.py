@@ -7,7 +7,7 @@ the engine first ran on them). Labels follow DECISIONS.md (the product's policy)
 set and action against expected.json, nodes that would be excluded wrongly (blamed by an exclusion but not a
 culprit), and the two costly errors apart: runs stopped on a fault that was not the job's, and repeating failures
 resubmitted. Then the same per rule that fired, and over the whole corpus.
-Usage: python scripts/diagnose_accuracy.py [--json] [--baseline] [--split corpus|blind|blind2|...|blind7]
+Usage: python scripts/diagnose_accuracy.py [--json] [--baseline] [--split corpus|blind|blind2|...|blind8]
 (--baseline: also the floor, a first-regex-wins grep over the same signature table, per split)
 """
 
@@ -25,7 +25,7 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 CORPUS = DATA / "corpus"
 SPLITS = {"corpus": CORPUS, "blind": DATA / "blind", "blind2": DATA / "blind2", "blind3": DATA / "blind3",
           "blind4": DATA / "blind4", "blind5": DATA / "blind5", "blind6": DATA / "blind6",
-          "blind7": DATA / "blind7"}
+          "blind7": DATA / "blind7", "blind8": DATA / "blind8"}
 STOP, DONE = "stop_and_alert", "done"
 
 
