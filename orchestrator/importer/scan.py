@@ -133,8 +133,19 @@ def _closed(text: str, start: int, end: int) -> bool:
         return False
     line = text[start:end]
     dq, sq = line.count('"'), line.count("'")
-    return (dq % 2 == 0 and sq % 2 == 0 and not (dq and sq) and line.count("{") == line.count("}")
-            and line.count("(") == line.count(")"))
+    return (dq % 2 == 0 and sq % 2 == 0 and not (dq and sq) and _nests(line, "{", "}")
+            and _nests(line, "(", ")"))
+
+
+def _nests(line: str, opening: str, closing: str) -> bool:
+    """Every `closing` closes an `opening` before it on the line, and all are closed (`}${` is
+    not: its `${` runs on)."""
+    depth = 0
+    for c in line:
+        depth += (c == opening) - (c == closing)
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 # what a line may hold to be split into words by one regex
