@@ -35,6 +35,15 @@ def spares_problem(s: Settings) -> str:
             "resources.spare_nodes to 0")
 
 
+def check_preset(s: Settings) -> None:
+    """A checkpoint dir holding checkpoints its preset does not read: every segment would start
+    from scratch. One error line naming the preset that would read them."""
+    from orchestrator.checkpoint import preset_problem
+
+    if problem := preset_problem(s.checkpoint):
+        raise fail([f"{s.config_path or 'config'}: {problem}"])
+
+
 def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool = False,
         resume: bool = False) -> None:
     """Print the next submission. `start_over`: as `run --start-over` would see it (a missing
@@ -62,6 +71,7 @@ def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool 
         state = advance(state, FromScratch(), s, now).ledger
         print(f"# --from-scratch: segments up to {state.scratch_after} would be history; iteration "
               "0 is allowed")
+    check_preset(s)
     backend = build_backend(s, clock)
     try:
         prepared = prepare(s, state, backend, now, sys.executable)

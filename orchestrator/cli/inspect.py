@@ -194,12 +194,13 @@ def validate(config: Annotated[Path, typer.Argument(help="The YAML config file t
       orchestrator validate configs/example.yaml
       orchestrator validate configs/slurm-demo.yaml --set resources.spare_nodes=auto
     """
-    from orchestrator.cli.dryrun import spares_problem
+    from orchestrator.cli.dryrun import check_preset, spares_problem
     from orchestrator.settings import path_warnings
 
     s = load(config, overrides)
     if problem := spares_problem(s):
         raise fail([problem])
+    check_preset(s)
     for w in path_warnings(s):
         err.print(f"warning: {clean(w)}", markup=False, highlight=False)
     k = s.resources.spare_nodes

@@ -17,6 +17,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
+from orchestrator.importer import ckptconf
 from orchestrator.importer import launch as launch_mod
 from orchestrator.importer.names import (
     SAVE_FLAGS,
@@ -143,15 +144,20 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
 def _checkpoint(text: str, env: dict[str, str], cfg: dict[str, Any], notes: list[str],
                 resumes: list[str]) -> None:
     saves = flag_values(text, SAVE_FLAGS)
-    preset = launch_mod_preset(resumes, [f for f, _, _ in saves])
+    preset = launch_mod_preset(resumes, [f for f, _, _ in saves], text)
+    ck = None
     for flag, value, line in saves:
         path = resolve(unquote(value), env)
         notes.append(f"checkpoint path found: {flag} {value} (line {line})" +
                      (f" = {path}" if path != value else ""))
         if "$" not in path and "`" not in path:
-            cfg["checkpoint"] = {"dir": path, "preset": preset} | (
-                {"glob": "*"} if preset == "glob" else {})
-            return
+            ck = {"dir": path, "preset": preset} | ({"glob": "*"} if preset == "glob" else {})
+            break
+    ck = ck or ckptconf.from_configs(text, cfg.get("workdir"), lambda v: resolve(v, env), notes)
+    if ck is not None:
+        ckptconf.existing(ck, notes, cfg.get("workdir"))
+        cfg["checkpoint"] = ck
+        return
     cfg["checkpoint"] = {"dir": "CHANGE-ME", "preset": preset} | (
         {"glob": "*"} if preset == "glob" else {})
     if not saves:
@@ -197,12 +203,17 @@ def _array(text: str, cfg: dict[str, Any], notes: list[str], script_name: str,
                      "; import the others with --array-task ID" if len(arr.ids) > 1 else ""))
 
 
-def launch_mod_preset(resumes: list[str], saves: list[str]) -> str:
+# accelerate's own save_state (its no_trainer examples, --checkpointing_steps, a project_dir):
+# step_N/epoch_N dirs, not HF Trainer's checkpoint-N
+ACCELERATE_STATE = re.compile(r"no_trainer|--checkpointing[-_]steps|--project[-_]dir|save_state")
+
+
+def launch_mod_preset(resumes: list[str], saves: list[str], text: str = "") -> str:
     from orchestrator.importer.names import RESUME_FLAGS
 
-    if resumes:
-        return RESUME_FLAGS[resumes[0]]
-    return SAVE_FLAGS[saves[0]] if saves else "megatron"
+    preset = (RESUME_FLAGS[resumes[0]] if resumes
+              else SAVE_FLAGS[saves[0]] if saves else "megatron")
+    return "accelerate" if preset == "hf" and ACCELERATE_STATE.search(text) else preset
 
 
 def import_sbatch(text: str, script_name: str = "script", workdir: str | None = None,

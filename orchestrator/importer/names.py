@@ -50,18 +50,19 @@ REF = re.compile(r"\$\{(?P<a>[A-Za-z_]\w*)(?:\[[@*]\])?(?::?[-=](?P<d>[^}]*))?\}
                  r"\$(?P<b>[A-Za-z_]\w*)")
 
 
-def resolve(value: str, env: dict[str, str], depth: int = 0) -> str:
+def resolve(value: str, env: dict[str, str], depth: int = 0,
+            seen: frozenset[str] = frozenset()) -> str:
     """Expand $NAME / ${NAME} / ${NAME[@]} / ${NAME:-default} from `env`; unknown names stay as
-    written."""
+    written. `X=${X:-default}` (the environment's value, else the default) reads as its default."""
     if depth > 6:
         return value
 
     def sub(m: re.Match[str]) -> str:
         name, default = m.group("a") or m.group("b"), m.group("d")
-        if name in env:
-            return resolve(env[name], env, depth + 1)
+        if name in env and name not in seen:
+            return resolve(env[name], env, depth + 1, seen | {name})
         if default is not None:
-            return resolve(unquote(default), env, depth + 1)
+            return resolve(unquote(default), env, depth + 1, seen)
         return m.group(0)
 
     return REF.sub(sub, value)

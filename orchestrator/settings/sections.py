@@ -145,9 +145,10 @@ class Resources(Section):
 class CheckpointCfg(Section):
     """Where the training writes checkpoints and how to tell a complete one."""
     dir: Path = Field(description="Directory the training writes checkpoints into.")
-    preset: Literal["megatron", "deepspeed", "hf", "lightning", "glob"] = Field(
-        "megatron", description="Layout of the checkpoint directory."
-    )
+    preset: Literal["megatron", "deepspeed", "hf", "lightning", "accelerate", "dcp", "torchtitan",
+                    "nemo", "glob"] = Field("megatron", description=(
+        "Layout of the checkpoint directory: megatron, deepspeed, hf (Trainer), lightning, "
+        "accelerate (save_state), dcp or torchtitan (step-N/.metadata), nemo, glob (see README)."))
     glob: str | None = Field(None, description="For preset glob: pattern of checkpoint entries, "
                                                "e.g. 'step_*'.")
     marker: str | None = Field(None, description="For preset glob: file that marks an entry "
