@@ -21,6 +21,7 @@ from orchestrator.watch.pace import Pace, Slowdown
 from orchestrator.watch.pauses import pausing
 from orchestrator.watch.segment import SegmentWatch
 from orchestrator.watch.slownode import Profiles, SlowNode
+from orchestrator.watch.steptime import line_period_s
 from orchestrator.watch.stuck import hang_confirmed
 
 DEFAULT_STARTUP_S = 120.0  # a restart's start-up when this segment's own is unknown
@@ -61,8 +62,12 @@ class SlowStep:
 class Vigil:
     """The cadence and pace of one segment, fed once per poll."""
 
-    def __init__(self, checkpoint_dir: Path, w: Watch, segment_dir: Path | None = None) -> None:
-        self.cadence, self.pace = Cadence(), Pace(w.pace_window_s)
+    def __init__(self, checkpoint_dir: Path, w: Watch, segment_dir: Path | None = None,
+                 prior: float | None = None) -> None:
+        """`prior`: the previous segment's cadence, the seed of this one's (a new Vigil per
+        segment and per spare swap: nothing else carries over)."""
+        self.cadence, self.pace = Cadence(seed=prior), Pace(w.pace_window_s)
+        self._poll = w.poll_interval_s
         self._dir, self._timeout = checkpoint_dir, w.read_timeout_s
         self.reported: Slowdown | None = None  # the slowdown last reported
         self._tries = 0  # profile requests for it
@@ -73,6 +78,8 @@ class Vigil:
         """`base` with the cadence, a checkpoint save in progress and the stacks' confirmation."""
         last = base.last_progress
         self.cadence.see(last)
+        if not self.cadence.seeded and not self.cadence.learned:
+            self.cadence.seed(printed_period(watch, self._poll))
         self.pace.see(now, watch.max_iteration())
         cadence = self.cadence.value()
         recent = now - timedelta(seconds=max(EARLY_FLOOR_S / 2, 2 * (cadence or 0.0)))
@@ -86,7 +93,8 @@ class Vigil:
         answering = frozenset(n for n, nw in watch.nodes.items() if asked and nw.dump is None
                               and nw.exit_record is None and nw.heartbeat_seen_at is not None
                               and nw.heartbeat_seen_at > asked)
-        return replace(base, cadence_s=cadence, pausing=saving, answering=answering,
+        return replace(base, cadence_s=cadence, first_step=self.cadence.first_step,
+                       pausing=saving, answering=answering,
                        confirmed=hang_confirmed(watch.nodes, asked, now, paused))
 
     def new_slowdown(self) -> Slowdown | None:
@@ -150,6 +158,20 @@ class Vigil:
         self._tries += 1
         self.profiles.request(now)
         return f"{line}; profiles asked again ({self._tries} of {PROFILE_TRIES})"
+
+
+def printed_period(watch: SegmentWatch, poll_s: float) -> float | None:
+    """The period of progress sightings the live nodes' last lines print (never under the poll
+    interval: a sighting is one poll at best); the largest over the nodes; None: none printed."""
+    found = [s for nw in watch.nodes.values() if nw.exit_record is None
+             and (s := line_period_s(nw.scan.tail, nw.scan.progress)) is not None]
+    return max([poll_s, *found]) if found else None
+
+
+def prior_cadence(state: RunState, seg: SegmentRecord) -> float | None:
+    """The cadence learned by the newest segment before `seg` that learned one."""
+    return next((s.step_cadence_s for s in reversed(state.segments)
+                 if s.index < seg.index and s.step_cadence_s is not None), None)
 
 
 def swap_terms(s: Settings, state: RunState, seg: SegmentRecord, spares: int,
