@@ -170,8 +170,8 @@ class Controller(Keeper):
         root = SegmentPaths.of(self.s.run_dir, seg.index).root
         self._watch = SegmentWatch(root, self.signatures, self.progress,
                                    self.s.watch.read_timeout_s, listing=self.listing)
-        self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch, root,  # nothing carried over
-                            prior_cadence(self.state, seg))  # but the cadence's seed
+        self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch, root,  # the seed alone carries
+                            prior_cadence(self.state, seg), self.backend)
         self._sched.reset()
         self.notes.reset(reattached)  # re-attached: the controller started while the job ran
 

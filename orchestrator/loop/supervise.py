@@ -52,6 +52,8 @@ class Seen:
     first_step: bool = False  # one progress sighting, the step after it not ended: FIRST_STEP_S
     pausing: bool = False  # a checkpoint save or an eval is running: no early limit
     confirmed: str = ""  # the current dumps show a hang (a sentence naming it), or ""
+    # silent nodes the scheduler cannot reach either (not responding, down): a node failure
+    unreachable: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,12 @@ def _stall(seen: Seen, now: datetime, w: Watch) -> Supervision:
         limit = max(w.stall_timeout_s, w.startup_timeout_s)
     quiet = (now - ref_time).total_seconds()
     early = early_limit(seen, w)
+    if seen.unreachable and quiet >= min(early or limit, limit):
+        down = ",".join(sorted(seen.unreachable))
+        return Supervision(cancel=f"node failure: {down} fell silent (its agent's heartbeat "
+                                  "stopped and it did not answer the stack-dump request) and "
+                                  "slurmctld cannot reach it either",
+                           reason=CancelReason.NODE_DOWN)
     if early is not None and early / 2 <= quiet < limit:
         return _early(seen, now, quiet, early)
     return _fixed(seen, now, quiet, limit)

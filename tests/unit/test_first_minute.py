@@ -5,7 +5,7 @@ a slow first step is no hang; a new segment's detector starts bare but for the s
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,12 +13,17 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.contract import DumpRecord, ProcessDump
+from orchestrator.diagnose.classify import classify
 from orchestrator.diagnose.linear import progress_pattern
-from orchestrator.loop.supervise import CADENCE_MULTIPLE, EARLY_FLOOR_S, Seen, supervise
-from orchestrator.loop.vigil import Vigil, prior_cadence
+from orchestrator.diagnose.verdicts import Context
+from orchestrator.loop.supervise import CADENCE_MULTIPLE, EARLY_FLOOR_S, Seen, Supervision, supervise
+from orchestrator.loop.vigil import REACH_EVERY_S, Vigil, prior_cadence
+from orchestrator.model import CancelReason, Cause, JobState, JobStatus, Owner
 from orchestrator.settings import PROGRESS_REGEX, Watch
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.watch.steptime import line_period_s, printed_step_s
+from orchestrator.watch.stuck import SILENT_AFTER_S
+from tests.unit.test_classify import node as scanned
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 POLL = 5.0
@@ -54,10 +59,11 @@ def megatron(it: int, ms: float) -> str:
 
 
 def run(vigil: Vigil, *, step_s: float, first_step_s: float, hang_after_s: float | None,
-        line: str = "", until: float = 400.0) -> tuple[float | None, float]:
+        line: str = "", until: float = 400.0, silent: bool = False,
+        cancels: list[Supervision] | None = None) -> tuple[float | None, float]:
     """Polls every POLL s; progress from t=0 (the first line), the next after `first_step_s`, then one
-    per `step_s`; node2 freezes (state D) `hang_after_s` into progress. The cancel's time (None: none
-    by `until`) and the onset."""
+    per `step_s`; node2 freezes (state D) `hang_after_s` into progress, or (`silent`) its agent falls
+    silent with it. The cancel's time (None: none by `until`) and the onset."""
     nodes = {n: Node() for n in ("node1", "node2", "node3")}
     watch = SimpleNamespace(nodes=nodes, dumps_requested_at=None, max_iteration=lambda: None)
     onset = hang_after_s if hang_after_s is not None else float("inf")
@@ -74,6 +80,7 @@ def run(vigil: Vigil, *, step_s: float, first_step_s: float, hang_after_s: float
                     dumps_in=frozenset(n for n, nw in nodes.items() if nw.dump is not None))
         sv = supervise(vigil.seen(watch, base, at(t)), at(t), W)  # type: ignore[arg-type]
         if sv.cancel:
+            (cancels if cancels is not None else []).append(sv)
             return t, onset
         if sv.request_dumps:
             watch.dumps_requested_at = at(t)
@@ -83,6 +90,8 @@ def run(vigil: Vigil, *, step_s: float, first_step_s: float, hang_after_s: float
                 frame = COMPILING if n == "node2" and t < first_step_s else ALLREDUCE
                 nw.dump = DumpRecord(node=n, processes=[ProcessDump(pid=1, state=state, top_frame=frame,
                                                                     top_frame_again=frame)])
+                if silent and n == "node2" and t >= onset:
+                    nw.dump, nw.heartbeat_seen_at = None, at(onset)
         if sv.clear_dumps:
             watch.dumps_requested_at = None
             for nw in nodes.values():
@@ -109,6 +118,63 @@ def test_a_hang_10s_into_progress_is_named_within_the_bound_from_a_printed_step_
 def test_without_a_seed_the_hang_waits_for_six_gaps(tmp_path: Path) -> None:
     named, onset = run(Vigil(tmp_path, W), step_s=1.0, first_step_s=1.0, hang_after_s=10.0)
     assert named is None or named - onset > BOUND_S  # the floor this change lifts
+
+
+class Scheduler:
+    """The backend as the vigil asks it about silent nodes: the nodes it cannot reach, its ping
+    window, and the nodes it was asked about."""
+
+    def __init__(self, down: frozenset[str] | None, window_s: float = 0.0) -> None:
+        self.down, self.window_s = down, window_s
+        self.asked: list[frozenset[str]] = []
+
+    def unreachable(self, nodes: frozenset[str]) -> frozenset[str] | None:
+        self.asked.append(nodes)
+        return None if self.down is None else self.down & nodes
+
+    def ping_window_s(self) -> float:
+        return self.window_s
+
+
+def silent_run(tmp_path: Path, sched: Scheduler) -> tuple[float | None, float, Supervision | None]:
+    cancels: list[Supervision] = []
+    named, onset = run(Vigil(tmp_path, W, prior=5.1, reach=sched), step_s=1.0, first_step_s=1.0,
+                       hang_after_s=10.0, silent=True, cancels=cancels)
+    return named, onset, (cancels[0] if cancels else None)
+
+
+SILENT_BOUND_S = BOUND_S + SILENT_AFTER_S + POLL  # the early bound, and 12 s for an agent to answer
+
+
+def test_a_silent_node_the_scheduler_cannot_reach_is_a_node_failure(tmp_path: Path) -> None:
+    """A crashed node: its agent is silent and slurmctld cannot reach it either (alloc*, down*): the
+    job is cancelled as a node failure (the verdict node_fail, not hang), as fast as a hang; the
+    scheduler is asked only about the silent node."""
+    sched = Scheduler(frozenset({"node2"}), window_s=23.0)
+    named, onset, sv = silent_run(tmp_path, sched)
+    assert named is not None and named - onset <= SILENT_BOUND_S, (named, onset)
+    assert sv is not None and sv.reason == CancelReason.NODE_DOWN and "node2" in sv.cancel
+    assert set(sched.asked) == {frozenset({"node2"})}
+
+
+@pytest.mark.parametrize("down", [frozenset(), frozenset({"node3"})])
+def test_a_silent_node_the_scheduler_still_reaches_is_a_hang_once_its_ping_window_passed(
+        tmp_path: Path, down: frozenset[str]) -> None:
+    """Its processes frozen, slurmd alive: a late heartbeat alone is no verdict until slurmctld had
+    its chance to ping the node (the window); then the silence confirms the hang. The scheduler is
+    asked at most once per REACH_EVERY_S, and once more when the window ends."""
+    sched = Scheduler(down, window_s=90.0)
+    named, onset, sv = silent_run(tmp_path, sched)
+    assert named is not None and 90.0 <= named - onset <= 90.0 + SILENT_BOUND_S, (named, onset)
+    assert sv is not None and sv.reason == CancelReason.STALL
+    assert len(sched.asked) <= (named - onset) / REACH_EVERY_S + 2
+
+
+def test_an_unknown_answer_never_means_down_nor_holds_the_verdict(tmp_path: Path) -> None:
+    """sinfo did not answer: unknown is neither "down" nor "up": the silence confirms the hang."""
+    named, onset, sv = silent_run(tmp_path, Scheduler(None, window_s=90.0))
+    assert named is not None and named - onset <= SILENT_BOUND_S, (named, onset)
+    assert sv is not None and sv.reason == CancelReason.STALL
 
 
 @pytest.mark.parametrize("prior", [None, 1.0])
@@ -188,3 +254,21 @@ def test_the_period_of_progress_lines_counts_the_iterations_between_them() -> No
 def test_lines_without_a_step_time_give_the_time_between_them(first: str, second: str, seconds: float) -> None:
     assert line_period_s([(1, first), (2, second)], PROGRESS) == pytest.approx(seconds)
     assert line_period_s([(1, first)], PROGRESS) is None  # one line: no period
+
+
+def test_a_node_down_cancel_is_judged_node_fail_on_the_silent_node_and_a_frozen_one_a_hang() -> None:
+    """The verdict of the two cancels of a silent node: slurmctld could not reach it (node_fail,
+    excluded as such), or it could (hang). A hardware error the node printed first outranks both."""
+    silent = "the agent did not answer the stack-dump request; its heartbeat stopped at 2026-01-01T00:00:10"
+    nodes = [scanned("node1", [" iteration       10/     100 | lm loss: 1.0"]),
+             replace(scanned("node2", [" iteration       10/     100 | lm loss: 1.0"]), stuck_detail=silent)]
+    job = JobStatus(state=JobState.CANCELLED, nodes=("node1", "node2"))
+    v = classify(job, nodes, Context(cancel_reason=CancelReason.NODE_DOWN, stalled=False))
+    assert (v.cause, v.culprit_nodes, v.owner, v.rule) == (Cause.NODE_FAIL, ("node2",), Owner.NODE, "node_unreachable")
+    v = classify(job, nodes, Context(cancel_reason=CancelReason.STALL, stalled=True))
+    assert (v.cause, v.culprit_nodes) == (Cause.HANG, ("node2",))
+    xid = scanned("node2", ["NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the "
+                         "bus."])
+    xid = replace(xid, stuck_detail=silent)
+    v = classify(job, [nodes[0], xid], Context(cancel_reason=CancelReason.NODE_DOWN))
+    assert v.cause == Cause.GPU_LOST and v.culprit_nodes == ("node2",)
