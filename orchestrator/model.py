@@ -117,6 +117,8 @@ class CancelReason(StrEnum):
     PEER_FAILED = "peer_failed"  # a rank failed; its peers would wait forever
     OPERATOR = "operator"  # --cancel-on-exit or `orchestrator cancel`
     SLOW_NODE = "slow_node"  # a node slows the job and a spare can take its place
+    # a node's agent fell silent and slurmctld cannot reach the node either: it failed
+    NODE_DOWN = "node_down"
 
 
 class SegmentSpec(Frozen):

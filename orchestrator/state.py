@@ -98,8 +98,8 @@ class SegmentRecord(Ledger):
     placement: Placement = Field(default_factory=OwnJob)
     # median checkpoint write time timed from the training's lines
     checkpoint_write_s: float | None = None
-    # the job ran this many times slower than its own pace before, from `slowdown_since` (a
-    # lock-step job runs at its slowest node's pace); the sentence says from what to what
+    step_cadence_s: float | None = None  # its step cadence at the end: the next segment's seed
+    # the job ran this many times slower than its own pace, from `slowdown_since` (lock-step)
     slowdown_factor: float | None = None
     slowdown_since: datetime | None = None
     slowdown_note: str = ""

@@ -14,6 +14,8 @@ waited for before the early limit existed, and PyTorch's default collective time
 
   scripts/slurm-testbed.sh start && export SLURM_CONF=/tmp/orch-testbed/etc/slurm.conf
   python scripts/bench_hang.py --hangs 10 --healthy-min 10 --out /tmp/bench_hang.json
+
+Hangs in the first minute of progress and after a resume, tree against tree: scripts/bench_hang_early.py.
 """
 
 from __future__ import annotations

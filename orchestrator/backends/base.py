@@ -51,6 +51,16 @@ class Backend(Protocol):
         """Nodes up and able to take work (spares are only sized from these), or None if unknown."""
         ...
 
+    def unreachable(self, nodes: frozenset[str]) -> frozenset[str] | None:
+        """Of `nodes`, those the scheduler itself cannot reach now (not responding, down): their
+        silence is a node failure the scheduler is about to declare. None: unknown."""
+        ...
+
+    def ping_window_s(self) -> float:
+        """How long the scheduler may take to notice a node that stopped answering (0: at once,
+        or unknown)."""
+        ...
+
     def drain(self, node: str, reason: str) -> None:
         """Take a node out of the scheduler's service with a reason (an admin's courtesy); may do
         nothing."""
@@ -71,6 +81,12 @@ class BackendDefaults:
 
     def usable_nodes(self) -> list[str] | None:
         return self.nodes()
+
+    def unreachable(self, nodes: frozenset[str]) -> frozenset[str] | None:
+        return None  # no scheduler that watches its nodes: unknown
+
+    def ping_window_s(self) -> float:
+        return 0.0
 
     def drain(self, node: str, reason: str) -> None:
         return None  # no scheduler to drain in: the blacklist alone keeps the node out

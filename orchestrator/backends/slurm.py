@@ -34,13 +34,18 @@ from orchestrator.backends.slurm_commands import (
     CommandFailed,
     Runner,
     first_failure,
+    found_jobs,
+    parse_node_states,
     parse_sacct,
     parse_squeue,
-    parse_time,
     path_first,
+    ping_window,
     plain_tmp,
+    queue_position_of,
     run_command,
     transient,
+    unreachable,
+    usable,
     without_excluded,
 )
 from orchestrator.clock import Clock
@@ -62,6 +67,7 @@ class SlurmBackend(BackendDefaults):
         self.cfg, self.clock, self.run_dir, self.runner = cfg, clock, Path(run_dir), runner
         self.attempts = attempts
         self._nodes: tuple[datetime, list[str]] | None = None
+        self._window: float | None = None  # ping_window_s, once read
 
     # ---- commands --------------------------------------------------------------------------
     def _sleep(self, seconds: float) -> None:
@@ -103,21 +109,31 @@ class SlurmBackend(BackendDefaults):
         self._nodes = (now, names)
         return names
 
+    def _node_states(self, quick: bool = False) -> list[tuple[str, str]] | None:
+        try:
+            return parse_node_states(self._run(["sinfo", "-h", "-N", "-o", "%N %t"], quick))
+        except SchedulerUnavailable:
+            return None
+
     def usable_nodes(self) -> list[str] | None:
         """Nodes that can run a job now (not down, drained, failing or not responding): spares are
         drawn from these, so a job never waits in the queue for a spare that is down. None when
         sinfo does not answer."""
-        try:
-            text = self._run(["sinfo", "-h", "-N", "-o", "%N %t"])
-        except SchedulerUnavailable:
-            return None
-        rows = [ln.split() for ln in text.splitlines() if ln.strip()]
-        if not rows or any(len(r) != 2 for r in rows):
-            return None  # not the answer asked for: unknown, never "no node is usable"
-        bad = ("down", "drain", "fail", "maint", "unk", "resv", "inval", "futr", "boot", "plnd",
-               "npc")
-        return sorted({n for n, st in rows if not st.startswith(bad)
-                       and not st.endswith(("*", "~", "#", "!", "%"))})
+        return None if (rows := self._node_states()) is None else usable(rows)
+
+    def unreachable(self, nodes: frozenset[str]) -> frozenset[str] | None:
+        """Of `nodes`, those slurmctld cannot reach now (not responding or down); None: unknown."""
+        return None if (rows := self._node_states(quick=True)) is None else unreachable(rows, nodes)
+
+    def ping_window_s(self) -> float:
+        """From `scontrol show config`, read once: how long slurmctld may take to flag a node
+        that stopped answering (0 while unknown)."""
+        if self._window is None:
+            try:
+                self._window = ping_window(self._run(["scontrol", "show", "config"], quick=True))
+            except SchedulerUnavailable:
+                return 0.0
+        return self._window
 
     def _params(self, spec: SegmentSpec) -> dict[str, Any]:
         extra: dict[str, Any] = {"no-requeue": True,
@@ -275,21 +291,8 @@ class SlurmBackend(BackendDefaults):
             text = self._run(["squeue", "-h", "-t", "PD", "--sort=-p", "-o", "%i|%P|%S"])
         except SchedulerUnavailable:
             return ""
-        rows = [ln.split("|") for ln in text.splitlines() if ln.count("|") >= 2]
-        mine = next((r for r in rows if r[0] == ref.job_id), None)
-        if mine is None:
-            return ""
-        ahead = [r for r in rows if r[1] == mine[1]]
-        pos = ahead.index(mine) + 1
-        start = mine[2] if mine[2] not in ("N/A", "") else "unknown"
-        return f"position {pos} of {len(ahead)} pending in {mine[1]}, expected start {start}"
+        return queue_position_of(text, ref.job_id)
 
     def find_jobs(self, job_name: str) -> list[JobRef]:
         text = self._run(["squeue", "-h", "-n", job_name, "-o", "%i|%V|%T"])
-        out = []
-        for line in text.splitlines():
-            parts = line.split("|")
-            if len(parts) >= 2 and parts[0]:
-                sub = parse_time(parts[1]) or self.clock.now()
-                out.append(JobRef(job_id=parts[0], submitted_at=sub, backend=self.name))
-        return sorted(out, key=lambda r: r.submitted_at)
+        return found_jobs(text, self.clock.now(), self.name)

@@ -5,6 +5,7 @@ and temporary directory a rehearsed sbatch sees. Pure apart from run_command and
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import tempfile
@@ -103,6 +104,67 @@ def parse_squeue(text: str) -> dict[str, JobStatus]:
                                       else (),
                                       reason=parts[3], nodes_final=state == JobState.RUNNING)
     return out
+
+
+# sinfo's compact states of a node that cannot run a job now (a trailing *, ~, #, !, %: not
+# responding, powered off, powering up, powering down, ...)
+NOT_USABLE = ("down", "drain", "fail", "maint", "unk", "resv", "inval", "futr", "boot", "plnd",
+              "npc")
+
+
+def parse_node_states(text: str) -> list[tuple[str, str]] | None:
+    """`sinfo -h -N -o "%N %t"` as (node, compact state) rows; None when the answer is not that
+    (unknown: never "no node")."""
+    rows = [ln.split() for ln in text.splitlines() if ln.strip()]
+    if not rows or any(len(r) != 2 for r in rows):
+        return None
+    return [(r[0], r[1]) for r in rows]
+
+
+def usable(rows: list[tuple[str, str]]) -> list[str]:
+    return sorted({n for n, st in rows if not st.startswith(NOT_USABLE)
+                   and not st.endswith(("*", "~", "#", "!", "%"))})
+
+
+def unreachable(rows: list[tuple[str, str]], nodes: frozenset[str]) -> frozenset[str]:
+    """Of `nodes`, those slurmctld cannot reach: not responding (a trailing *) or down."""
+    return frozenset(n for n, st in rows
+                     if n in nodes and (st.endswith("*") or st.startswith("down")))
+
+
+def ping_window(config: str) -> float:
+    """`scontrol show config`: how long slurmctld may take to flag a node that stopped answering.
+    It sets a node not responding (and down) once its last answer is SlurmdTimeout old, checked on
+    a ping cycle of SlurmdTimeout/3, and a ping fails after MessageTimeout; measured on the test
+    cluster (20 s, 10 s): 43 s from the node's crash. 2 x SlurmdTimeout + MessageTimeout, bounded
+    at 5 minutes (Slurm's default SlurmdTimeout is 300 s). 0 when the values are not there."""
+    vals = dict(re.findall(r"^(SlurmdTimeout|MessageTimeout)\s*=\s*(\d+)", config, re.MULTILINE))
+    if len(vals) < 2:
+        return 0.0
+    return min(300.0, 2 * int(vals["SlurmdTimeout"]) + int(vals["MessageTimeout"]))
+
+
+def queue_position_of(squeue: str, job_id: str) -> str:
+    """`squeue -t PD --sort=-p -o %i|%P|%S`: where the job stands among its partition's pending."""
+    rows = [ln.split("|") for ln in squeue.splitlines() if ln.count("|") >= 2]
+    mine = next((r for r in rows if r[0] == job_id), None)
+    if mine is None:
+        return ""
+    ahead = [r for r in rows if r[1] == mine[1]]
+    pos = ahead.index(mine) + 1
+    start = mine[2] if mine[2] not in ("N/A", "") else "unknown"
+    return f"position {pos} of {len(ahead)} pending in {mine[1]}, expected start {start}"
+
+
+def found_jobs(squeue: str, now: datetime, backend: str) -> list[JobRef]:
+    """`squeue -n NAME -o %i|%V|%T`: the jobs, oldest submission first."""
+    out = []
+    for line in squeue.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 2 and parts[0]:
+            sub = parse_time(parts[1]) or now
+            out.append(JobRef(job_id=parts[0], submitted_at=sub, backend=backend))
+    return sorted(out, key=lambda r: r.submitted_at)
 
 
 def without_excluded(extra: dict[str, str], exclude: tuple[str, ...]) -> dict[str, str]:

@@ -160,6 +160,22 @@ def _slow_node(f: Facts) -> Verdict | None:
                    f"{node} slowed the job: {f.ctx.slow_evidence}"[:300], "slow_node", Owner.NODE)
 
 
+def _node_down(f: Facts) -> Verdict | None:
+    """Cancelled because a node's agent fell silent and slurmctld could not reach the node either:
+    the node failed (Slurm would have ended the job NODE_FAIL once its timeout ran out), unless a
+    hardware error it printed first says more."""
+    down = [n for n in f.nodes if n.stuck_detail]
+    if f.ctx.cancel_reason != CancelReason.NODE_DOWN or not down or f.hardware_roots:
+        return None
+    found = [Evidence(node=n.node, file=n.file, text=n.stuck_detail + "; slurmctld could not "
+                      "reach the node either", cause=Cause.NODE_FAIL) for n in down]
+    names = ",".join(n.node for n in down)
+    return verdict(Cause.NODE_FAIL, [n.node for n in down], True, 0.85,
+                   found + evs(f.roots + f.secondary, Role.SECONDARY),
+                   f"{names} stopped answering, to the agent and to slurmctld: the node failed",
+                   "node_unreachable", Owner.NODE)
+
+
 def _stalled(f: Facts) -> Verdict | None:
     if f.roots or not (f.ctx.stalled or any(n.stuck_detail for n in f.nodes)):
         return None
@@ -229,6 +245,7 @@ RULES: tuple[Rule, ...] = (
     ("printed_its_end", _printed_its_end),
     ("cancelled_by_operator", _cancelled),  # `orchestrator cancel`, --cancel-on-exit
     ("slow_node", _slow_node),  # cancelled to swap a slow node for a spare
+    ("node_down", _node_down),  # cancelled: a silent node slurmctld cannot reach either
     # no root error and the controller saw a stall (or a rank is stuck): who stalled it
     ("stalled", _stalled), ("preempted", _spot),
     ("stopped_before_walltime", _stopped_before_walltime),

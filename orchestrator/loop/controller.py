@@ -43,7 +43,7 @@ from orchestrator.loop.submission import (
     unloadable,
 )
 from orchestrator.loop.supervise import Seen, Supervision, supervise
-from orchestrator.loop.vigil import Vigil, swap_terms
+from orchestrator.loop.vigil import Vigil, prior_cadence, swap_terms
 from orchestrator.model import CancelReason, JobRef, JobState, JobStatus, RunStatus
 from orchestrator.settings import PROGRESS_REGEX, Settings
 from orchestrator.state import RunState, SegmentRecord, StateStore
@@ -170,10 +170,10 @@ class Controller(Keeper):
         root = SegmentPaths.of(self.s.run_dir, seg.index).root
         self._watch = SegmentWatch(root, self.signatures, self.progress,
                                    self.s.watch.read_timeout_s, listing=self.listing)
-        self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch, root)
+        self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch, root,  # the seed alone carries
+                            prior_cadence(self.state, seg), self.backend)
         self._sched.reset()
-        # re-attached: the controller started while the job was already there
-        self.notes.reset(reattached)
+        self.notes.reset(reattached)  # re-attached: the controller started while the job ran
 
     def recover_intent(self, seg: SegmentRecord) -> None:
         """The controller died between submitting and recording the job id: find the job by name."""
@@ -286,7 +286,7 @@ class Controller(Keeper):
         self.failpoint("before_decide")
         t = self.advance(o.Ended(status, tuple(self._watch.evidence()),
                                  tuple(self._watch.fs_stalls), lost,
-                                 self._watch.checkpoint_write_s()))
+                                 self._watch.checkpoint_write_s(), self._vigil.cadence.value()))
         assert (out := t.outcome) is not None
         if path := observe_checkpoint(self.s, self.state):
             self.advance(o.CheckpointSeen(path))

@@ -74,6 +74,7 @@ class Ended:
     fs_stalls: tuple[str, ...] = ()
     lost: tuple[str, ...] = ()
     checkpoint_write_s: float | None = None
+    cadence_s: float | None = None  # the step cadence the watchdog knew
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,9 @@ STALL_DUMP_WAIT_S = 20.0
 # confirm it, else at stall_timeout_s
 CADENCE_MULTIPLE = 4.0
 EARLY_FLOOR_S = 20.0
+# until the first step after the first progress sighting ends (compilation, the first collective,
+# data loading), a seeded early limit is never under this (the start-up's own default, vigil.py)
+FIRST_STEP_S = 120.0
 RESAMPLE_S = 30.0  # stacks that did not confirm a hang: sample again this long after
 
 
@@ -46,8 +49,11 @@ class Seen:
     # a read of the run directory hangs: no progress seen may be the controller's blindness
     blind: bool = False
     cadence_s: float | None = None  # a high percentile of recent gaps between progress lines
+    first_step: bool = False  # one progress sighting, the step after it not ended: FIRST_STEP_S
     pausing: bool = False  # a checkpoint save or an eval is running: no early limit
     confirmed: str = ""  # the current dumps show a hang (a sentence naming it), or ""
+    # silent nodes the scheduler cannot reach either (not responding, down): a node failure
+    unreachable: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -101,7 +107,8 @@ def early_limit(seen: Seen, w: Watch) -> float | None:
     """The stall limit the run's own cadence gives, below stall_timeout_s; None without one."""
     if seen.cadence_s is None or seen.pausing or seen.last_progress is None:
         return None
-    limit = max(EARLY_FLOOR_S, CADENCE_MULTIPLE * seen.cadence_s)
+    limit = max(EARLY_FLOOR_S, CADENCE_MULTIPLE * seen.cadence_s,
+                FIRST_STEP_S if seen.first_step else 0.0)
     return limit if limit < w.stall_timeout_s else None
 
 
@@ -119,6 +126,12 @@ def _stall(seen: Seen, now: datetime, w: Watch) -> Supervision:
         limit = max(w.stall_timeout_s, w.startup_timeout_s)
     quiet = (now - ref_time).total_seconds()
     early = early_limit(seen, w)
+    if seen.unreachable and quiet >= min(early or limit, limit):
+        down = ",".join(sorted(seen.unreachable))
+        return Supervision(cancel=f"node failure: {down} fell silent (its agent's heartbeat "
+                                  "stopped and it did not answer the stack-dump request) and "
+                                  "slurmctld cannot reach it either",
+                           reason=CancelReason.NODE_DOWN)
     if early is not None and early / 2 <= quiet < limit:
         return _early(seen, now, quiet, early)
     return _fixed(seen, now, quiet, limit)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Protocol
 
 from orchestrator.loop import observations as o
 from orchestrator.loop.injob import job_submitted_at
@@ -21,13 +22,23 @@ from orchestrator.watch.pace import Pace, Slowdown
 from orchestrator.watch.pauses import pausing
 from orchestrator.watch.segment import SegmentWatch
 from orchestrator.watch.slownode import Profiles, SlowNode
-from orchestrator.watch.stuck import hang_confirmed
+from orchestrator.watch.steptime import line_period_s
+from orchestrator.watch.stuck import hang_confirmed, silent_nodes
 
 DEFAULT_STARTUP_S = 120.0  # a restart's start-up when this segment's own is unknown
 # never less: a step's teardown, a new step's launch, imports, rendezvous and the checkpoint's load
 # (the segment's own start-up is measured from when the controller saw it run: that can be late)
 MIN_STARTUP_S = 30.0
 PROFILE_TRIES = 3  # profiles asked for one slowdown, while they come back incomplete and it lasts
+REACH_EVERY_S = 10.0  # the scheduler is asked about silent nodes at most this often
+
+
+class Reach(Protocol):
+    """What the vigil asks the scheduler about silent nodes (the backend's)."""
+
+    def unreachable(self, nodes: frozenset[str]) -> frozenset[str] | None: ...
+
+    def ping_window_s(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -61,18 +72,27 @@ class SlowStep:
 class Vigil:
     """The cadence and pace of one segment, fed once per poll."""
 
-    def __init__(self, checkpoint_dir: Path, w: Watch, segment_dir: Path | None = None) -> None:
-        self.cadence, self.pace = Cadence(), Pace(w.pace_window_s)
+    def __init__(self, checkpoint_dir: Path, w: Watch, segment_dir: Path | None = None,
+                 prior: float | None = None, reach: Reach | None = None) -> None:
+        """`prior`: the previous segment's cadence, the seed of this one's (a new Vigil per
+        segment and per spare swap: nothing else carries over). `reach`: the scheduler, asked
+        about the nodes whose agent fell silent."""
+        self.cadence, self.pace = Cadence(seed=prior), Pace(w.pace_window_s)
+        self._poll = w.poll_interval_s
         self._dir, self._timeout = checkpoint_dir, w.read_timeout_s
         self.reported: Slowdown | None = None  # the slowdown last reported
         self._tries = 0  # profile requests for it
         self.profiles = Profiles(segment_dir, w.read_timeout_s) if segment_dir else None
         self._ckpt: tuple[str | None, datetime] | None = None  # the newest checkpoint, seen when
+        self._reach, self._reach_at = reach, None  # type: tuple[Reach | None, datetime | None]
+        self._down: frozenset[str] | None = None  # the scheduler's last answer on silent nodes
 
     def seen(self, watch: SegmentWatch, base: Seen, now: datetime) -> Seen:
         """`base` with the cadence, a checkpoint save in progress and the stacks' confirmation."""
         last = base.last_progress
         self.cadence.see(last)
+        if not self.cadence.seeded and not self.cadence.learned:
+            self.cadence.seed(printed_period(watch, self._poll))
         self.pace.see(now, watch.max_iteration())
         cadence = self.cadence.value()
         recent = now - timedelta(seconds=max(EARLY_FLOOR_S / 2, 2 * (cadence or 0.0)))
@@ -86,8 +106,33 @@ class Vigil:
         answering = frozenset(n for n, nw in watch.nodes.items() if asked and nw.dump is None
                               and nw.exit_record is None and nw.heartbeat_seen_at is not None
                               and nw.heartbeat_seen_at > asked)
-        return replace(base, cadence_s=cadence, pausing=saving, answering=answering,
-                       confirmed=hang_confirmed(watch.nodes, asked, now, paused))
+        confirmed, down = self._reached(watch, asked, now,
+                                        hang_confirmed(watch.nodes, asked, now, paused))
+        return replace(base, cadence_s=cadence, first_step=self.cadence.first_step,
+                       pausing=saving, answering=answering,
+                       confirmed=confirmed, unreachable=down)
+
+    def _reached(self, watch: SegmentWatch, asked: datetime | None, now: datetime,
+                 confirmed: str) -> tuple[str, frozenset[str]]:
+        """(the confirmation, the silent nodes the scheduler cannot reach). A hang confirmed only
+        by silent agents is a late heartbeat: the scheduler is asked whether it reaches those
+        nodes. Not reached: a node failure (the second value). Reached: the confirmation waits
+        until the silence outlasts the scheduler's own ping window (it may not have pinged
+        since), then stands: the node's job is frozen, its slurmd alive. Unknown: it stands."""
+        silent = silent_nodes(watch.nodes, asked) if confirmed and self._reach else frozenset()
+        if not silent or self._reach is None:
+            return confirmed, frozenset()
+        beats = [b for n in silent if (b := watch.nodes[n].heartbeat_seen_at) is not None]
+        held_until = min(beats, default=asked or now) + timedelta(
+            seconds=self._reach.ping_window_s())
+        if (self._reach_at is None or (now - self._reach_at).total_seconds() >= REACH_EVERY_S
+                or self._reach_at < held_until <= now):  # a fresh answer when the wait ends
+            self._reach_at, self._down = now, self._reach.unreachable(silent)
+        if self._down is None:
+            return confirmed, frozenset()
+        if self._down & silent:
+            return confirmed, self._down & silent
+        return ("" if now < held_until else confirmed), frozenset()
 
     def new_slowdown(self) -> Slowdown | None:
         """A slowdown not reported yet (or one that grew by half since): report it once."""
@@ -150,6 +195,20 @@ class Vigil:
         self._tries += 1
         self.profiles.request(now)
         return f"{line}; profiles asked again ({self._tries} of {PROFILE_TRIES})"
+
+
+def printed_period(watch: SegmentWatch, poll_s: float) -> float | None:
+    """The period of progress sightings the live nodes' last lines print (never under the poll
+    interval: a sighting is one poll at best); the largest over the nodes; None: none printed."""
+    found = [s for nw in watch.nodes.values() if nw.exit_record is None
+             and (s := line_period_s(nw.scan.tail, nw.scan.progress)) is not None]
+    return max([poll_s, *found]) if found else None
+
+
+def prior_cadence(state: RunState, seg: SegmentRecord) -> float | None:
+    """The cadence learned by the newest segment before `seg` that learned one."""
+    return next((s.step_cadence_s for s in reversed(state.segments)
+                 if s.index < seg.index and s.step_cadence_s is not None), None)
 
 
 def swap_terms(s: Settings, state: RunState, seg: SegmentRecord, spares: int,

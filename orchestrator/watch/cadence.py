@@ -18,25 +18,52 @@ LISTED = 256  # entries of the checkpoint directory looked at, at most, per leve
 
 class Cadence:
     """Gaps between successive progress sightings of one segment (their resolution is the poll
-    interval); a high percentile of them is the step cadence."""
+    interval); a high percentile of them is the step cadence. A seed (the previous segment's
+    cadence, or the step time the training prints) is the cadence until enough gaps are seen: a
+    prior that the gaps seen since correct upward; the first gap (the first step: compilation,
+    the first collective) is not the rhythm then, the first-step floor judges it instead."""
 
-    def __init__(self, keep: int = KEEP, least: int = LEAST) -> None:
+    def __init__(self, keep: int = KEEP, least: int = LEAST, seed: float | None = None) -> None:
         self._gaps: deque[float] = deque(maxlen=keep)
         self._least = least
         self._last: datetime | None = None
+        self._seed = seed
+        self._first = True  # the next gap closes the first step
 
     def see(self, last_progress: datetime | None) -> None:
         """The watcher's latest progress time, once per poll: a newer one closes a gap."""
         if last_progress is None or last_progress == self._last:
             return
         if self._last is not None and last_progress > self._last:
-            self._gaps.append((last_progress - self._last).total_seconds())
+            if not (self._first and self._seed is not None):
+                self._gaps.append((last_progress - self._last).total_seconds())
+            self._first = False
         self._last = last_progress
 
+    def seed(self, seconds: float | None) -> None:
+        """A prior from the training's own printed step time, when none is known yet."""
+        if self._seed is None and seconds is not None and seconds > 0:
+            self._seed = seconds
+
+    @property
+    def seeded(self) -> bool:
+        return self._seed is not None
+
+    @property
+    def learned(self) -> bool:
+        """Enough gaps seen: the seed no longer counts."""
+        return len(self._gaps) >= self._least
+
+    @property
+    def first_step(self) -> bool:
+        """Progress was seen once and the first step has not ended: the first-step floor holds."""
+        return self._last is not None and self._first
+
     def value(self) -> float | None:
-        """The high percentile of the recent gaps; None before enough of them."""
-        if len(self._gaps) < self._least:
-            return None
+        """The high percentile of the recent gaps; before enough of them, the seed corrected by
+        the largest gap seen since (None without a seed)."""
+        if not self.learned:
+            return max([self._seed, *self._gaps]) if self._seed is not None else None
         ordered = sorted(self._gaps)
         return ordered[min(len(ordered) - 1, int(PERCENTILE * len(ordered)))]
 

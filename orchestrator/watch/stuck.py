@@ -38,12 +38,26 @@ def stuck_detail(nw: _Node, others: list[_Node], asked: datetime | None) -> str:
         return stuck_dump(nw.dump)
     if nw.exit_record is not None:
         return ""
-    quiet = asked is not None and (nw.heartbeat_seen_at is None or nw.heartbeat_seen_at < asked)
-    if quiet and any(o.dump is not None for o in others):
+    if silent(nw, others, asked):
         since = (nw.heartbeat_seen_at.isoformat(timespec="seconds") if nw.heartbeat_seen_at
                  else "start")
         return f"the agent did not answer the stack-dump request; its heartbeat stopped at {since}"
     return ""
+
+
+def silent(nw: _Node, others: list[_Node], asked: datetime | None) -> bool:
+    """The node's agent did not answer the dump request and its heartbeat stopped, while another
+    agent answered."""
+    quiet = asked is not None and (nw.heartbeat_seen_at is None or nw.heartbeat_seen_at < asked)
+    return (quiet and nw.dump is None and nw.exit_record is None
+            and any(o.dump is not None for o in others))
+
+
+def silent_nodes(nodes: Mapping[str, _Node], asked: datetime | None) -> frozenset[str]:
+    """The live nodes whose only sign of a hang is their agent's silence."""
+    live = {n: nw for n, nw in nodes.items() if nw.exit_record is None}
+    return frozenset(n for n, nw in live.items()
+                     if silent(nw, [o for o in live.values() if o is not nw], asked))
 
 
 def frames(dump: DumpRecord | None) -> tuple[str, ...]:

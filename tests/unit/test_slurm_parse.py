@@ -9,7 +9,16 @@ import pytest
 
 from orchestrator.backends.base import SchedulerUnavailable
 from orchestrator.backends.slurm import SlurmBackend
-from orchestrator.backends.slurm_commands import CommandFailed, parse_sacct, parse_squeue, parse_state
+from orchestrator.backends.slurm_commands import (
+    CommandFailed,
+    parse_node_states,
+    parse_sacct,
+    parse_squeue,
+    parse_state,
+    ping_window,
+    unreachable,
+    usable,
+)
 from orchestrator.clock import FakeClock
 from orchestrator.model import JobRef, JobState
 from orchestrator.settings import SlurmBackendCfg
@@ -125,3 +134,27 @@ def test_the_first_failure_of_a_command_is_said_before_the_retries_not_after(tmp
     assert len(said) == 1 and said[0][0] == 0  # before the first backoff
     assert "scancel failed (scancel: slurm_load_jobs error: Unable to contact" in said[0][1]
     assert "retrying for up to 600 s" in said[0][1] and "\n" not in said[0][1].rstrip("\n")
+
+
+def test_unreachable_nodes_are_those_slurmctld_cannot_reach() -> None:
+    """sinfo's compact states (slurm 22.05, the test cluster): a trailing * is not responding; down
+    with or without it; drained, idle, allocated or completing nodes are reachable."""
+    rows = parse_node_states("node1 alloc\nnode2 alloc*\nnode3 down*\nnode4 drain\nnode5 down\n"
+                             "node6 comp\nnode7 idle*\n")
+    assert rows is not None
+    asked = frozenset({"node1", "node2", "node3", "node4", "node5", "node6"})
+    assert unreachable(rows, asked) == {"node2", "node3", "node5"}
+    assert unreachable(rows, frozenset({"node9"})) == frozenset()
+    assert usable(rows) == ["node1", "node6"]
+    for text in ("", "sinfo: error: Unable to contact slurm controller\n", "node1\n"):
+        assert parse_node_states(text) is None  # not the answer asked for: unknown
+
+
+def test_the_ping_window_is_read_from_scontrol_show_config() -> None:
+    """Lines as Slurm 22.05 prints them (the test cluster; the defaults 300 s and 10 s elsewhere)."""
+    test_cluster = ("Configuration data as of 2026-12-03T20:40:11\nMessageTimeout          = 10 sec\n"
+                    "SlurmctldTimeout        = 120 sec\nSlurmdTimeout           = 20 sec\n")
+    assert ping_window(test_cluster) == 50.0  # slurmctld set a crashed node down 43 s after
+    defaults = test_cluster.replace("= 20 sec", "= 300 sec")
+    assert ping_window(defaults) == 300.0  # bounded
+    assert ping_window("SlurmdTimeout = 20 sec\n") == 0.0  # a value missing: unknown
