@@ -53,6 +53,15 @@ PLATFORMS: tuple[Signature, ...] = (
               cascade=True, peer_group="peer",
               source="libfabric efa_rdm_txe_handle_error 'Invalid address ... Peer host id: i-...'"
                      " (aws/aws-ofi-nccl#346)"),
+    # The EFA provider or the OFI plugin cannot start on this host (no completion queue, no
+    # endpoint): NCCL then finds no AWS Libfabric network there, and its peers wait in the first
+    # collective. Every node alike is the image's or the settings' (same_on_every_node).
+    Signature("efa_init_failed",
+              r"efa\w*:cq:\S+ Unable to create extended CQ|NET/OFI Couldn't open CQ"
+              r"|NET/OFI aws-ofi-nccl initialization failed|NET/OFI Initializing plugin failed"
+              r"|network AWS Libfabric not found", C.NETWORK, blame=True,
+              source="libfabric efa_cq_ibv_cq_ex_open_with_ibv_create_cq_ex, aws-ofi-nccl "
+                     "nccl_net_ofi_create_plugin (aws/aws-ofi-nccl#715, aws/aws-ofi-nccl#889)"),
     Signature("efa_error",
               r"efa_rdm_\w+_handle_error\(\)|NET/OFI Request completed with error", C.NETWORK,
               cascade=True, source="libfabric EFA provider; aws-ofi-nccl (aws/aws-ofi-nccl#161)"),

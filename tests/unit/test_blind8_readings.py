@@ -1,0 +1,70 @@
+"""Readings taught by blind8 (issue 38): each on at least two real variants of the text (sources in
+the signature tables and tests/data/blind8/SOURCES.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.diagnose.classify import Context, classify
+from orchestrator.evidence import NodeEvidence
+from orchestrator.model import Cause, JobState, JobStatus, Owner
+from tests.unit.test_platforms import FAILED, TIMEOUT, action, node
+
+CANCELLED = JobStatus(state=JobState.CANCELLED)
+# aws/aws-ofi-nccl#715 (SageMaker, libfabric CQ) and #889 (endpoint creation, newer plugin)
+EFA_INIT = [
+    ["libfabric:17778:1732779731::efa:cq:efa_cq_ibv_cq_ex_open_with_ibv_create_cq_ex():92<warn> "
+     "Unable to create extended CQ: Cannot allocate memory",
+     "algo-1:17778:17848 [5] nccl_ofi_ofiutils_init_connection:274 NCCL WARN NET/OFI Couldn't open "
+     "CQ. RC: -22, ERROR: Invalid argument",
+     "algo-1:17778:17848 [5] nccl_net_ofi_create_plugin:259 NCCL WARN NET/OFI aws-ofi-nccl "
+     "initialization failed",
+     "algo-1:17778:17848 [5] NCCL INFO net.cc:56 -> 2"],
+    ["ip-10-36-29-253:86:2554 [0] nccl_net_ofi_domain_get_ep:969 NCCL WARN NET/OFI Creating new "
+     "endpoint for domain 0x7f899ba992c0 failed: Invalid argument",
+     "ip-10-36-29-253:86:2554 [0] nccl_net_ofi_create_plugin:335 NCCL WARN NET/OFI aws-ofi-nccl "
+     "initialization failed",
+     "ip-10-36-29-253:86:2554 [0] nccl_net_ofi_init:155 NCCL WARN NET/OFI Initializing plugin "
+     "failed",
+     "ip-10-36-29-253:86:2554 [0] init.cc:190 NCCL WARN Error: network AWS Libfabric not found.",
+     "ip-10-36-29-253:86:2554 [0] NCCL INFO net.cc:56 -> 2"],
+]
+
+
+@pytest.mark.parametrize("lines", EFA_INIT)
+def test_efa_init_failure_on_one_node_is_that_nodes_network(lines: list[str]) -> None:
+    """The OFI plugin cannot start on one host while its peers time out: that host's EFA device, never
+    the job's exception (the NCCL 'Error: network ... not found' line reads like a Python error)."""
+    host = lines[-1].split(":")[0]
+    v = classify(FAILED, [node(host, lines), node("b", [TIMEOUT]), node("c", [TIMEOUT])], Context())
+    assert (v.cause, v.culprit_nodes, action(v)) == (Cause.NETWORK, (host,), "resubmit_exclude")
+
+
+def test_efa_init_failure_everywhere_is_nobodys_node() -> None:
+    lines = [x.replace("ip-10-36-29-253:", "") for x in EFA_INIT[1]]
+    v = classify(FAILED, [node(h, lines) for h in ("a", "b")], Context())
+    assert v.cause == Cause.NETWORK and v.culprit_nodes == () and v.owner != Owner.JOB
+
+
+# The ranks took different paths through the program: one waits in a barrier (an eval run on rank 0
+# only) or an extra all_reduce (Lightning's log_dict with different keys per rank,
+# Lightning-AI/pytorch-lightning#19106) while the others wait in the next step's collective.
+@pytest.mark.parametrize(("common", "odd"), [
+    ("all_reduce (torch/distributed/distributed_c10d.py)", "barrier (torch/distributed/distributed_c10d.py)"),
+    ("broadcast (torch/distributed/distributed_c10d.py)", "all_reduce (torch/distributed/distributed_c10d.py)"),
+    ("all_reduce (deepspeed/comm/torch.py)", "barrier (deepspeed/comm/torch.py)"),
+])
+def test_a_rank_waiting_in_another_collective_is_the_programs_deadlock(common: str, odd: str) -> None:
+    nodes = [NodeEvidence(node=f"n{i}", top_frames=(common,) * 4) for i in range(1, 4)]
+    nodes.append(NodeEvidence(node="n4", top_frames=(odd,) + (common,) * 3))
+    v = classify(CANCELLED, nodes, Context(stalled=True))
+    assert (v.cause, v.culprit_nodes, v.rule) == (Cause.HANG, (), "collectives_differ")
+    assert action(v) == "stop_and_alert"
+
+
+def test_a_rank_in_a_device_call_outside_the_collective_is_still_the_nodes() -> None:
+    common = "all_reduce (torch/distributed/distributed_c10d.py)"
+    nodes = [NodeEvidence(node=f"n{i}", top_frames=(common,) * 4) for i in range(1, 4)]
+    nodes.append(NodeEvidence(node="n4", top_frames=("synchronize (torch/cuda/__init__.py)",) + (common,) * 3))
+    v = classify(CANCELLED, nodes, Context(stalled=True))
+    assert (v.culprit_nodes, v.rule, action(v)) == (("n4",), "outside_collective", "resubmit_exclude")
