@@ -77,6 +77,14 @@ PLATFORMS: tuple[Signature, ...] = (
               r"ib_mlx5_log\.c:\d+\s+(?:Remote (?:operation|access|invalid request) error"
               r"|Transport retry count exceeded|RNR retry count exceeded|Local \w+ error) on",
               C.NETWORK, cascade=True, source="UCX ib_mlx5_log completion errors"),
+    # Hydra/OmegaConf refuse the command line's overrides before the program starts: the job's own
+    # configuration (a key that is not in the config), the same on every rank.
+    Signature("config_override",
+              r"^Could not (?:override '[^']+'\.|append to config\.)|^Error merging override "
+              r"|^Key '[^']+' (?:is )?not in (?:struct|'\w+')$|Set the environment variable "
+              r"HYDRA_FULL_ERROR=1 for a complete stack trace", C.USER_BUG,
+              source="Hydra override errors (facebookresearch/hydra#1912, #947, #1515; "
+                     "hydra.cc override grammar)"),
     # Lustre client: the metadata (or object) server is lost; the job waits for recovery.
     Signature("lustre_lost",
               r"Connection to \S+-(?:MDT|OST)[0-9a-f]{4} \(at \S+\) was lost"

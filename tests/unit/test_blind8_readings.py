@@ -68,3 +68,36 @@ def test_a_rank_in_a_device_call_outside_the_collective_is_still_the_nodes() -> 
     nodes.append(NodeEvidence(node="n4", top_frames=("synchronize (torch/cuda/__init__.py)",) + (common,) * 3))
     v = classify(CANCELLED, nodes, Context(stalled=True))
     assert (v.culprit_nodes, v.rule, action(v)) == (("n4",), "outside_collective", "resubmit_exclude")
+
+
+# The image has no such program: enroot cannot switch into it (NVIDIA/pyxis#61 with bash,
+# NVIDIA/enroot#177 and #217 with sh), on every node alike.
+@pytest.mark.parametrize("shell", ["/bin/bash", "/bin/sh"])
+def test_a_container_without_the_program_is_the_jobs(shell: str) -> None:
+    lines = ["slurmstepd: error: pyxis: container start failed with error code: 1",
+             f"slurmstepd: error: pyxis:     enroot-switchroot: failed to execute: {shell}: No such file or "
+             "directory", "slurmstepd: error: pyxis: couldn't start container",
+             "slurmstepd: error: spank: required plugin spank_pyxis.so: task_init() failed with rc=-1"]
+    nodes = [node(h, [*lines, f"srun: error: {h}: task {i}: Exited with exit code 1"])
+             for i, h in enumerate(("hpc-pg0-1", "hpc-pg0-2"))]
+    v = classify(FAILED, nodes, Context())
+    assert (v.cause, v.culprit_nodes, action(v)) == (Cause.USER_BUG, (), "stop_and_alert")
+
+
+# Hydra refuses an override on the command line (facebookresearch/hydra#1912, #947, #1515)
+HYDRA = [
+    ["Could not override 'perferences.trait'.", "To append to your config use +perferences.trait=i_like_stars",
+     "Key 'perferences' is not in struct", "    full_key: perferences", "    object_type=dict"],
+    ["Could not override 'polynomial'. No match in config.", "To append to your config use +polynomial={x:1}",
+     "Key 'x' is not in struct", "\tfull_key: polynomial.x", "\treference_type=Any", "\tobject_type=dict", "",
+     "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."],
+    ["Error merging override +a.j=2", "Key 'j' not in 'A'", "\tfull_key: a.j", "\treference_type=A",
+     "\tobject_type=A", "", "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."],
+]
+
+
+@pytest.mark.parametrize("lines", HYDRA)
+def test_a_refused_config_override_is_the_jobs(lines: list[str]) -> None:
+    nodes = [node(h, [*lines, f"srun: error: {h}: tasks 0-7: Exited with exit code 1"]) for h in ("a", "b")]
+    v = classify(FAILED, nodes, Context())
+    assert (v.cause, v.culprit_nodes, action(v)) == (Cause.USER_BUG, (), "stop_and_alert")
