@@ -85,6 +85,14 @@ PLATFORMS: tuple[Signature, ...] = (
               r"HYDRA_FULL_ERROR=1 for a complete stack trace", C.USER_BUG,
               source="Hydra override errors (facebookresearch/hydra#1912, #947, #1515; "
                      "hydra.cc override grammar)"),
+    # Ray's memory monitor kills workers when the host's memory passes its threshold: the job's
+    # host memory use, like the kernel's OOM killer (before Python's reading of OutOfMemoryError).
+    Signature("ray_oom",
+              r"\d+ Workers \(tasks / actors\) killed due to memory pressure \(OOM\)"
+              r"|Task was killed due to the node running low on memory"
+              r"|System memory low at node with IP \S+ Used memory", C.HOST_OOM, blame=True,
+              source="Ray raylet memory monitor node_manager.cc (ray-project/ray#29800, #27716, "
+                     "hiyouga/EasyR1#185); docs.ray.io ray-oom-prevention"),
     # Lustre client: the metadata (or object) server is lost; the job waits for recovery.
     Signature("lustre_lost",
               r"Connection to \S+-(?:MDT|OST)[0-9a-f]{4} \(at \S+\) was lost"

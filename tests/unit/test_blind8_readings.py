@@ -101,3 +101,24 @@ def test_a_refused_config_override_is_the_jobs(lines: list[str]) -> None:
     nodes = [node(h, [*lines, f"srun: error: {h}: tasks 0-7: Exited with exit code 1"]) for h in ("a", "b")]
     v = classify(FAILED, nodes, Context())
     assert (v.cause, v.culprit_nodes, action(v)) == (Cause.USER_BUG, (), "stop_and_alert")
+
+
+# Ray's memory monitor (raylet node_manager.cc, several releases; the older per-kill wording of
+# ray-project/ray#27716; the driver's OutOfMemoryError)
+RAY_OOM = [
+    "(raylet) [2024-08-25 19:21:02,241 E 1111013 1111013] (raylet) node_manager.cc:3064: 12 Workers (tasks / "
+    "actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: b8aad7ac5, "
+    "IP: 172.31.105.218) over the last time period.",
+    "(raylet) [2022-08-29 15:18:33,592 E 30307 30344] (raylet) node_manager.cc:2963: System memory low at node "
+    "with IP 172.17.0.2. Used memory (23.63GB) / total capacity (33.28GB) (0.709971) exceeds threshold 0.7, "
+    "killing latest task with name the_real_oom_actor:Leaker.__init__",
+    "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+]
+
+
+@pytest.mark.parametrize("line", RAY_OOM)
+def test_ray_memory_monitor_kills_are_the_jobs_host_memory(line: str) -> None:
+    lines = [line, "Traceback (most recent call last):",
+             "ray.train.base_trainer.TrainingFailedError: The Ray Train run failed."]
+    v = classify(FAILED, [node("head", lines), node("w1", [])], Context())
+    assert (v.cause, v.culprit_nodes, action(v)) == (Cause.HOST_OOM, (), "stop_and_alert")
