@@ -122,3 +122,26 @@ def test_ray_memory_monitor_kills_are_the_jobs_host_memory(line: str) -> None:
              "ray.train.base_trainer.TrainingFailedError: The Ray Train run failed."]
     v = classify(FAILED, [node("head", lines), node("w1", [])], Context())
     assert (v.cause, v.culprit_nodes, action(v)) == (Cause.HOST_OOM, (), "stop_and_alert")
+
+
+# fairseq's --stop-time-hours, older (args, "hour(s)") and newer (cfg) wording of fairseq_cli/train.py;
+# fairseq then saves and prints "done training" as after any stop.
+@pytest.mark.parametrize("stop", [
+    "2020-07-01 10:04:32 | INFO | fairseq_cli.train | Stopping training due to cumulative_training_time: "
+    "14.00031 > stop_time_hours: 14.0 hour(s)",
+    "2023-03-03 10:04:32 | INFO | fairseq_cli.train | Stopping training due to cumulative_training_time: "
+    "2.000122 > stop_time_hours: 2.0",
+])
+def test_a_time_stop_then_done_training_is_the_time_limit_not_success(stop: str) -> None:
+    lines = [stop, "2023-03-03 10:04:56 | INFO | fairseq.checkpoint_utils | Saved checkpoint "
+             "/ckpt/checkpoint_last.pt (epoch 14 @ 111814 updates, score 3.702) (writing took 22.18 seconds)",
+             "2023-03-03 10:04:57 | INFO | fairseq_cli.train | done training in 50637.9 seconds"]
+    v = classify(JobStatus(state=JobState.COMPLETED), [node("a", lines), node("b", [])], Context())
+    assert (v.cause, action(v)) == (Cause.TIMELIMIT, "resubmit")
+
+
+def test_done_training_without_a_time_stop_is_still_success() -> None:
+    lines = ["2023-03-03 10:04:32 | INFO | fairseq_cli.train | Stopping training due to num_updates: 400000 >= "
+             "max_update: 400000", "2023-03-03 10:04:57 | INFO | fairseq_cli.train | done training in 637.9 seconds"]
+    v = classify(JobStatus(state=JobState.COMPLETED), [node("a", lines), node("b", [])], Context())
+    assert (v.cause, action(v)) == (Cause.SUCCESS, "done")
