@@ -77,6 +77,14 @@ PLATFORMS: tuple[Signature, ...] = (
               r"ib_mlx5_log\.c:\d+\s+(?:Remote (?:operation|access|invalid request) error"
               r"|Transport retry count exceeded|RNR retry count exceeded|Local \w+ error) on",
               C.NETWORK, cascade=True, source="UCX ib_mlx5_log completion errors"),
+    # pdsh (DeepSpeed's multi-node launcher) reports each host's ssh; 255 is ssh's own error (the
+    # host could not be reached, or refused the key), where a rank's failure exits 1. A report
+    # about the host, not a failure by itself: it names the node only where its peers timed out.
+    Signature("pdsh_ssh_lost",
+              r"pdsh@[\w.-]+: (?P<node>[\w.-]+): ssh exited with exit code 255\b", C.NODE_FAIL,
+              blame=True, node_group="node", kind="hw",
+              source="pdsh(1) 'pdsh@uan: cxi-nid0: ssh exited with exit code 255' (HPE Slingshot "
+                     "cxibwcheck docs); ssh(1) exits 255 on its own error"),
     # Hydra/OmegaConf refuse the command line's overrides before the program starts: the job's own
     # configuration (a key that is not in the config), the same on every rank.
     Signature("config_override",

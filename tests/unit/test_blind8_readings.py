@@ -8,7 +8,7 @@ import pytest
 from orchestrator.diagnose.classify import Context, classify
 from orchestrator.evidence import NodeEvidence
 from orchestrator.model import Cause, JobState, JobStatus, Owner
-from tests.unit.test_platforms import FAILED, TIMEOUT, action, node
+from tests.unit.test_platforms import FAILED, TIMEOUT, action, node, progress
 
 CANCELLED = JobStatus(state=JobState.CANCELLED)
 # aws/aws-ofi-nccl#715 (SageMaker, libfabric CQ) and #889 (endpoint creation, newer plugin)
@@ -145,3 +145,22 @@ def test_done_training_without_a_time_stop_is_still_success() -> None:
              "max_update: 400000", "2023-03-03 10:04:57 | INFO | fairseq_cli.train | done training in 637.9 seconds"]
     v = classify(JobStatus(state=JobState.COMPLETED), [node("a", lines), node("b", [])], Context())
     assert (v.cause, action(v)) == (Cause.SUCCESS, "done")
+
+
+# pdsh's report of a host's ssh (HPE Slingshot cxibwcheck docs, a CSM install guide): 255 is ssh's
+# own error
+@pytest.mark.parametrize(("launcher", "host"), [("uan", "cxi-nid0"), ("ncn-m001", "ncn-w001")])
+def test_ssh_lost_to_one_host_while_the_others_time_out_is_that_node(launcher: str, host: str) -> None:
+    launch = [f"pdsh@{launcher}: {host}: ssh exited with exit code 255",
+              f"pdsh@{launcher}: b: ssh exited with exit code 1", f"pdsh@{launcher}: c: ssh exited with exit code 1"]
+    nodes = [node(host, progress(5)), node("b", [*progress(6), TIMEOUT]), node("c", [*progress(6), TIMEOUT, *launch])]
+    v = classify(FAILED, nodes, Context())
+    assert (v.cause, v.culprit_nodes, action(v)) == (Cause.NODE_FAIL, (host,), "resubmit_exclude")
+
+
+def test_ssh_refused_at_launch_names_no_node() -> None:
+    """Host key verification failed on every worker: the site's ssh, no node is excluded."""
+    lines = [x for h in ("ncn-w001", "ncn-w002") for x in (
+        f"{h}: Host key verification failed.", f"pdsh@ncn-m001: {h}: ssh exited with exit code 255")]
+    v = classify(FAILED, [node("ncn-m001", lines), node("ncn-w001", []), node("ncn-w002", [])], Context())
+    assert v.culprit_nodes == () and action(v) != "resubmit_exclude"
