@@ -85,6 +85,13 @@ PLATFORMS: tuple[Signature, ...] = (
               blame=True, node_group="node", kind="hw",
               source="pdsh(1) 'pdsh@uan: cxi-nid0: ssh exited with exit code 255' (HPE Slingshot "
                      "cxibwcheck docs); ssh(1) exits 255 on its own error"),
+    # argparse refuses the command line (it exits 2 on every rank before anything starts).
+    Signature("argparse_error",
+              r"[\w.-]+: error: (?:unrecognized arguments: |the following arguments are required: "
+              r"|argument -{1,2}[\w-]+(?:/-{1,2}[\w-]+)?: "
+              r"(?:invalid|expected|ambiguous|not allowed))",
+              C.USER_BUG, source="Python argparse error() (docs.python.org argparse; "
+                                 "NVIDIA/Megatron-LM#577)"),
     # Hydra/OmegaConf refuse the command line's overrides before the program starts: the job's own
     # configuration (a key that is not in the config), the same on every rank.
     Signature("config_override",

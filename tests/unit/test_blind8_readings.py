@@ -164,3 +164,16 @@ def test_ssh_refused_at_launch_names_no_node() -> None:
         f"{h}: Host key verification failed.", f"pdsh@ncn-m001: {h}: ssh exited with exit code 255")]
     v = classify(FAILED, [node("ncn-m001", lines), node("ncn-w001", []), node("ncn-w002", [])], Context())
     assert v.culprit_nodes == () and action(v) != "resubmit_exclude"
+
+
+# argparse's error() (NVIDIA/Megatron-LM#577; docs.python.org argparse), on every rank
+@pytest.mark.parametrize("line", [
+    "pretrain_gpt.py: error: unrecognized arguments: --local-rank=0",
+    "PROG: error: the following arguments are required: bar",
+    "train.py: error: argument --foo: invalid int value: 'spam'",
+])
+def test_a_refused_command_line_is_the_jobs(line: str) -> None:
+    lines = ["usage: train.py [-h] [--foo FOO]", line,
+             "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"]
+    v = classify(FAILED, [node("a", lines), node("b", lines)], Context())
+    assert (v.cause, v.culprit_nodes, action(v)) == (Cause.USER_BUG, (), "stop_and_alert")
