@@ -66,9 +66,11 @@ def _from_job_state(job: JobStatus) -> Cause | None:
 
 def _finished(nodes: list[NodeEvidence], roots: list[NodeMatch]) -> bool:
     """The training printed its end-of-training line and no hardware fault came before it (same
-    file)."""
-    done = {n.file: min(m.line for m in n.matches if m.kind == "done") for n in nodes
-            if any(m.kind == "done" for m in n.matches)}
+    file). An end printed after the framework stopped itself for time (fairseq prints `done
+    training` after --stop-time-hours too) is that stop's, not the training's goal."""
+    done = {n.file: line for n in nodes
+            if (line := min((m.line for m in n.matches if m.kind == "done"), default=0))
+            and not any(m.kind == "stop" and m.line < line for m in n.matches)}
     if not done:
         return False
     first_done = min(done.values())

@@ -21,7 +21,13 @@ from orchestrator.diagnose.judge import (
     hardware_hosts,
     progress_stopped_early,
 )
-from orchestrator.diagnose.rules import COLLECTIVE, DEVICE_FRAME, PROGRAM_WAIT, judge_root
+from orchestrator.diagnose.rules import (
+    COLLECTIVE,
+    COLLECTIVE_CALL,
+    DEVICE_FRAME,
+    PROGRAM_WAIT,
+    judge_root,
+)
 from orchestrator.diagnose.verdicts import Context, evs, verdict
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.model import Cause, Evidence, JobStatus, Owner, Role, Verdict
@@ -102,6 +108,11 @@ def _outside(nodes: list[NodeEvidence], secondary: list[Evidence]) -> Verdict | 
     found = [Evidence(node=n.node, file=n.file, text="innermost frames "
                    f"{', '.join(n.top_frames)}; the others wait in {common}", cause=Cause.HANG)
              for n in nodes if n.node in odd]
+    if frames and COLLECTIVE_CALL.search(common) and all(COLLECTIVE_CALL.search(f) for f in frames):
+        return verdict(Cause.HANG, [], False, 0.7, found + flight + secondary,
+                       f"the rank outside {common} waits in another collective ({frames[0]}): the "
+                       "ranks called different collectives, a deadlock in the program's own code",
+                       "collectives_differ", Owner.JOB)
     if frames and not any(DEVICE_FRAME.search(f) for f in frames) and any(PROGRAM_WAIT.search(f)
                                                                          for f in frames):
         return verdict(Cause.HANG, [], False, 0.7, found + flight + secondary,

@@ -76,9 +76,10 @@ EVENTS: tuple[Signature, ...] = (
               r"|Time limit reached\. Elapsed time "
               r"is|Signaling Trainer to stop|exit(?:ing)? (?:early )?(?:due to|because of) (?:the "
               r")?(?:time|wall ?clock|walltime) limit|Job has timed out\. Ran \d+ minutes out of "
-              r"requested", C.TIMELIMIT, kind="stop",
+              r"requested|Stopping training due to cumulative_training_time: [\d.]+ > "
+              r"stop_time_hours", C.TIMELIMIT, kind="stop",
               source="Megatron --exit-duration-in-mins and --exit-signal-handler; Lightning "
-                     "Timer callback; submitit's timeout handling"),
+                     "Timer callback; submitit's timeout handling; fairseq --stop-time-hours"),
     Signature("spot_termination",
               r"[Ss]pot (?:[Ii]nstance )?(?:[Ii]nterruption|[Tt]ermination)(?: [Nn]otice| "
               r"[Ww]arning)?|instance-action.*(?:terminate|stop)|[Pp]reemption notice|[Ii]nstance "

@@ -53,6 +53,15 @@ PLATFORMS: tuple[Signature, ...] = (
               cascade=True, peer_group="peer",
               source="libfabric efa_rdm_txe_handle_error 'Invalid address ... Peer host id: i-...'"
                      " (aws/aws-ofi-nccl#346)"),
+    # The EFA provider or the OFI plugin cannot start on this host (no completion queue, no
+    # endpoint): NCCL then finds no AWS Libfabric network there, and its peers wait in the first
+    # collective. Every node alike is the image's or the settings' (same_on_every_node).
+    Signature("efa_init_failed",
+              r"efa\w*:cq:\S+ Unable to create extended CQ|NET/OFI Couldn't open CQ"
+              r"|NET/OFI aws-ofi-nccl initialization failed|NET/OFI Initializing plugin failed"
+              r"|network AWS Libfabric not found", C.NETWORK, blame=True,
+              source="libfabric efa_cq_ibv_cq_ex_open_with_ibv_create_cq_ex, aws-ofi-nccl "
+                     "nccl_net_ofi_create_plugin (aws/aws-ofi-nccl#715, aws/aws-ofi-nccl#889)"),
     Signature("efa_error",
               r"efa_rdm_\w+_handle_error\(\)|NET/OFI Request completed with error", C.NETWORK,
               cascade=True, source="libfabric EFA provider; aws-ofi-nccl (aws/aws-ofi-nccl#161)"),
@@ -68,6 +77,37 @@ PLATFORMS: tuple[Signature, ...] = (
               r"ib_mlx5_log\.c:\d+\s+(?:Remote (?:operation|access|invalid request) error"
               r"|Transport retry count exceeded|RNR retry count exceeded|Local \w+ error) on",
               C.NETWORK, cascade=True, source="UCX ib_mlx5_log completion errors"),
+    # pdsh (DeepSpeed's multi-node launcher) reports each host's ssh; 255 is ssh's own error (the
+    # host could not be reached, or refused the key), where a rank's failure exits 1. A report
+    # about the host, not a failure by itself: it names the node only where its peers timed out.
+    Signature("pdsh_ssh_lost",
+              r"pdsh@[\w.-]+: (?P<node>[\w.-]+): ssh exited with exit code 255\b", C.NODE_FAIL,
+              blame=True, node_group="node", kind="hw",
+              source="pdsh(1) 'pdsh@uan: cxi-nid0: ssh exited with exit code 255' (HPE Slingshot "
+                     "cxibwcheck docs); ssh(1) exits 255 on its own error"),
+    # argparse refuses the command line (it exits 2 on every rank before anything starts).
+    Signature("argparse_error",
+              r"[\w.-]+: error: (?:unrecognized arguments: |the following arguments are required: "
+              r"|argument -{1,2}[\w-]+(?:/-{1,2}[\w-]+)?: "
+              r"(?:invalid|expected|ambiguous|not allowed))",
+              C.USER_BUG, source="Python argparse error() (docs.python.org argparse; "
+                                 "NVIDIA/Megatron-LM#577)"),
+    # Hydra/OmegaConf refuse the command line's overrides before the program starts: the job's own
+    # configuration (a key that is not in the config), the same on every rank.
+    Signature("config_override",
+              r"^Could not (?:override '[^']+'\.|append to config\.)|^Error merging override "
+              r"|^Key '[^']+' (?:is )?not in (?:struct|'\w+')$|Set the environment variable "
+              r"HYDRA_FULL_ERROR=1 for a complete stack trace", C.USER_BUG,
+              source="Hydra override errors (facebookresearch/hydra#1912, #947, #1515; "
+                     "hydra.cc override grammar)"),
+    # Ray's memory monitor kills workers when the host's memory passes its threshold: the job's
+    # host memory use, like the kernel's OOM killer (before Python's reading of OutOfMemoryError).
+    Signature("ray_oom",
+              r"\d+ Workers \(tasks / actors\) killed due to memory pressure \(OOM\)"
+              r"|Task was killed due to the node running low on memory"
+              r"|System memory low at node with IP \S+ Used memory", C.HOST_OOM, blame=True,
+              source="Ray raylet memory monitor node_manager.cc (ray-project/ray#29800, #27716, "
+                     "hiyouga/EasyR1#185); docs.ray.io ray-oom-prevention"),
     # Lustre client: the metadata (or object) server is lost; the job waits for recovery.
     Signature("lustre_lost",
               r"Connection to \S+-(?:MDT|OST)[0-9a-f]{4} \(at \S+\) was lost"

@@ -185,9 +185,10 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + (
     Signature("cannot_start",
               r"ORCH-AGENT cannot start the training command|: command not found$|can't open file "
               r".*No such file|exec format error|^bash: \S+: (?:No such file or "
-              r"directory|Permission denied)$",
-              C.USER_BUG, source="the agent; bash and python when the program or script does not "
-                                 "exist"),
+              r"directory|Permission denied)$|enroot-switchroot: failed to execute: \S+: No such "
+              r"file", C.USER_BUG,
+              source="the agent; bash and python when the program or script does not exist; enroot "
+                     "when the image has no such program (NVIDIA/pyxis#61, NVIDIA/enroot#177)"),
     # the errno names in capitals only: a path such as /scratch/enospc-test is no full disk
     Signature("no_space", r"No space left on device|Disk quota exceeded|(?-i:\bENOSPC\b|\bEDQUOT\b)"
               r"|No usable temporary directory found", C.FILESYSTEM,
