@@ -19,7 +19,7 @@ from orchestrator.backends.base import Backend
 from orchestrator.blacklist import Blacklist, ExcludePlan, compress
 from orchestrator.contract import EXIT_SUFFIX, ExitRecord, SegmentPaths, read_record
 from orchestrator.model import SegmentSpec
-from orchestrator.plan import plan, spares
+from orchestrator.plan import UnsafeValue, plan, spares
 from orchestrator.settings import CheckpointCfg, Policy, Settings
 from orchestrator.shared_blacklist import SharedBlacklist
 from orchestrator.state import RunState
@@ -205,8 +205,11 @@ def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime
             logger.warning("spare nodes: {}", note)
         k = cut
     excl = exclude_plan(bl, settings.policy, inventory, n + k, now, settings.resources.exclude)
-    return Prepared(plan(settings, state, ckpt, excl, python, k), excl, bl, note, ckpt.path if ckpt
-                    else None)
+    try:
+        spec = plan(settings, state, ckpt, excl, python, k)
+    except UnsafeValue as exc:  # a checkpoint's name on disk: never pasted, nothing submitted
+        raise FilesystemStall(f"{exc} (rename the checkpoint)") from None
+    return Prepared(spec, excl, bl, note, ckpt.path if ckpt else None)
 
 
 # prepare, as the controller calls it
