@@ -13,7 +13,7 @@ from orchestrator.settings.backend import BackendCfg
 from orchestrator.settings.checks import PreflightCfg
 from orchestrator.settings.exports import ExportsCfg
 from orchestrator.settings.nodes import SAFE_NAME
-from orchestrator.settings.patterns import catastrophic, python_unbounded, too_slow
+from orchestrator.settings.patterns import LINE_CHARS, catastrophic, python_unbounded, too_slow
 from orchestrator.settings.sections import (
     CheckpointCfg,
     Goal,
@@ -79,7 +79,7 @@ def last_iteration(rx: re.Pattern[str], text: str) -> int | None:
     for part in re.split(r"[\r\n]", text):
         if not_training(part):
             continue
-        for m in rx.finditer(part):
+        for m in rx.finditer(part, 0, LINE_CHARS):  # a line's first 8 KB (a lookaround's time)
             try:
                 found = int(m.group(1))
             except (TypeError, ValueError, IndexError):
