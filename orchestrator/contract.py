@@ -96,8 +96,7 @@ class SegmentPaths:
         return self.nodes / f"{node}{PROFILE_SUFFIX}"
 
     def facts(self, node: str, reason: str = "exit") -> Path:
-        """The node's own evidence at the segment's end (reason "exit") or at a stall dump
-        ("dump")."""
+        """The node's own evidence at the segment's end (reason "exit") or at a dump ("dump")."""
         return self.nodes / (f"{node}{FACTS_SUFFIX}" if reason == "exit"
                              else f"{node}.{reason}{FACTS_SUFFIX}")
 
@@ -188,8 +187,9 @@ class ExitRecord(Record):
     last_lines: list[str] = []
     preflight: list[CheckRecord] = []
     stopped_by_signal: bool = False
-    # checkpoint saves the agent timed from the training's own lines
+    # checkpoint saves the agent timed from the training's own lines, and the directories they named
     checkpoint_write_s: list[float] = []
+    checkpoint_dirs: list[str] = []
 
 
 class ProcessDump(Record):

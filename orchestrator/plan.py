@@ -17,7 +17,7 @@ from orchestrator.checkpoint_interval import (
 from orchestrator.contract import SegmentPaths
 from orchestrator.model import SegmentSpec
 from orchestrator.settings import Settings
-from orchestrator.shellform import script_indexes
+from orchestrator.shellform import PLACEHOLDER, SAFE_TEXT, pasted, script_indexes, unsafe_char
 from orchestrator.spares import sizing_text, spares_needed
 from orchestrator.state import RunState
 
@@ -26,7 +26,9 @@ def job_name(run_name: str, index: int) -> str:
     return f"{run_name}.seg{index:04d}"
 
 
-PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}|\{([a-z_]+)\}")
+class UnsafeValue(ValueError):
+    """A value that would be pasted as text into the command holds a character a program could
+    read as code (a checkpoint's name found on disk: the config's paths are checked on load)."""
 
 
 # What a placeholder becomes inside a shell script (`bash -c SCRIPT`): the environment variable that
@@ -41,7 +43,13 @@ def render(argv: list[str], values: dict[str, str]) -> tuple[str, ...]:
     """Substitute {placeholders} in each argv element in one pass (a value is never substituted
     again); `{{name}}` is the escape for a literal `{name}`. Never joins or splits arguments. In the
     script of a shell launch (`bash -c SCRIPT ...`) a placeholder becomes a quoted reference to its
-    environment variable (shellform.py finds it in every spelling)."""
+    environment variable (shellform.py finds it in every spelling). A value pasted as text holding
+    a character outside shellform.SAFE_VALUE raises UnsafeValue: it is never pasted."""
+    for i, name in pasted(argv):
+        if (c := unsafe_char(values.get(name, ""))) is not None:
+            raise UnsafeValue(f"command.{i}: the value of {{{name}}} ({values[name]!r}) holds "
+                              f"{c!r}; a value pasted as text may hold only {SAFE_TEXT}")
+
     def sub(m: re.Match[str]) -> str:
         if m.group(1) is not None:
             return "{" + m.group(1) + "}"

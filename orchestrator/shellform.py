@@ -3,11 +3,20 @@ spelling (`bash -lc`, `bash -e -c`, `bash -o pipefail -c`, `/usr/bin/env bash -c
 `srun ... sh -c`, `apptainer exec IMG bash -c`). A value there would be read as code, so a
 placeholder in it becomes a reference to its environment variable (plan.render), and the agent
 expands no variable in it; a shell whose quoting is not the POSIX one (csh, fish) gets no
-placeholder at all after it."""
+placeholder at all after it. Anywhere else a value is pasted as text, so it may hold only
+characters no interpreter reads as code (SAFE_VALUE): `flock -c`, `script -c`, `env -S` and
+`python -c` take code too, and no list of such programs is ever complete."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+# a {placeholder}; `{{name}}` is the escape for a literal `{name}`
+PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}|\{([a-z_]+)\}")
+# what a value pasted as text may hold: letters, digits, space and _ . , / : = + @ % -
+SAFE_VALUE = re.compile(r"[\w .,/:=+@%-]")
+SAFE_TEXT = "letters, digits, space and _ . , / : = + @ % -"
 
 POSIX_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ksh93", "mksh", "pdksh", "ash",
                           "yash", "posh", "lksh"})
@@ -67,3 +76,16 @@ def env_cleared(argv: list[str] | tuple[str, ...], before: int) -> bool:
         w in ("-i", "--ignore-environment", "-") or (w.startswith("-u") and "ORCH_" in w)
         or (w in ("-u", "--unset") and j + 1 < len(words) and words[j + 1].startswith("ORCH_"))
         for j, w in enumerate(words) if j > start)
+
+
+def unsafe_char(value: str) -> str | None:
+    """The first character of `value` outside SAFE_VALUE, or None."""
+    return next((c for c in value if not SAFE_VALUE.fullmatch(c)), None)
+
+
+def pasted(argv: list[str] | tuple[str, ...]) -> list[tuple[int, str]]:
+    """(position, name) of each placeholder that is pasted as text: outside the scripts of the
+    POSIX shell launches (where a placeholder becomes its variable's reference)."""
+    scripts = set(script_indexes(argv))
+    return [(i, m.group(2)) for i, arg in enumerate(argv) if i not in scripts
+            for m in PLACEHOLDER.finditer(arg) if m.group(2) is not None]

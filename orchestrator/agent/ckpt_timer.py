@@ -13,14 +13,18 @@ import re
 from dataclasses import dataclass, field
 
 START = re.compile(r"(?<!successfully )\bsaving checkpoint at iteration\s+(\d+)", re.IGNORECASE)
-END = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(\d+)", re.IGNORECASE)
+END = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(\d+)(?:\s+to\s+(\S+))?",
+                 re.IGNORECASE)
 KEEP = 20
+KEEP_DIRS = 4
 
 
 @dataclass
 class CheckpointTimer:
-    """Owns the pending save (iteration, start time) and the last write durations, in seconds."""
+    """Owns the pending save (iteration, start time), the last write durations, in seconds, and the
+    directories the saves named ("... to DIR": where a missing checkpoint.dir had checkpoints)."""
     durations: list[float] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
     _start: tuple[int, float] | None = None
 
     def feed(self, text: str, t: float) -> bool:
@@ -31,6 +35,8 @@ class CheckpointTimer:
             self._start = (int(m.group(1)), t)
             return False
         m = END.search(text)
+        if m is not None and m.group(2) and m.group(2) not in self.dirs:
+            self.dirs = (self.dirs + [m.group(2)])[-KEEP_DIRS:]
         if m is None or self._start is None or self._start[0] != int(m.group(1)):
             return False
         self.durations = (self.durations + [max(0.0, t - self._start[1])])[-KEEP:]

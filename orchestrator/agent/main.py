@@ -266,7 +266,7 @@ class NodeAgent:
                    and -c in signal.Signals._value2member_map_]
         write_record(self.paths.exit(self.node), ExitRecord(
             node=self.node, job_id=self.job_id, exit_code=code, rank_exit_codes=codes,
-            signals=signals,
+            signals=signals, checkpoint_dirs=self.saves.dirs,
             iteration=self.iteration, time=_now(), last_lines=self.tail[-10:], preflight=results,
             stopped_by_signal=self._stopping.is_set(), checkpoint_write_s=self.saves.durations))
         if self._log:

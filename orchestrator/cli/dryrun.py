@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from orchestrator.cli.common import build_backend, fail
 from orchestrator.clock import Clock
 from orchestrator.contract import EXIT_SUFFIX, ExitRecord, SegmentPaths, read_record
+from orchestrator.loop.submission import reported_into
 from orchestrator.model import RunStatus
 from orchestrator.plan import spares_reason
 from orchestrator.settings import Settings
@@ -84,7 +85,7 @@ def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool 
         print(f"# {standing}")
     print(f"# exclude: {spec.exclude_hostlist or '(none)'}"
           + (f"  [{excl.note}]" if excl.note else ""))
-    print("\n".join(resume_lines(spec, state, s.run_dir, Path(s.checkpoint.dir))))
+    print("\n".join(resume_lines(spec, state, s)))
     print("\n".join(launch_lines(spec)))
     if s.resources.spare_nodes != 0:
         print("\n".join(allocation_lines(spec, s.resources.spare_nodes,
@@ -95,7 +96,7 @@ def dry(s: Settings, clock: Clock, start_over: bool = False, from_scratch: bool 
     print(backend.render(spec))
 
 
-def resume_lines(spec: SegmentSpec, state: RunState, run_dir: Path, ckpt_dir: Path) -> list[str]:
+def resume_lines(spec: SegmentSpec, state: RunState, s: Settings) -> list[str]:
     """The checkpoint the segment resumes from. With none while the last segment is not judged yet:
     if its nodes' exit records say the training saved checkpoints, run will wait for them (a lost
     filesystem, exit 1 here, as run decides once it judges the segment); else that it is pending."""
@@ -104,8 +105,9 @@ def resume_lines(spec: SegmentSpec, state: RunState, run_dir: Path, ckpt_dir: Pa
     cur = state.current
     if spec.resume_from is not None or cur is None or cur.action is not None:
         return out
-    if not ckpt_dir.is_dir():  # never written: the training saves elsewhere (as run decides)
-        return out
+    run_dir, ckpt_dir = s.run_dir, Path(s.checkpoint.dir)
+    if not ckpt_dir.is_dir() and not reported_into(run_dir, cur.index, ckpt_dir, s.workdir):
+        return out  # never created and no save named it: the training saves elsewhere (as run)
     nodes = SegmentPaths.of(run_dir, cur.index).nodes
     records = [read_record(f, ExitRecord) for f in sorted(nodes.glob(f"*{EXIT_SUFFIX}"))[:4096]]
     saved = [r for r in records if r is not None and r.checkpoint_write_s]

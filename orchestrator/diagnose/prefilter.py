@@ -16,6 +16,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from orchestrator.settings.patterns import LINE_CHARS, backtracking_only
+
 try:  # optional accelerator
     import hyperscan
 except ImportError:  # pragma: no cover - depends on the platform
@@ -136,7 +138,11 @@ class Prefilter:
     have been loaded)."""
     def __init__(self, patterns: Sequence[tuple[str, bool]], memory: Compiled = _COMPILED,
                  compiler: Compile = _compile):
-        self.patterns = list(patterns) + list(SPECIAL)
+        # a lookaround or backreference: only Python's engine takes it, and on a whole block its
+        # time grows with the block's square: matched line by line, on each line's first 8 KB
+        self._slow = [re.compile(_plain(p).encode(), re.M | (re.I if ci else 0))
+                      for p, ci in patterns if backtracking_only(p)]
+        self.patterns = [pc for pc in patterns if not backtracking_only(pc[0])] + list(SPECIAL)
         self.engine = "python"
         self._db = None
         if hyperscan is not None:
@@ -164,6 +170,8 @@ class Prefilter:
             self._db.scan(data, match_event_handler=on_match)
         else:
             ends = [m.end() for m in self._rx.finditer(data)]
+        if self._slow:
+            ends = sorted(set(ends) | set(self._slow_ends(data)))
         out: list[tuple[int, int]] = []
         last_end = -1
         for pos in ends:
@@ -178,6 +186,19 @@ class Prefilter:
             out.append((start, end))
             last_end = end
         return out
+
+
+    def _slow_ends(self, data: bytes) -> list[int]:
+        """A position inside each line that a lookaround pattern matches on its first LINE_CHARS."""
+        found, start = [], 0
+        while start < len(data):
+            nl = data.find(b"\n", start)
+            end = len(data) if nl < 0 else nl
+            if end > start and any(rx.search(data, start, min(end, start + LINE_CHARS))
+                                   for rx in self._slow):
+                found.append(start + 1)
+            start = end + 1
+        return found
 
 
 _CANDIDATES: dict[bytes, object] = {}

@@ -197,7 +197,7 @@ class NodeScan:
             self._address(ip.group(1), host)  # Ray: the address this host joined the cluster with
         if self._stack_line(body):
             return
-        pm = self.progress.search(body)
+        pm = self.progress.search(body, 0, MATCH_CHARS)
         it = group_int(pm) if pm is None or not not_training(body) else None
         if it is not None:  # an error line may say "at iteration N" too: it is still matched below
             if self.first_iteration is None:

@@ -6,6 +6,7 @@ simulation use these same functions.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,8 +17,9 @@ from loguru import logger
 from orchestrator import checkpoint as ckpt_mod
 from orchestrator.backends.base import Backend
 from orchestrator.blacklist import Blacklist, ExcludePlan, compress
+from orchestrator.contract import EXIT_SUFFIX, ExitRecord, SegmentPaths, read_record
 from orchestrator.model import SegmentSpec
-from orchestrator.plan import plan, spares
+from orchestrator.plan import UnsafeValue, plan, spares
 from orchestrator.settings import CheckpointCfg, Policy, Settings
 from orchestrator.shared_blacklist import SharedBlacklist
 from orchestrator.state import RunState
@@ -70,6 +72,30 @@ def merged_blacklist(settings: Settings, own: Blacklist) -> Blacklist:
         return own
 
 
+def reported_into(run_dir: Path, index: int, ckpt_dir: Path, workdir: Path | None) -> bool:
+    """Whether segment `index`'s training reported a save into ckpt_dir, or into a directory above
+    or below it ("successfully saved checkpoint ... to DIR", in its nodes' exit records): then a
+    missing ckpt_dir lost checkpoints. A save elsewhere, or none named, tells nothing."""
+    nodes = SegmentPaths.of(run_dir, index).nodes
+    records = [read_record(f, ExitRecord) for f in sorted(nodes.glob(f"*{EXIT_SUFFIX}"))[:4096]]
+    mine = Path(os.path.normpath(ckpt_dir.absolute()))
+    for said in {d for r in records if r is not None for d in r.checkpoint_dirs}:
+        there = Path(os.path.normpath(Path(workdir or ".", said).absolute()))
+        if there == mine or there in mine.parents or mine in there.parents:
+            return True
+    return False
+
+
+def _saves_counted(settings: Settings, state: RunState) -> bool:
+    """Whether the training's reported saves mean checkpoints are lost when none is found: where
+    checkpoint.dir exists (emptied), or where a save named it (removed: an unmounted parent). A
+    directory never created that no save named is no loss: the training saves elsewhere."""
+    d = settings.checkpoint.dir
+    return d.is_dir() or any(
+        reported_into(settings.run_dir, s.index, d, settings.workdir) for s in state.segments
+        if s.index > state.scratch_after and s.checkpoint_write_s is not None)
+
+
 def _lost_checkpoints(settings: Settings, state: RunState, dir_exists: bool,
                       is_dir: bool = True) -> str:
     """Why "no checkpoint" cannot mean "start from scratch" for this run, or ''. Once a run has
@@ -95,8 +121,8 @@ def _lost_checkpoints(settings: Settings, state: RunState, dir_exists: bool,
     best = max((s.end_iteration or 0 for s in live), default=0)
     if is_dir and (saved := [s for s in live if s.checkpoint_write_s is not None]):
         # the training itself said it saved one ("successfully saved checkpoint ..."), even where
-        # no controller was watching when it did (killed, then the mount came back empty); a
-        # directory that does not exist was never written: the training saves elsewhere
+        # no controller was watching when it did (killed, then the mount came back empty or not
+        # at all); `is_dir`: _saves_counted
         return (f"no complete checkpoint in {where}, but the training of segment "
                 f"{saved[-1].index} reported saving checkpoints (the run reached iteration "
                 f"{best}): emptied, moved or unmounted? not starting from scratch (`orchestrator "
@@ -121,7 +147,8 @@ def find_checkpoint(settings: Settings, state: RunState,
     def look() -> tuple[ckpt_mod.Checkpoint | None, bool, bool]:
         found = find(settings.checkpoint, skip)
         d = settings.checkpoint.dir
-        return found, found is not None or d.is_dir() or d.parent.is_dir(), d.is_dir()
+        return (found, found is not None or d.is_dir() or d.parent.is_dir(),
+                found is None and _saves_counted(settings, state))
 
     done, result = call_with_timeout(look, settings.watch.read_timeout_s)
     if not done:
@@ -178,8 +205,11 @@ def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime
             logger.warning("spare nodes: {}", note)
         k = cut
     excl = exclude_plan(bl, settings.policy, inventory, n + k, now, settings.resources.exclude)
-    return Prepared(plan(settings, state, ckpt, excl, python, k), excl, bl, note, ckpt.path if ckpt
-                    else None)
+    try:
+        spec = plan(settings, state, ckpt, excl, python, k)
+    except UnsafeValue as exc:  # a checkpoint's name on disk: never pasted, nothing submitted
+        raise FilesystemStall(f"{exc} (rename the checkpoint)") from None
+    return Prepared(spec, excl, bl, note, ckpt.path if ckpt else None)
 
 
 # prepare, as the controller calls it

@@ -21,6 +21,7 @@ from orchestrator.settings.errors import ConfigError, format_errors
 from orchestrator.settings.metricsfile import metrics_path_problem, user_metrics_path
 from orchestrator.settings.run import Settings
 from orchestrator.settings.source import env_problems, env_sources, parse_overrides, read_yaml
+from orchestrator.shellform import SAFE_TEXT, pasted, unsafe_char
 
 __all__ = ["check_paths", "load_settings", "parse_overrides", "path_warnings"]
 
@@ -100,6 +101,22 @@ def path_warnings(s: Settings) -> list[str]:
     return out
 
 
+def pasted_problems(path: Path, command: list[str],
+                    values: dict[str, tuple[str, Path]]) -> list[str]:
+    """A placeholder pasted as text into the command (outside a `sh -c` script) whose value holds a
+    character a program could run as code (`flock -c`, `script -c`, `env -S`, `python -c`)."""
+    out = []
+    for i, name in pasted(command):
+        key, value = values.get(name, ("", Path()))
+        if key and (c := unsafe_char(str(value))) is not None:
+            out.append(f"{path}: command.{i}: {{{name}}} is pasted into this argument as text, but "
+                       f"{key} ({value}) holds {c!r}: a value pasted as text may hold only "
+                       f"{SAFE_TEXT} (a program such as `flock -c`, `script -c`, `env -S` or "
+                       "`python -c` would read the rest as code); rename the directory, or use "
+                       "the placeholder inside a `bash -c` script, where it is its ORCH_* variable")
+    return out
+
+
 def load_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settings:
     """Load and validate a run config; raise ConfigError listing every problem."""
     path = Path(path)
@@ -127,6 +144,11 @@ def load_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settin
     raw = (str(settings.checkpoint.dir).replace("{run_dir}", str(run_dir))
            .replace("{config_dir}", str(base)))
     ckpt = settings.checkpoint.model_copy(update={"dir": _resolve(base, Path(raw))})
+    ck = ("checkpoint.dir", ckpt.dir)
+    if unsafe := pasted_problems(path, settings.command, {
+            "run_dir": ("run_dir", run_dir or base), "checkpoint_root": ck, "checkpoint": ck,
+            "config_dir": ("the config file's directory", base)}):
+        raise ConfigError(unsafe)
     return Settings.model_construct(
         **{
             **{k: getattr(settings, k) for k in Settings.model_fields},

@@ -191,3 +191,20 @@ def python_unbounded(pattern: str) -> str:
             "repeats matching the same text take polynomial time; keep one repeat, make the others "
             "small ({0,3}), or drop the lookaround/backreference")
 
+
+
+_BACKTRACKING = {_c.ASSERT, _c.ASSERT_NOT, _c.GROUPREF, _c.GROUPREF_EXISTS}
+
+
+def _needs_backtracking(items: Any) -> bool:
+    return any(op in _BACKTRACKING or (op in REPEATS and _needs_backtracking(av[2]))
+               or any(_needs_backtracking(c) for c in _children(op, av)) for op, av in items)
+
+
+def backtracking_only(pattern: str) -> bool:
+    """Whether `pattern` holds a lookaround or a backreference: no linear engine (RE2, Hyperscan)
+    runs it, so it is matched on Python's engine and on a line's first LINE_CHARS only."""
+    try:
+        return _needs_backtracking(_p.parse(pattern))
+    except Exception:  # noqa: BLE001 - a pattern that does not parse is reported by re.compile
+        return False

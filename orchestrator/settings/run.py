@@ -13,7 +13,7 @@ from orchestrator.settings.backend import BackendCfg
 from orchestrator.settings.checks import PreflightCfg
 from orchestrator.settings.exports import ExportsCfg
 from orchestrator.settings.nodes import SAFE_NAME
-from orchestrator.settings.patterns import catastrophic, python_unbounded, too_slow
+from orchestrator.settings.patterns import LINE_CHARS, catastrophic, python_unbounded, too_slow
 from orchestrator.settings.sections import (
     CheckpointCfg,
     Goal,
@@ -79,7 +79,7 @@ def last_iteration(rx: re.Pattern[str], text: str) -> int | None:
     for part in re.split(r"[\r\n]", text):
         if not_training(part):
             continue
-        for m in rx.finditer(part):
+        for m in rx.finditer(part, 0, LINE_CHARS):  # a line's first 8 KB (a lookaround's time)
             try:
                 found = int(m.group(1))
             except (TypeError, ValueError, IndexError):
@@ -99,7 +99,12 @@ class Settings(BaseSettings):
     command: list[str] = Field(
         min_length=1, description="Training argv. Placeholders: {checkpoint} (newest complete "
         "checkpoint), {checkpoint_root} (its directory), {checkpoint_interval} (advised seconds), "
-        "{segment} {run_dir} {python} {config_dir}; `{{x}}` is a literal `{x}`."
+        "{segment} {run_dir} {python} {config_dir}; `{{x}}` is a literal `{x}`. In the script of "
+        "a POSIX shell launch (`bash -c SCRIPT`, `bash -lc`, `env bash -e -c`, `dash -c`, ...) a "
+        "placeholder becomes its quoted variable (\"${ORCH_RUN_DIR}\"); anywhere else its value is "
+        "pasted as text (`flock -c`, `script -c`, `env -S`, `python -c` would run it as code), so "
+        "there it may hold only letters, digits, space and _ . , / : = + @ % -: any other "
+        "character is a config error naming the key and the character."
     )
     workdir: Path | None = Field(None, description="Working directory of the training command.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the "

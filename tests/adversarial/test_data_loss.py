@@ -408,3 +408,31 @@ def test_4_checkpoints_emptied_while_no_controller_saw_them_wait_if_the_training
         assert res.exit_code == 1 and "reported saving checkpoints" in res.output, res.output
     else:
         assert len(cluster.submitted) == 2 and cluster.submitted[1].start_iteration == 0
+
+
+@pytest.mark.parametrize("named", ["ckpt", "ckpt/iter_0000030", "elsewhere"])
+def test_4_a_removed_checkpoint_directory_a_save_named_is_lost_one_never_named_is_elsewhere(
+        tmp_path: Path, named: str) -> None:
+    """Issue 37 second re-probe, row 16: the controller never saw a checkpoint and checkpoint.dir was then REMOVED
+    (its filesystem unmounted). The nodes' exit records name where each save went ("... to DIR"): into
+    checkpoint.dir, the run waits; elsewhere (the training does not save where it is told), it starts."""
+    import shutil
+
+    from orchestrator.contract import ExitRecord, SegmentPaths, write_record
+
+    ctl, cluster, _ = make(tmp_path, {"node3": Fault("ecc", at=35)})
+    state = run_until_first_segment_ends(ctl)
+    seg = state.segments[0].evolve(checkpoint_write_s=0.4)
+    state = state.evolve(segments=[seg], checkpoint_seen=None)  # as a controller that never saw one
+    ctl.store.save(state)
+    write_record(SegmentPaths.of(ctl.s.run_dir, 1).exit("node1"), ExitRecord(
+        node="node1", exit_code=0, checkpoint_write_s=[0.4], checkpoint_dirs=[str(tmp_path / named)]))
+    shutil.rmtree(tmp_path / "ckpt")
+    for _ in range(3):
+        state = ctl.step(state)
+    res = CliRunner().invoke(app, ["run", str(tmp_path / "run.yaml"), "--dry-run"])
+    if named != "elsewhere":
+        assert len(cluster.submitted) == 1, "submitted from iteration 0 although the training saved there"
+        assert res.exit_code == 1 and "reported saving checkpoints" in res.output, res.output
+    else:
+        assert len(cluster.submitted) == 2 and cluster.submitted[1].start_iteration == 0

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from orchestrator.backends.procs import agents_under
@@ -19,7 +20,9 @@ from orchestrator.state import StateStore
 from tests.conftest import REPO
 
 
-def test_a_dry_run_after_a_killed_controller_does_not_promise_iteration_0(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["emptied", "removed"])
+def test_a_dry_run_after_a_killed_controller_does_not_promise_iteration_0(tmp_path: Path, how: str) -> None:
+    """Removed: the directory is gone (an unmounted filesystem above it), but the training's save lines named it."""
     cfg = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     cfg["run_dir"], cfg["workdir"] = str(tmp_path / "run"), str(REPO)
     cfg["checkpoint"]["dir"] = str(tmp_path / "run" / "checkpoints")
@@ -51,7 +54,8 @@ def test_a_dry_run_after_a_killed_controller_does_not_promise_iteration_0(tmp_pa
     assert state is not None and state.checkpoint_seen is None and state.current is not None
     assert state.current.action is None  # not judged: the controller died first
     shutil.rmtree(tmp_path / "run" / "checkpoints")
-    (tmp_path / "run" / "checkpoints").mkdir()  # the mount point, back empty
+    if how == "emptied":
+        (tmp_path / "run" / "checkpoints").mkdir()  # the mount point, back empty
     res = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(path), "--dry-run"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 1 and "reported saving checkpoints" in res.stderr, res.stdout + res.stderr

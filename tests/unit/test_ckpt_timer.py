@@ -74,3 +74,12 @@ def test_the_agent_writes_the_timed_saves_into_its_exit_record(tmp_path: Path) -
     assert NodeAgent(spec, "node1", 0, 1, "7").run() == 0
     rec = read_record(SegmentPaths(tmp_path / "s").exit("node1"), ExitRecord)
     assert rec is not None and len(rec.checkpoint_write_s) == 1 and 0.25 <= rec.checkpoint_write_s[0] < 10
+    assert rec.checkpoint_dirs == ["/c"]  # where the save went (issue 37: a removed checkpoint.dir)
+
+
+def test_the_directories_the_saves_named_are_kept_once_each() -> None:
+    t = CheckpointTimer()
+    for end in (END, OLD_END, END.replace("/gpt", "/b"), "successfully saved checkpoint at iteration 5"):
+        t.feed(START, 1.0)
+        t.feed(end, 2.0)
+    assert t.dirs == ["/lustre/ckpt/gpt", "/lustre/ckpt/b"]
