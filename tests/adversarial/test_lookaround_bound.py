@@ -5,8 +5,6 @@ output pump (progress_regex) for ~58 s. Such patterns now meet each line's first
 
 from __future__ import annotations
 
-import time
-
 from orchestrator.diagnose.linear import progress_pattern
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.settings import PROGRESS_REGEX, last_iteration
@@ -21,22 +19,20 @@ def test_a_lookaround_signature_is_matched_on_each_lines_first_8_kb_only() -> No
     assert got == [near, near]  # the match beyond the first 8 KB of its line is not looked for
 
 
-def test_a_one_megabyte_line_costs_one_8_kb_window_not_its_square() -> None:
+def test_a_one_megabyte_line_is_met_in_its_first_8_kb_only() -> None:
+    """The re-probe's pattern on its 1 MB line: only the first 8 KB are searched (the bound on the cost, which
+    grew with the square of the line), so the `c` at its end is out of reach."""
     pattern = r"(?:ab)*c(?=x)"
     assert python_unbounded(pattern) == "" and backtracking_only(pattern)  # validate accepts it
-    started = time.monotonic()
-    assert Prefilter([(pattern, True)]).lines(b"ab" * 500_000 + b"\n") == []
-    assert time.monotonic() - started < 20  # ~0.1 s here; the whole line took ~20 min
+    assert Prefilter([(pattern, True)]).lines(b"ab" * 500_000 + b"cx\n") == []
+    assert Prefilter([(pattern, True)]).lines(b"ab" * 1_000 + b"cx\n") != []  # within the window: found
 
 
 def test_a_lookaround_progress_regex_reads_a_lines_first_8_kb_only() -> None:
     found = progress_pattern(r"(?:ab)*c(?=x)x(\d)", PROGRESS_REGEX)
     assert last_iteration(found, "abcx7") == 7
     assert last_iteration(found, "z" * (LINE_CHARS + 1) + "abcx7") is None
-    rx = progress_pattern(r"(?:ab)*c(?=x)(\d)", PROGRESS_REGEX)  # the re-probe's own
-    started = time.monotonic()
-    assert last_iteration(rx, "ab" * 100_000) is None
-    assert time.monotonic() - started < 20  # ~0.1 s here; the agent's pump was blocked ~58 s
+    assert last_iteration(found, "ab" * 100_000 + "cx7") is None  # the 200 KB line: its first 8 KB only
 
 
 def test_linear_patterns_are_not_backtracking_only() -> None:
