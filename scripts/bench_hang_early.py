@@ -60,6 +60,12 @@ def resume_trial(root: Path, node: str, delay_s: float) -> dict[str, Any]:
                 onset = datetime.now().astimezone()
                 break
             time.sleep(0.5)
+        # thawed once segment 2 is judged: a node frozen past Slurm's kill is drained ("Kill task failed")
+        while time.monotonic() < deadline and proc.poll() is None and onset is not None:
+            if len(segs := segments(run)) > 1 and segs[1].get("ended_at"):
+                break
+            time.sleep(0.5)
+        subprocess.run([str(bh.TESTBED), "thaw-job", node], check=False, capture_output=True)
         proc.wait(timeout=600)
     except subprocess.TimeoutExpired:
         pass
@@ -69,6 +75,9 @@ def resume_trial(root: Path, node: str, delay_s: float) -> dict[str, Any]:
             proc.kill()
             proc.wait()
         subprocess.run(["scancel", "-n", f"{name}.seg0002"], check=False, capture_output=True)
+        # a node Slurm drained anyway goes back into service for the next trial
+        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False,
+                       capture_output=True)
     seg = (segments(run) or [{}])[-1]
     row: dict[str, Any] = {"kind": "dstate", "expected": [node], "culprits": seg.get("culprit_nodes", []),
                            "cause": seg.get("cause"), "delay_s": delay_s}
