@@ -134,6 +134,10 @@ def where_it_stands(state: RunState, target: int | None = None, resume: bool = F
         return (f"segment {cur.index} (job {cur.job_id}) has not ended: run would watch it and "
                 "submit nothing now; below is what would follow it if it ended as things stand")
     if (state.status == RunStatus.DONE and state.target_iteration is not None
+        and (target or 0) > state.target_iteration and state.best_iteration() >= (target or 0)):
+        return (f"the run is done; the config raised its goal to {target}, but it already reached "
+                f"iteration {state.best_iteration()}: run would submit nothing")
+    if (state.status == RunStatus.DONE and state.target_iteration is not None
         and (target or 0) > state.target_iteration):
         return (f"the run is done at goal {state.target_iteration}, but the config raised it to "
                 f"{target}: run would resume it and submit this segment")

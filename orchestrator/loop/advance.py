@@ -241,6 +241,10 @@ def _started(old: RunState, obs: o.Started, cfg: Settings | None, now: datetime)
         if old.target_iteration == obs.target:
             return Transition(old)
         return _changed(old, now, target_iteration=obs.target)
+    if raised and old.best_iteration() >= (obs.target or 0):  # already past it: nothing to run
+        return replace(_changed(old, now, target_iteration=obs.target),
+                       note=f"the goal was raised to {obs.target}, but the run already reached "
+                            f"iteration {old.best_iteration()}: still done")
     why = "the goal was raised" if raised else f"it stopped because: {old.stop_reason}"
     t = _changed(old, now, target_iteration=obs.target, status=RunStatus.RUNNING, stop_reason="")
     return replace(t, note=f"resuming a {old.status.value} run ({why})")

@@ -46,3 +46,19 @@ def test_a_finished_run_whose_goal_the_config_raised_is_resumed_as_run_would() -
     assert "raised it to 100: run would resume it and submit this segment" in said
     assert "submit nothing" in where_it_stands(done, 60)
     assert resume(done, 100) and not resume(done, 60)  # as run decides
+
+
+def test_a_goal_raised_to_an_iteration_the_run_already_passed_submits_nothing() -> None:
+    """Issue 37, second re-probe (N1): a run done at goal 10 that reached iteration 30, its goal raised to 20, submitted
+    a segment 30->30. It stays done, with the new goal, and the dry run says so."""
+    from orchestrator.loop.advance import advance
+    from orchestrator.loop.observations import Started
+
+    ended = SegmentRecord(index=1, job_name="r.seg0001", job_id="1", ended_at=NOW, end_iteration=30)
+    done = state(segments=[ended], status=RunStatus.DONE, stop_reason="iteration 30 >= 10", target_iteration=10)
+    t = advance(done, Started(20), None, NOW)
+    assert t.ledger.status == RunStatus.DONE and t.ledger.target_iteration == 20
+    assert "already reached iteration 30: still done" in t.note
+    assert "already reached iteration 30: run would submit nothing" in where_it_stands(done, 20)
+    t = advance(done, Started(31), None, NOW)  # past what it reached: it runs again
+    assert t.ledger.status == RunStatus.RUNNING and "the goal was raised" in t.note
