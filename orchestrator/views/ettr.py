@@ -80,7 +80,9 @@ def run_metrics(state: RunState, now: datetime) -> dict[str, Any]:
         rate_now = rate or rate_now
     best = state.best_iteration()
     eta = None
-    if rate_now and state.target_iteration and best < state.target_iteration:
+    # a stopped run waits for a human: no time to the goal can be promised
+    if (rate_now and state.target_iteration and best < state.target_iteration
+            and state.status != RunStatus.STOPPED):
         eta = (state.target_iteration - best) / rate_now
     return {
         "wall_s": round(wall, 1),

@@ -43,6 +43,10 @@ def test_eta_while_running() -> None:
     st = RunState(run="r", created_at=T, updated_at=T, segments=[s1], target_iteration=150)
     m = run_metrics(st, at(60))
     assert m["eta_s"] == 100 and m["lost_s_by_cause"] == {"in progress": 10.0}
+    # a stopped run (a bug, a breaker) waits for a human: no ETA (the re-probes of issue 37)
+    stopped = RunState(run="r", created_at=T, updated_at=T, segments=[s1], target_iteration=150,
+                       status=RunStatus.STOPPED)
+    assert run_metrics(stopped, at(60))["eta_s"] is None
     assert status_json(st, at(60))["current"]["job_state"] == "SUBMITTED"  # no poll yet
     from orchestrator.views.status import quiet_note
 
