@@ -46,7 +46,7 @@ def render(argv: list[str], values: dict[str, str]) -> tuple[str, ...]:
     environment variable (shellform.py finds it in every spelling). A value pasted as text holding
     a character outside shellform.SAFE_VALUE raises UnsafeValue: it is never pasted."""
     for i, name in pasted(argv):
-        if (c := unsafe_char(values.get(name, ""))) is not None:
+        if (c := unsafe_char(values.get(name, ""), argv[i] == f"{{{name}}}")) is not None:
             raise UnsafeValue(f"command.{i}: the value of {{{name}}} ({values[name]!r}) holds "
                               f"{c!r}; a value pasted as text may hold only {SAFE_TEXT}")
 

@@ -14,9 +14,12 @@ from pathlib import Path
 
 # a {placeholder}; `{{name}}` is the escape for a literal `{name}`
 PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}|\{([a-z_]+)\}")
-# what a value pasted as text may hold: letters, digits, space and _ . , / : = + @ % -
-SAFE_VALUE = re.compile(r"[\w .,/:=+@%-]")
-SAFE_TEXT = "letters, digits, space and _ . , / : = + @ % -"
+# what a value pasted into a longer text may hold: letters, digits and _ . , / : = + @ % - (no
+# space: `flock -c` or `env -S` split words on it); a placeholder that is the whole argument is
+# that one argument, whatever it holds
+SAFE_VALUE = re.compile(r"[\w.,/:=+@%-]")
+SAFE_TEXT = ("letters, digits and _ . , / : = + @ % - (no space; a placeholder that is the whole "
+             "argument may hold anything)")
 
 POSIX_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ksh93", "mksh", "pdksh", "ash",
                           "yash", "posh", "lksh"})
@@ -78,9 +81,10 @@ def env_cleared(argv: list[str] | tuple[str, ...], before: int) -> bool:
         for j, w in enumerate(words) if j > start)
 
 
-def unsafe_char(value: str) -> str | None:
-    """The first character of `value` outside SAFE_VALUE, or None."""
-    return next((c for c in value if not SAFE_VALUE.fullmatch(c)), None)
+def unsafe_char(value: str, whole: bool = False) -> str | None:
+    """The first character of `value` outside SAFE_VALUE, or None; None for a placeholder that is
+    the `whole` argument (one argv element, never split nor read as part of a longer code text)."""
+    return None if whole else next((c for c in value if not SAFE_VALUE.fullmatch(c)), None)
 
 
 def pasted(argv: list[str] | tuple[str, ...]) -> list[tuple[int, str]]:

@@ -195,8 +195,8 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + (
               source="errno ENOSPC/EDQUOT: a full /dev/shm, shared filesystem or quota is the "
               "job's; a node-local disk full on one node is the node's (classify tells them "
               "apart)"),
-    Signature("segfault", r"Segmentation fault|\bSIGSEGV\b|signal 11\b|Signals\.SIGSEGV|return code = "
-              r"-11\b|exitcode\s*:\s*-11\b", C.SEGFAULT, blame=True),
+    Signature("segfault", r"Segmentation fault|\bSIGSEGV\b|signal 11\b|Signals\.SIGSEGV|"
+              r"return code = -11\b|exitcode\s*:\s*-11\b", C.SEGFAULT, blame=True),
     Signature("bus_error", r"Bus error|\bSIGBUS\b|signal 7\b|Signals\.SIGBUS|return code = "
                            r"-7\b|exitcode\s*:\s*-7\b", C.BUS_ERROR, blame=True),
     Signature(

@@ -108,7 +108,7 @@ def pasted_problems(path: Path, command: list[str],
     out = []
     for i, name in pasted(command):
         key, value = values.get(name, ("", Path()))
-        if key and (c := unsafe_char(str(value))) is not None:
+        if key and (c := unsafe_char(str(value), command[i] == f"{{{name}}}")) is not None:
             out.append(f"{path}: command.{i}: {{{name}}} is pasted into this argument as text, but "
                        f"{key} ({value}) holds {c!r}: a value pasted as text may hold only "
                        f"{SAFE_TEXT} (a program such as `flock -c`, `script -c`, `env -S` or "

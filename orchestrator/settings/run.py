@@ -103,8 +103,9 @@ class Settings(BaseSettings):
         "a POSIX shell launch (`bash -c SCRIPT`, `bash -lc`, `env bash -e -c`, `dash -c`, ...) a "
         "placeholder becomes its quoted variable (\"${ORCH_RUN_DIR}\"); anywhere else its value is "
         "pasted as text (`flock -c`, `script -c`, `env -S`, `python -c` would run it as code), so "
-        "there it may hold only letters, digits, space and _ . , / : = + @ % -: any other "
-        "character is a config error naming the key and the character."
+        "inside a longer argument it may hold only letters, digits and _ . , / : = + @ % - (no "
+        "space): any other character is a config error naming the key and the character; a "
+        "placeholder that is the whole argument is that one argument, whatever it holds."
     )
     workdir: Path | None = Field(None, description="Working directory of the training command.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the "

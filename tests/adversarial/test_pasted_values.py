@@ -1,7 +1,8 @@
 """Issue 37, second re-probe (row 20): outside the scripts of the shell launches the tool recognises, a
 placeholder's value is pasted into the argument as text, and `flock FILE -c`, `script -qec`, `env -S 'bash -c'`
 or `python -c` read that text as code. No list of such programs is complete, so a value pasted as text may hold
-only letters, digits, space and `_ . , / : = + @ % -`: any other character is a config error naming the key and
+only letters, digits and `_ . , / : = + @ % -` (no space;
+a placeholder that is the whole argument is that one argument, whatever it holds): any other character is a config error naming the key and
 the character (a checkpoint's name found on disk is refused when the command is rendered)."""
 
 from __future__ import annotations
@@ -50,10 +51,26 @@ def test_a_hostile_config_directory_or_checkpoint_dir_is_refused_too(tmp_path: P
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))
-def test_safe_values_with_a_space_keep_working_in_every_form(tmp_path: Path, form: str) -> None:
-    cfg = base_config(tmp_path, run_dir=str(tmp_path / "my runs" / "run-1,a=b+c@d%e"), command=FORMS[form])
+def test_safe_values_keep_working_in_every_form(tmp_path: Path, form: str) -> None:
+    cfg = base_config(tmp_path, run_dir=str(tmp_path / "runs" / "run-1,a=b+c@d%e"), command=FORMS[form])
     s = load_settings(write_config(tmp_path, cfg), {})
     assert s.command == FORMS[form]
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_a_space_inside_a_longer_text_is_refused_as_a_word_split(tmp_path: Path, form: str) -> None:
+    """The third re-probe: under `flock -c` a run_dir `.../r fl x` made `mkdir -p {run_dir}/made` create
+    `r`, `fl` and `x/made`, outside the run directory. A space splits words there: refused, naming it."""
+    cfg = base_config(tmp_path, run_dir=str(tmp_path / "r fl x"), command=FORMS[form])
+    with pytest.raises(ConfigError, match="holds ' '"):
+        load_settings(write_config(tmp_path, cfg), {})
+
+
+def test_a_space_in_a_placeholder_that_is_the_whole_argument_is_one_word(tmp_path: Path) -> None:
+    cfg = base_config(tmp_path, run_dir=str(tmp_path / "my runs"), command=["python3", "t.py", "--out", "{run_dir}"])
+    assert load_settings(write_config(tmp_path, cfg), {}).command[-1] == "{run_dir}"
+    argv = render(["python3", "t.py", "--out", "{run_dir}"], {k: "" for k in SHELL_VARS} | {"run_dir": "/a b"})
+    assert argv[-1] == "/a b"  # one argument, never split
 
 
 def test_a_hostile_run_dir_inside_a_recognised_shell_script_is_still_accepted(tmp_path: Path) -> None:
@@ -62,7 +79,7 @@ def test_a_hostile_run_dir_inside_a_recognised_shell_script_is_still_accepted(tm
 
 
 def test_a_safe_value_pasted_into_python_code_runs_as_data(tmp_path: Path) -> None:
-    value = str(tmp_path / "my runs" / "r-1")
+    value = str(tmp_path / "runs" / "r-1")
     argv = render(["{python}", "-c", "print('{run_dir}')"], {k: "" for k in SHELL_VARS}
                   | {"run_dir": value, "python": sys.executable})
     out = subprocess.run(list(argv), capture_output=True, text=True, check=True)
