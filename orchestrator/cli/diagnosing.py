@@ -12,7 +12,7 @@ import typer
 
 from orchestrator.backends.slurmjob import JOB_ID, JobLogs, JobNotFound, find_job_logs
 from orchestrator.cli.common import app, err, fail, load, out
-from orchestrator.diagnose.offline import diagnose_dir
+from orchestrator.diagnose.offline import diagnose_dir, links_left_out
 from orchestrator.model import JobState
 from orchestrator.views.text import clean, cut
 
@@ -84,6 +84,7 @@ configs/example.yaml
     except OSError as exc:
         raise fail([f"{clean(getattr(exc, 'filename', None) or directory)}: cannot read: "
                     f"{exc.strerror or exc}"], 1) from None
+    result["not_read"] = links_left_out(directory) if files is None else []
     _show(result, as_json)
 
 
@@ -96,6 +97,9 @@ def _show(result: dict[str, Any], as_json: bool) -> None:
               f"{result['action']}  confidence: {result['confidence']:.2f}  rule: {result['rule']}",
               markup=False, highlight=False, emoji=False)
     out.print(f"summary: {clean(result['summary'])}", markup=False, highlight=False, emoji=False)
+    for name in result["not_read"]:
+        out.print(clean(f"note: not read: {name} (a symlink that leads out of the directory; give "
+                        "the file itself to read it)"), markup=False, highlight=False, emoji=False)
     for e in result["evidence"][:15]:
         src = " (node)" if e.get("source") == "node" else ""
         out.print(clean(f"  [{e['role']}{src}] {e['node']} {Path(e['file']).name}:{e['line']}: ")

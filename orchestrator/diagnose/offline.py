@@ -45,20 +45,26 @@ def log_files(directory: Path) -> list[Path]:
     read alone (the one log most jobs have)."""
     if directory.is_file():
         return [directory]
+    return [p for p in _candidates(directory) if not _leads_out(p)]
+
+
+def _candidates(directory: Path) -> list[Path]:
     segments = directory / "segments"
     if segments.is_dir():
         latest = sorted(p for p in segments.iterdir() if p.is_dir() and (p / "logs").is_dir())
         if latest:
             directory = latest[-1] / "logs"
-    root = directory.resolve()
-    out = []
-    for p in sorted(directory.iterdir()):
-        if p.name.startswith(".") or not p.is_file():
-            continue
-        if p.is_symlink() and root not in p.resolve().parents:
-            continue
-        out.append(p)
-    return out
+    return [p for p in sorted(directory.iterdir()) if not p.name.startswith(".") and p.is_file()]
+
+
+def _leads_out(p: Path) -> bool:
+    return p.is_symlink() and p.parent.resolve() not in p.resolve().parents
+
+
+def links_left_out(directory: Path) -> list[str]:
+    """The names of the log files `log_files` does not read: symlinks leading out of the
+    directory (said, never skipped silently)."""
+    return [] if directory.is_file() else [p.name for p in _candidates(directory) if _leads_out(p)]
 
 
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")

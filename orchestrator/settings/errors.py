@@ -13,9 +13,11 @@ from orchestrator.redact import shown_url
 
 
 def cut(value: object, limit: int = 80) -> str:
-    """repr of a value, cut to `limit` characters (a 10 MB value is never echoed)."""
+    """repr of a value, cut to `limit` characters (a 10 MB value is never echoed); the count is
+    the value's own length (a string's, without repr's quotes)."""
     text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+    size = len(value) if isinstance(value, str) else len(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({size} characters)"
 
 
 class ConfigError(Exception):

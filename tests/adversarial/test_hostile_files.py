@@ -156,3 +156,21 @@ def test_logs_does_not_follow_a_segments_logs_directory_that_is_a_symlink(tmp_pa
     for args in (["--node", "dpkg"], []):
         res = CliRunner().invoke(app, ["logs", str(run_dir), *args])
         assert "SECRET" not in res.output and "symlink" in res.output, res.output
+
+
+def test_diagnose_says_which_symlinked_node_log_it_did_not_read(tmp_path: Path) -> None:
+    """The re-probes of issue 37 (N7): `diagnose DIR` skipped a node log linked from elsewhere and answered
+    "unknown" without a word. It still does not follow the link, and now says so; the file given itself is read."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "node2.log").write_text("RuntimeError: CUDA error: uncorrectable ECC error encountered\n")
+    logs = tmp_path / "dg"
+    logs.mkdir()
+    (logs / "node1.log").write_text("step 1\n")
+    (logs / "node2.log").symlink_to(elsewhere / "node2.log")
+    res = CliRunner().invoke(app, ["diagnose", str(logs)])
+    assert res.exit_code == 0 and "note: not read: node2.log (a symlink that leads out" in res.output, res.output
+    res = CliRunner().invoke(app, ["diagnose", str(logs), "--json"])
+    assert json.loads(res.output)["not_read"] == ["node2.log"]
+    res = CliRunner().invoke(app, ["diagnose", str(logs / "node2.log")])
+    assert "cause: gpu_ecc" in res.output and "not read" not in res.output, res.output

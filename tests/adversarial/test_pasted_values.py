@@ -1,8 +1,8 @@
 """Issue 37, second re-probe (row 20): outside the scripts of the shell launches the tool recognises, a
 placeholder's value is pasted into the argument as text, and `flock FILE -c`, `script -qec`, `env -S 'bash -c'`
-or `python -c` read that text as code. No list of such programs is complete, so a value pasted as text may hold
-only letters, digits and `_ . , / : = + @ % -` (no space;
-a placeholder that is the whole argument is that one argument, whatever it holds): any other character is a config error naming the key and
+or `python -c` read that text as code. No list of such programs is complete, so a value pasted into a longer
+argument may hold only letters, digits and `_ . , / : = + @ % -` (no space; a placeholder that is the whole
+argument is that one argument, whatever it holds): any other character is a config error naming the key and
 the character (a checkpoint's name found on disk is refused when the command is rendered)."""
 
 from __future__ import annotations

@@ -145,3 +145,12 @@ def test_run_dir_in_checkpoint_dir_is_the_run_dir(tmp_path: Path) -> None:
     assert s.checkpoint.dir == s.run_dir / "checkpoints"
     moved = load_settings(write_config(tmp_path, cfg), parse_overrides([f"run_dir={tmp_path / 'other'}"]))
     assert moved.checkpoint.dir == tmp_path / "other" / "checkpoints"  # it follows --set run_dir=...
+
+
+def test_a_cut_value_says_its_own_length() -> None:
+    """The re-probes of issue 37: a 300-character host name was said to be "(302 characters)" (repr's quotes)."""
+    from orchestrator.settings.errors import cut
+
+    assert cut("a" * 300).endswith("... (300 characters)")
+    assert cut(list(range(100))).endswith(f"... ({len(repr(list(range(100))))} characters)")
+    assert cut("short") == "'short'"
