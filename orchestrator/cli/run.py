@@ -125,8 +125,8 @@ def _supervised(s: Settings, config: Path, set_: list[str], clock: Clock,
         if from_scratch:
             _from_scratch(ctl.store, clock)
         state = ctl.run()
-        if cancel_on_exit:
-            _cancel_current(state, backend, ctl.store, clock)
+        if cancel_on_exit:  # the final table shows the job cancelled, not running
+            state = _cancel_current(state, backend, ctl.store, clock) or state
     except StateError as exc:
         raise fail([str(exc)], 1) from None
     finally:
@@ -240,10 +240,10 @@ def _handle_signals(ctl: Controller) -> None:
 
 
 def _cancel_current(state: RunState, backend: Backend, store: StateStore, clock: Clock,
-                    by: str = "--cancel-on-exit") -> bool:
+                    by: str = "--cancel-on-exit") -> RunState | None:
     """--cancel-on-exit (or `orchestrator cancel`): cancel the job of a run that is still running
     when the controller stops, and record it, so `status` says the job was cancelled (not that it
-    runs). True if one was."""
+    runs). The new ledger if one was, else None."""
     if state.status.value == "running" and state.current and state.current.job_id:
         from orchestrator.loop.advance import advance
         from orchestrator.loop.observations import CancelledByOperator
@@ -257,6 +257,7 @@ def _cancel_current(state: RunState, backend: Backend, store: StateStore, clock:
                        "'orchestrator run --resume' starts a new segment from the last "
                        "checkpoint", by,
                        cur.job_id, cur.index)
-        store.save(advance(state, CancelledByOperator(by), None, clock.now()).ledger)
-        return True
-    return False
+        new = advance(state, CancelledByOperator(by), None, clock.now()).ledger
+        store.save(new)
+        return new
+    return None

@@ -165,8 +165,10 @@ def test_cancel_on_exit_is_recorded_and_status_says_so(tmp_path: Path) -> None:
         st.segments[0].evolve(ended_at=None, action=None, job_state=JobState.RUNNING)])  # as the last poll left it
     store = StateStore(tmp_path / "run")
     backend = CancelRecorder()
-    _cancel_current(st, backend, store, FakeClock(NOW))  # type: ignore[arg-type]
+    new = _cancel_current(st, backend, store, FakeClock(NOW))  # type: ignore[arg-type]
     assert backend.cancelled == ["1001"]
+    # the controller's own final table is drawn from this ledger (it showed the job RUNNING: the re-probes, N6)
+    assert new is not None and new.current is not None and new.current.job_state == JobState.CANCELLED
     res = CliRunner().invoke(app, ["status", str(tmp_path / "run")], catch_exceptions=False)
     assert "stopped (controller stopped with --cancel-on-exit: job 1001 cancelled)" in res.output, res.output
     assert "cancelled (--cancel-on-exit)" in res.output and "running" not in res.output.split("segment")[0]
