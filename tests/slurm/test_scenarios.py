@@ -92,7 +92,9 @@ def test_node_crash_is_node_fail_and_excluded(cluster: None, tmp_path: Path) -> 
         proc.kill() if proc.poll() is None else None
     st = status(cfg)
     s1 = st["segments"][0]
-    assert s1["job_state"] == "NODE_FAIL" and s1["cause"] == "node_fail" and s1["culprit_nodes"] == ["node2"]
+    assert s1["cause"] == "node_fail" and s1["culprit_nodes"] == ["node2"], s1
+    # Slurm's NODE_FAIL, or the controller first: node2's agent silent and slurmctld unable to reach it (issue 39)
+    assert s1["job_state"] == "NODE_FAIL" or (s1["job_state"] == "CANCELLED" and s1["rule"] == "node_unreachable"), s1
     assert all("node2" not in s["nodes"] for s in st["segments"][1:]) and st["state"] == "done"
 
 
