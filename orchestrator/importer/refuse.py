@@ -217,11 +217,20 @@ def _stem(script: str) -> str:
 _SELF = r"(?:\$0\b|\$\{0\}|\$\{?BASH_SOURCE\b|\$\{?SLURM_JOB_NAME\b|{name})"
 
 
+# `#SBATCH --job-name=NAME` / `-J NAME`: a script resubmitted by a path whose file is named after
+# its job is the script itself, whatever the file is called now
+_JOB_NAME = re.compile(r"(?m)^#SBATCH[ \t]+(?:--job-name[= ]|-J[ \t]*)[\"']?([\w.+-]+)")
+_OTHER_SBATCH = re.compile(r"(?<![\w./:-])sbatch\b(?![\w.-])")
+
+
 def resubmissions(text: str, script: str, notes: list[str]) -> str:
     """The script's own resubmission, made a no-op (`: sbatch ...`) with a note: the controller
-    submits the next segment, and a second job beside it would train the same run twice."""
-    stem = re.escape(_stem(script))
-    name = rf"(?<![\w.-]){stem}(?:\.\w+)?(?![\w.-])" if stem else r"\b\B"
+    submits the next segment, and a second job beside it would train the same run twice. Its own
+    file is named by `$0`, the script's name, or the job's name; any other `sbatch` the script
+    runs stays, with a note (an eval job, or this training's next job under a name not seen)."""
+    stems = {_stem(script)} | {_stem(m.group(1)) for m in _JOB_NAME.finditer(text)}
+    alts = "|".join(re.escape(s) for s in sorted(stems) if s)
+    name = rf"(?<![\w.-])(?:{alts})(?:\.\w+)?(?![\w.-])" if alts else r"\b\B"
     rx = re.compile(r"(?<![\w./:-])(sbatch\b(?=[^\n;|&]*" + _SELF.replace("{name}", name)
                     + r")|scontrol[ \t]+requeue(?:hold)?\b)")
     found: list[tuple[int, str]] = []
@@ -240,4 +249,15 @@ def resubmissions(text: str, script: str, notes: list[str]) -> str:
         notes.append(f"RESUBMISSION TAKEN OUT: `{what}` (line {line}) submitted or requeued this "
                      "script again; the controller submits the next segment itself, so it now "
                      "reads `: ...` (does nothing)")
+    for m in _OTHER_SBATCH.finditer(out):
+        start = out.rfind("\n", 0, m.start()) + 1
+        before = out[start:m.start()]
+        if before.lstrip().startswith("#") or " #" in before or before.rstrip().endswith(":"):
+            continue  # a comment, or one taken out above
+        end = out.find("\n", m.start())
+        what = out[m.start():end if end >= 0 else None].strip()[:100]
+        at = line_of(out, m.start())
+        notes.append(f"ANOTHER JOB SUBMITTED: `{what}` (line {at}) still runs, "
+                     "once per segment, as under sbatch; if it submits this training's next job, "
+                     "take it out: the controller submits the next segment itself")
     return out

@@ -138,6 +138,27 @@ def test_the_scripts_own_resubmission_is_taken_out_with_a_note(tmp_path: Path) -
     assert calls == ["python train.py --save /ckpt", "sbatch eval.sbatch"]
 
 
+def test_a_resubmission_by_a_path_named_after_the_job_is_taken_out_and_any_other_sbatch_is_said() -> None:
+    """A real chain (blind36 distillation-resubmit) resubmits `../scripts/NAME.sh` where NAME is its
+    `--job-name`, while the file the user imports may be called something else; an `sbatch` of any other
+    file still runs, as under sbatch, but is never silent."""
+    for spelling in ("#SBATCH --job-name=cont_CE\n", "#SBATCH -J cont_CE\n", "#SBATCH --job-name \"cont_CE\"\n"):
+        body = (spelling + "srun python train.py\n"
+                "if [ -f ../flag ]; then\n  sbatch ../scripts/cont_CE.sh\nfi\n"
+                "sbatch --dependency=afterok:$SLURM_JOB_ID eval_CE.sbatch\n")
+        cfg, notes = import_sbatch(HEAD + body, "renamed-copy.sbatch")
+        script = cfg["command"][2]
+        assert ": sbatch ../scripts/cont_CE.sh" in script, (spelling, script)
+        assert [n for n in notes if n.startswith("RESUBMISSION TAKEN OUT")][0].count("(line 7)") == 1
+        other = [n for n in notes if n.startswith("ANOTHER JOB SUBMITTED")]
+        assert len(other) == 1 and "eval_CE.sbatch" in other[0] and "(line 9)" in other[0], notes
+        assert "sbatch --dependency=afterok:$SLURM_JOB_ID eval_CE.sbatch" in script
+    # a job name that is only a prefix of the file submitted is not this script
+    _cfg, notes = import_sbatch(HEAD + "#SBATCH -J cont\nsrun python train.py\nsbatch cont_eval.sh\n", "j")
+    assert not any(n.startswith("RESUBMISSION TAKEN OUT") for n in notes)
+    assert any(n.startswith("ANOTHER JOB SUBMITTED: `sbatch cont_eval.sh`") for n in notes)
+
+
 def test_tee_of_the_launch_and_the_lines_after_it_run_once_per_job(tmp_path: Path) -> None:
     body = ("srun python train.py --save /ckpt 2>&1 | tee -a main_log.txt\n"
             "dcgmi profile --resume\n"
