@@ -33,6 +33,7 @@ from orchestrator.importer.options import resources, sbatch_options
 from orchestrator.importer.refuse import (
     Array,
     Refused,
+    bash_rejects,
     enclosing_loop,
     het_launch,
     hetjob,
@@ -53,6 +54,7 @@ from orchestrator.importer.script import (
     array_lines,
     array_task_lines,
     passing_bash_n,
+    syntax_error,
     tee_once,
     tidy,
     with_array_id,
@@ -238,6 +240,7 @@ def _import(text: str, script_name: str, workdir: str | None, args: tuple[str, .
     text = text.replace("\r\n", "\n")
     notes: list[str] = []
     shebang(text, notes)
+    bash_rejects(text, syntax_error(text))
     hetjob(text)
     text = resubmissions(text, script_name, notes)
     name = re.sub(r"[^A-Za-z0-9_.+-]", "-", script_name).lstrip("-.") or "run"

@@ -91,6 +91,19 @@ def shebang(text: str, notes: list[str]) -> None:
                  "orchestrator runs it under bash")
 
 
+def bash_rejects(text: str, error: tuple[int, str] | None) -> None:
+    """A script `bash -n` rejects stops at that line under sbatch (the lines before it ran, the
+    launch after it never did): refused, naming the line, rather than imported with the line
+    commented out and the rest run. `error` is `bash -n`'s (line, message) on `text`."""
+    first = text.split("\n", 1)[0]
+    if error is None or (first.startswith("#!") and not re.search(r"\b(ba)?sh\b", first)):
+        return  # another interpreter's script is not bash's to judge
+    line, msg = error
+    raise Refused(line or None, f"bash rejects this script ({msg}), so under sbatch it stops "
+                                "there, never reaching what follows; fix the line (a placeholder "
+                                "left to fill in?) and import it again")
+
+
 _SOME_NODES = re.compile(r"(-w|--nodelist|-r|--relative|-x|--exclude)(=.*|(?<=^-[wrx])\S+)?")
 _COUNT = re.compile(r"(-N|--nodes|-n|--ntasks)(?:=(.*)|(?<=^-[Nn])(\d+))?")
 

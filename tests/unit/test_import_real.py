@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.importer import dump_config, import_sbatch
+from orchestrator.importer import Refused, dump_config, import_sbatch
 from orchestrator.importer.options import sbatch_options
 from orchestrator.settings import load_settings
 from tests.sbatch_launch import (
@@ -26,7 +26,9 @@ from tests.sbatch_launch import (
     starts_entry,
 )
 
-SCRIPTS = sorted(EXPECTED)
+# a script bash rejects stops there under sbatch: refused at import (the key's note says so), never run
+SCRIPTS = sorted(n for n in EXPECTED if not EXPECTED[n].get("refused_line"))
+REJECTED = sorted(n for n in EXPECTED if EXPECTED[n].get("refused_line"))
 CARRIED = {"nodes": "nodes", "ntasks-per-node": "tasks_per_node", "ntasks": "tasks_per_node",
            "cpus-per-task": "cpus_per_task", "partition": "partition", "account": "account", "qos": "qos",
            "time": "time_limit_min", "gpus-per-node": "gpus_per_node", "gpus-per-task": "gpus_per_node",
@@ -58,6 +60,13 @@ def test_config_notes_and_bash_n(tmp_path: Path, name: str) -> None:
     assert yaml.safe_load(body)["command"][2] == script
     s = load_settings(out)
     assert s.backend.kind == "slurm" and s.command[:2] == ["bash", "-c"]
+
+
+@pytest.mark.parametrize("name", REJECTED)
+def test_a_script_bash_rejects_is_refused_at_its_line(tmp_path: Path, name: str) -> None:
+    with pytest.raises(Refused, match=r"bash rejects this script .*syntax error.*under sbatch it stops") as err:
+        imported(name, tmp_path)
+    assert err.value.line == EXPECTED[name]["refused_line"]
 
 
 def test_unfilled_placeholder_is_rejected(tmp_path: Path) -> None:

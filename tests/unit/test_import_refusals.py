@@ -159,6 +159,26 @@ def test_a_resubmission_by_a_path_named_after_the_job_is_taken_out_and_any_other
     assert any(n.startswith("ANOTHER JOB SUBMITTED: `sbatch cont_eval.sh`") for n in notes)
 
 
+@pytest.mark.parametrize("text,bad", [
+    # NeMo's template left unfilled; an unclosed ${ (BigScience); bash's error after the launch: the script
+    # still stops there; no #! at all: run under bash, as the import's note says
+    ("#!/bin/bash\n#SBATCH -N 2\nCODE_DIR=<PATH_TO_NEMO> # adjust\nsrun python train.py\n", "CODE_DIR"),
+    ("#!/usr/bin/env bash\n#SBATCH -N 2\nX=${WORK/code/run.py\nsrun python train.py\n", None),
+    ("#!/bin/sh\n#SBATCH -N 2\nsrun python train.py\nDP=$N*G/(P*T)\necho done\n", "DP="),
+    ("#SBATCH -N 2\nDP=$N*G/(P*T)\nsrun python train.py\n", "DP="),
+])
+def test_a_script_bash_rejects_is_refused_naming_the_line(text: str, bad: str | None) -> None:
+    with pytest.raises(Refused, match=r"bash rejects this script \(.*\), so under sbatch it stops there") as err:
+        import_sbatch(text, "job")
+    lines = text.split("\n")
+    assert bad is None or lines[(err.value.line or 0) - 1].startswith(bad), (err.value.line, text)
+
+
+def test_a_script_for_another_shell_is_not_judged_by_bash() -> None:
+    _cfg, notes = import_sbatch("#!/bin/tcsh\n#SBATCH --nodes=1\nset x = (a b)\nsrun python train.py\n", "job")
+    assert not any("bash rejects" in n for n in notes)
+
+
 def test_tee_of_the_launch_and_the_lines_after_it_run_once_per_job(tmp_path: Path) -> None:
     body = ("srun python train.py --save /ckpt 2>&1 | tee -a main_log.txt\n"
             "dcgmi profile --resume\n"
