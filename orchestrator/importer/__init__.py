@@ -35,6 +35,7 @@ from orchestrator.importer.refuse import (
     Refused,
     bash_rejects,
     enclosing_loop,
+    first_node_only,
     het_launch,
     hetjob,
     in_loop,
@@ -112,6 +113,7 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
         raise in_loop(loop, launch_line)
     het_launch([*found.dropped, *found.segment.texts(text)[found.program_at:]], launch_line)
     on_some_nodes([resolve(w, env) for w in found.dropped], r.get("nodes", 1), launch_line)
+    first_node_only(found.launcher, found.kind, r.get("nodes", 1), launch_line)
     start, end, repl, more = launch_mod.rewrite(found, text, r.get("nodes", 1) > 1)
     notes.extend(more)
     _containers(found, env, cfg, notes)

@@ -34,6 +34,10 @@ HEAD = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --time=10\n"
      "asks for --nodes 8 in a job of 9 nodes"),
     ("NODE=gpu1\nsrun --nodelist=${NODE} --ntasks=1 composer train.py\n", 5, r"chosen nodes \(--nodelist=gpu1\)"),
     ("srun -n1 python train.py\n", 4, "asks for -n 1 in a job of 2 nodes"),
+    # no srun: under sbatch these run once, on the first node (Lightning's minimal multi-node demo)
+    ("export MASTER_PORT=12345\npython minimal_multi_node_demo.py\n", 5, "`python` has no srun in a job of 2 nodes"),
+    ("torchrun --nnodes 2 --nproc_per_node 4 train.py\n", 4, "`torchrun` has no srun in a job of 2 nodes"),
+    ("accelerate launch --num_machines 2 train.py\n", 4, "`accelerate` has no srun in a job of 2 nodes"),
 ])
 def test_what_cannot_run_as_under_sbatch_is_refused_with_its_line(body: str, line: int | None, said: str) -> None:
     with pytest.raises(Refused, match=said) as refused:
@@ -172,6 +176,14 @@ def test_a_script_bash_rejects_is_refused_naming_the_line(text: str, bad: str | 
         import_sbatch(text, "job")
     lines = text.split("\n")
     assert bad is None or lines[(err.value.line or 0) - 1].startswith(bad), (err.value.line, text)
+
+
+def test_launchers_that_start_the_other_hosts_themselves_still_import_without_srun() -> None:
+    for body in ("deepspeed --hostfile hosts train.py\n", "mpirun -np 8 python train.py\n"):
+        cfg, _notes = import_sbatch(HEAD + body, "job")
+        assert "train.py" in cfg["command"][2]
+    cfg, _notes = import_sbatch("#!/bin/bash\n#SBATCH --nodes=1\npython train.py\n", "job")  # one node: runs there
+    assert "python train.py" in cfg["command"][2]
 
 
 def test_a_script_for_another_shell_is_not_judged_by_bash() -> None:
