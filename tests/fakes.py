@@ -84,6 +84,8 @@ class FakeCluster(BackendDefaults):
         self.polls = 0
         self.unavailable_until: datetime | None = None
         self.down: set[str] = set()  # crashed nodes: no new job gets them
+        self.admin_drained: set[str] = set()  # drained by an admin (sinfo: drain/drng): no new job gets them
+        self.sinfo_fails = False  # sinfo does not answer: the usable nodes are unknown
         self.request_wait_s = 300.0  # the supervisor's REQUEST_WAIT_S: a failed step with no request ends the job
         self.rejected: list[str] = []  # requests the supervisor refused (the job then failed)
         self.polled: list[JobRef] = []  # every ref the controller polled with, in order
@@ -93,11 +95,17 @@ class FakeCluster(BackendDefaults):
     def nodes(self) -> list[str]:
         return list(self.node_names)
 
+    def usable_nodes(self) -> list[str] | None:
+        if self.sinfo_fails:
+            return None
+        return [n for n in self.node_names if n not in self.down and n not in self.admin_drained]
+
     def render(self, spec: SegmentSpec) -> str:
         return f"fake submit {spec.job_name} exclude={spec.exclude_hostlist}"
 
     def submit(self, spec: SegmentSpec) -> JobRef:
-        free = [n for n in self.node_names if n not in spec.exclude and n not in self.down]
+        free = [n for n in self.node_names
+                if n not in spec.exclude and n not in self.down and n not in self.admin_drained]
         if len(free) < spec.nodes + spec.spares:
             raise BackendError("Requested node configuration is not available")
         self.submitted.append(spec)

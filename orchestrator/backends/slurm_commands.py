@@ -108,8 +108,10 @@ def parse_squeue(text: str) -> dict[str, JobStatus]:
 
 # sinfo's compact states of a node that cannot run a job now (a trailing *, ~, #, !, %: not
 # responding, powered off, powering up, powering down, ...)
-NOT_USABLE = ("down", "drain", "fail", "maint", "unk", "resv", "inval", "futr", "boot", "plnd",
-              "npc")
+# (drng: draining, an allocated node an admin or a health check drained; failg: failing;
+# pow_dn/pow_up: power states)
+NOT_USABLE = ("down", "drain", "drng", "fail", "maint", "unk", "resv", "inval", "futr", "boot",
+              "plnd", "npc", "pow")
 
 
 def parse_node_states(text: str) -> list[tuple[str, str]] | None:

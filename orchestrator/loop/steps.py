@@ -156,6 +156,15 @@ class Steps:
         bl = merged_blacklist(self.host.s,
                               state.blacklist).excluding(now, self.host.s.policy.strike_threshold)
         banned = {e.node for e in bl} | state.blamed_in_job(seg)  # other runs' blacklist included
+        # a spare an admin (or a health check) drained, or Slurm set down, is never promoted; when
+        # sinfo does not answer, that is unknown: the spares stay as they were
+        up = self.host.backend.usable_nodes()
+        if up is not None:
+            out = sorted(n for n in seg.allocation if n not in seg.nodes and n not in up)
+            if out:
+                logger.bind(run=state.run, segment=seg.index, job=seg.job_id).warning(
+                    "spare node(s) {} drained or down in Slurm: not promoted", ",".join(out))
+            banned |= set(out)
         return free_spares(seg, self.held or seg.allocation, self.lost, banned)
 
     def _end_job(self, seg: SegmentRecord, why: str) -> None:

@@ -373,6 +373,33 @@ def test_a_step_record_of_an_earlier_job_is_not_this_segment_s_end(tmp_path: Pat
     assert got.state == JobState.PENDING and steps.record is None
 
 
+def test_a_spare_an_admin_drained_mid_run_is_never_promoted(tmp_path: Path) -> None:
+    """Issue 40: an admin (or a health check) drains the free spare while segment 1 trains, then a node fails:
+    the drained spare is not promoted; a new job follows, on nodes Slurm still gives."""
+    ctl, cluster, _ = make(tmp_path, {"node2": Fault("ecc", at=35)})
+    state = run_until(ctl, ctl.load_or_init(), 20)
+    assert state.current is not None and state.current.allocation == ["node1", "node2", "node3"]
+    cluster.admin_drained.add("node3")
+    state = ctl.run()
+    assert state.status == RunStatus.DONE
+    s1, s2 = state.segments[:2]
+    assert s1.cause == Cause.GPU_ECC and s1.culprit_nodes == ["node2"]
+    assert s2.job_id != s1.job_id and s2.in_job_of is None, s2  # a new job, not a restart on node3
+    assert "node3" not in s2.nodes and "node2" not in s2.nodes
+    assert all(j.steps[-1][1] != ["node1", "node3"] for j in cluster.jobs.values())
+
+
+def test_a_spare_is_still_promoted_when_sinfo_does_not_answer(tmp_path: Path) -> None:
+    """The drained set is unknown when sinfo fails: that is never taken as "drained" (nor as "none drained"
+    beyond what was asked): the free spare is promoted as before."""
+    ctl, cluster, _ = make(tmp_path, {"node2": Fault("ecc", at=35)})
+    cluster.sinfo_fails = True
+    state = ctl.run()
+    assert state.status == RunStatus.DONE
+    s1, s2 = state.segments[:2]
+    assert s2.job_id == s1.job_id and s2.nodes == ["node1", "node3"], s2
+
+
 def test_spares_are_drawn_only_from_nodes_that_are_up(tmp_path: Path) -> None:
     """A down node must not be asked for as a spare: the job would wait in the queue for it."""
     from orchestrator.backends.slurm import SlurmBackend

@@ -150,6 +150,13 @@ def test_unreachable_nodes_are_those_slurmctld_cannot_reach() -> None:
         assert parse_node_states(text) is None  # not the answer asked for: unknown
 
 
+def test_a_node_an_admin_drains_while_a_job_holds_it_is_not_usable() -> None:
+    """sinfo(1): a drained node still allocated is `drng` (draining), a failing one `failg`, power states
+    `pow_dn`/`pow_up`: none of them can take a spare's place; allocated and mixed nodes can."""
+    rows = parse_node_states("n1 alloc\nn2 drng\nn3 mix\nn4 failg\nn5 pow_dn\nn6 drain\nn7 comp\n")
+    assert rows is not None and usable(rows) == ["n1", "n3", "n7"]
+
+
 def test_the_ping_window_is_read_from_scontrol_show_config() -> None:
     """Lines as Slurm 22.05 prints them (the test cluster; the defaults 300 s and 10 s elsewhere)."""
     test_cluster = ("Configuration data as of 2026-12-03T20:40:11\nMessageTimeout          = 10 sec\n"
