@@ -6,6 +6,7 @@
 (B) node2 (not the batch host) crashes while segment 1 trains -> restart inside the same job on node1+node3
     (node_fail, culprit node2); then the batch host node1 crashes -> the job ends, a NEW job excludes node1 and
     node2 and the run finishes on node3+node4.
+(C) an admin drains the spare node3 mid-run, then ECC on node2: node3 is not promoted, a new job follows.
 Two faults per run keep the file short (scripts/test.sh budget). No fixed sleeps: conditions with deadlines.
 """
 
@@ -125,3 +126,28 @@ def test_b_node_crash_restarts_on_the_spare_then_the_batch_host_crashes(cluster:
     s2 = st["segments"][1]
     assert s2["cause"] == "node_fail" and "node1" in s2["culprit_nodes"], s2
     check_new_job(name, st, tmp_path / "run", job, {"node1", "node2"})
+
+
+def test_c_a_spare_an_admin_drains_mid_run_is_not_promoted(cluster: None, tmp_path: Path) -> None:
+    """Issue 40: while segment 1 trains on node1+node2 with node3 as its spare, an admin drains node3 with an
+    NHC-style reason (sinfo: drng); then ECC on node2: no restart on node3 inside the job, a new job excludes
+    node2 and runs where Slurm still gives nodes (node1+node4)."""
+    name = uniq("spare-drained")
+    cfg = make_config(tmp_path, name, iters=200, step=0.1, faults=("ecc:node2:80",), resources=SPARES)
+    proc = orch_bg("run", str(cfg), log=tmp_path / "ctl.log")
+    try:
+        s1 = wait_until(lambda: training(cfg, 1, 5), 180, "segment 1 to make progress", every=1)
+        assert s1["nodes"] == ["node1", "node2"], s1
+        sh("scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=NHC: check_gpu_ecc failed")
+        assert proc.wait(timeout=420) == 0, (tmp_path / "ctl.log").read_text()[-4000:]
+    finally:
+        proc.kill() if proc.poll() is None else None
+        sh("scontrol", "update", "NodeName=node3", "State=RESUME", check=False)
+    st = status(cfg)
+    assert st["state"] == "done", st
+    s1, s2 = st["segments"][0], st["segments"][1]
+    assert s1["cause"] == "gpu_ecc" and s1["culprit_nodes"] == ["node2"], s1
+    assert s2["job_id"] != s1["job_id"] and s2["in_job_of"] is None, s2
+    assert "node3" not in s2["nodes"] and "node2" not in s2["nodes"], s2
+    assert "node3" not in steps(str(s1["job_id"])).get(f"{s1['job_id']}.1", []), steps(str(s1["job_id"]))
+    assert "drained or down in Slurm: not promoted" in (tmp_path / "ctl.log").read_text()
