@@ -92,6 +92,17 @@ def _containers(found: launch_mod.Launch, env: dict[str, str], cfg: dict[str, An
                      "runs outside its image")
 
 
+def _refuse_launch(text: str, found: launch_mod.Launch, env: dict[str, str], nodes: int) -> None:
+    """Raises Refused for a launch the orchestrator cannot run as sbatch runs it: in a loop, an MPMD
+    step, on chosen nodes, or run from the batch script alone in a job of several nodes."""
+    line = line_of(text, found.segment.words[0][0])
+    if (loop := enclosing_loop(text, found.segment)) is not None:
+        raise in_loop(loop, line)
+    het_launch([*found.dropped, *found.segment.texts(text)[found.program_at:]], line)
+    on_some_nodes([resolve(w, env) for w in found.dropped], nodes, line)
+    first_node_only(found.launcher, found.kind, nodes, line)
+
+
 def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str) -> str:
     segs = segments(text, launch_mod.WANTED)
     env = assignments(text, segs)
@@ -108,12 +119,7 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
                      "recognised: the whole script runs on the job's one node, as under sbatch; "
                      "check it")
         return passing_bash_n(tidy(text, source), notes)
-    launch_line = line_of(text, found.segment.words[0][0])
-    if (loop := enclosing_loop(text, found.segment)) is not None:
-        raise in_loop(loop, launch_line)
-    het_launch([*found.dropped, *found.segment.texts(text)[found.program_at:]], launch_line)
-    on_some_nodes([resolve(w, env) for w in found.dropped], r.get("nodes", 1), launch_line)
-    first_node_only(found.launcher, found.kind, r.get("nodes", 1), launch_line)
+    _refuse_launch(text, found, env, r.get("nodes", 1))
     start, end, repl, more = launch_mod.rewrite(found, text, r.get("nodes", 1) > 1)
     notes.extend(more)
     _containers(found, env, cfg, notes)
