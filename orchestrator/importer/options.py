@@ -209,6 +209,11 @@ class _Resources:
         elif key == "chdir" and val:
             self.cfg["workdir"] = val
             self.notes.append(f"--chdir={val}: {IGNORED['chdir']}")
+        elif key == "comment" and val and re.search(r"[\"']?APS[\"']?\s*:", val):
+            self.notes.append("--comment: an auto-resume policy (NVIDIA Mission Control's APS) is "
+                              "NOT carried over: that system would requeue or resubmit each "
+                              "segment's job while the controller submits the next one, two "
+                              "owners of one run; the orchestrator owns recovery now")
         elif key in ("comment", "wrap"):
             self.notes.append(f"--{key}: not carried over: the orchestrator sets it itself")
         elif key in IGNORED:

@@ -218,3 +218,14 @@ def test_every_task_still_waits_for_a_launch_in_the_background_and_exits_with_it
     assert res.returncode == 0 and not (tmp_path / "marker").exists()
     _run(cfg, tmp_path, 0)
     assert (tmp_path / "marker").read_text() == "done\n"
+
+
+@pytest.mark.parametrize("line", ["#SBATCH --comment='{\"APS\": {\"auto_resume_mode\": \"requeue\"}}'\n",
+                                  "#SBATCH --comment={\"APS\":{\"auto_resume_mode\":\"requeue\"}}\n"])
+def test_an_auto_resume_policy_in_the_comment_is_not_a_second_owner(line: str) -> None:
+    """Issue 40: NVIDIA Mission Control's auto-resume policy rides in the job comment; carried over, that
+    system would requeue each segment's job beside the controller's next one. It is dropped and said."""
+    cfg, notes = import_sbatch(HEAD + line + "#SBATCH --requeue\nsrun python train.py\n", "job")
+    assert "comment" not in cfg["resources"].get("sbatch_extra", {})
+    assert any(n.startswith("--comment: an auto-resume policy") and "owns recovery" in n for n in notes), notes
+    assert any(n.startswith("--requeue: not carried over") for n in notes), notes
