@@ -1,6 +1,5 @@
-"""The agent <-> controller contract: where a segment's files live, the marker lines the agent
-prints, the exit codes it uses and the JSON records it writes. One place that the agent, the
-watcher, the backends and the test fakes all use; change a name here and every side follows."""
+"""The agent <-> controller contract: a segment's files, the agent's marker lines, exit codes and
+JSON records; the agent, the watcher, the backends and the fakes all use it (change it here)."""
 
 from __future__ import annotations
 
@@ -205,6 +204,7 @@ class ProcessDump(Record):
     top_frame_again: str = ""  # the innermost frame in a second sample a second later ("": none)
     samples: int = 0  # a profile (py-spy record): its main thread's samples...
     waiting: int = 0  # ...and those inside a collective
+    pausing: int = 0  # ...and those in a save or an eval (the profile says nothing of the pace)
 
 
 class DumpRecord(Record):

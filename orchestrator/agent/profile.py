@@ -36,6 +36,10 @@ TORCH_FRAME = re.compile(r"\((?:[^()]*/)?torch/")
 # a slowed rank can also miss torch's frames in every sample (its forward a few ms of a long step);
 # then torch loaded in its memory tells it from a helper, unless it is a multiprocessing child (a
 # rank's fork or spawn: it maps the rank's libraries too)
+# a frame of a save or an eval (the function's name): a profile that caught one says nothing of the
+# pace (rank 0 saving while the others wait in a barrier waits least, and is not slow)
+PAUSE_FRAME = re.compile(r"(?:^|;)[^;(]*(?:save|checkpoint|serializ|eval|validation)[^;(]*\(",
+                         re.IGNORECASE)
 MP_CHILD = re.compile(r"multiprocessing/(?:spawn|popen_fork|forkserver)\.py|_bootstrap "
                       r"\((?:[^()]*/)?multiprocessing/process\.py")
 
@@ -45,18 +49,28 @@ def count(raw: str) -> tuple[int, int, bool]:
     output: a line a stack, `frame;frame;... N`, with `thread (TID): NAME;` first under --threads.
     Only the main thread counts when threads are named (a loader or logging thread's samples say
     nothing of the step)."""
+    rows = main_rows(raw)
+    samples = sum(n for _, n in rows)
+    waiting = sum(n for s, n in rows if COLLECTIVE.search(s) or IN_BACKWARD.search(s))
+    roots = [";".join(THREAD.sub("", s).split(";")[:ROOT_FRAMES]) for s, _ in rows]
+    return samples, waiting, (any(LAUNCHER.search(r) for r in roots)
+                              or any(WORKER.search(s) for s, _ in rows))
+
+
+def main_rows(raw: str) -> list[tuple[str, int]]:
+    """(stack, samples) of the main thread (of every thread when threads are not named)."""
     rows = []
     for line in raw.splitlines():
         stack, _, n = line.rpartition(" ")
         if stack and n.isdigit():
             rows.append((stack, int(n)))
     named = [(s, n) for s, n in rows if (m := THREAD.match(s)) and m["name"] == "MainThread"]
-    rows = named or rows
-    samples = sum(n for _, n in rows)
-    waiting = sum(n for s, n in rows if COLLECTIVE.search(s) or IN_BACKWARD.search(s))
-    roots = [";".join(THREAD.sub("", s).split(";")[:ROOT_FRAMES]) for s, _ in rows]
-    return samples, waiting, (any(LAUNCHER.search(r) for r in roots)
-                              or any(WORKER.search(s) for s, _ in rows))
+    return named or rows
+
+
+def pausing(raw: str) -> int:
+    """The main thread's samples in a save or an eval."""
+    return sum(n for s, n in main_rows(raw) if PAUSE_FRAME.search(THREAD.sub("", s)))
 
 
 def rank_counts(raw: str, torch_loaded: bool = False) -> tuple[int, int] | None:
@@ -121,5 +135,5 @@ def profile_processes(pids: list[int], duration_s: int = DURATION_S
                 dropped.append(f"pid {pid}: {left_out(raw, err.read_text(errors='replace'))}")
                 continue
             records.append(ProcessDump(pid=pid, state=st[0], ppid=st[1], samples=got[0],
-                                       waiting=got[1]))
+                                       waiting=got[1], pausing=pausing(raw)))
     return records, dropped

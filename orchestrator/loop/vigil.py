@@ -23,6 +23,7 @@ from orchestrator.watch.pauses import pausing
 from orchestrator.watch.segment import SegmentWatch
 from orchestrator.watch.slownode import Profiles, SlowNode
 from orchestrator.watch.steptime import line_period_s
+from orchestrator.watch.straggler import Asker, Straggler, Survey
 from orchestrator.watch.stuck import hang_confirmed, silent_nodes
 
 DEFAULT_STARTUP_S = 120.0  # a restart's start-up when this segment's own is unknown
@@ -73,27 +74,34 @@ class Vigil:
     """The cadence and pace of one segment, fed once per poll."""
 
     def __init__(self, checkpoint_dir: Path, w: Watch, segment_dir: Path | None = None,
-                 prior: float | None = None, reach: Reach | None = None) -> None:
+                 prior: float | None = None, reach: Reach | None = None,
+                 asker: Asker | None = None) -> None:
         """`prior`: the previous segment's cadence, the seed of this one's (a new Vigil per
         segment and per spare swap: nothing else carries over). `reach`: the scheduler, asked
-        about the nodes whose agent fell silent."""
+        about the nodes whose agent fell silent. `asker`: the survey's profiles (a fake's)."""
         self.cadence, self.pace = Cadence(seed=prior), Pace(w.pace_window_s)
         self._poll = w.poll_interval_s
         self._dir, self._timeout = checkpoint_dir, w.read_timeout_s
         self.reported: Slowdown | None = None  # the slowdown last reported
         self._tries = 0  # profile requests for it
         self.profiles = Profiles(segment_dir, w.read_timeout_s) if segment_dir else None
+        self.survey = Survey(asker or (Profiles(segment_dir, w.read_timeout_s, "survey")
+                                       if segment_dir else None),
+                             w.survey_every_s, w.survey_after_s)
         self._ckpt: tuple[str | None, datetime] | None = None  # the newest checkpoint, seen when
         self._reach, self._reach_at = reach, None  # type: tuple[Reach | None, datetime | None]
         self._down: frozenset[str] | None = None  # the scheduler's last answer on silent nodes
+        self._last: datetime | None = None  # the last progress, and the newest iteration, seen
+        self._iteration: int | None = None
 
     def seen(self, watch: SegmentWatch, base: Seen, now: datetime) -> Seen:
         """`base` with the cadence, a checkpoint save in progress and the stacks' confirmation."""
-        last = base.last_progress
+        last = self._last = base.last_progress
         self.cadence.see(last)
         if not self.cadence.seeded and not self.cadence.learned:
             self.cadence.seed(printed_period(watch, self._poll))
-        self.pace.see(now, watch.max_iteration())
+        self.pace.see(now, it := watch.max_iteration())
+        self._iteration = it
         cadence = self.cadence.value()
         recent = now - timedelta(seconds=max(EARLY_FLOOR_S / 2, 2 * (cadence or 0.0)))
         # only while quiet: a directory walk per poll of a healthy run would be waste
@@ -159,29 +167,52 @@ class Vigil:
                 self.profiles.request(now)
                 self._tries = 1
         live = frozenset(n for n, nw in watch.nodes.items() if nw.exit_record is None)
+        if st := self._surveyed(live, now):
+            return self._act(st.node, st.evidence, (st.factor, st.since, self.pace.recent_s()),
+                             obs, notes, now, terms_now)
         found = self.profiles.verdict(live, now) if self.profiles is not None else None
         if found is None or self.reported is None:
             return SlowStep(obs, notes)
         if not found.node:
             return SlowStep(obs, (*notes, self._nobody(found, now)))
-        sd, terms = self.reported, terms_now()  # only now: the spares read the shared blacklist
+        sd = self.reported
+        return self._act(found.node, found.evidence, (sd.factor, sd.since, sd.now_s), obs, notes,
+                         now, terms_now)
+
+    def _surveyed(self, live: frozenset[str], now: datetime) -> Straggler | None:
+        """The survey's poll: the job moves when progress was seen within two cadences."""
+        last, cadence = self._last, self.cadence.value() or self._poll
+        moving = last is not None and (now - last).total_seconds() <= 2 * max(cadence,
+                                                                             self._poll)
+        busy = self.profiles is not None and self.profiles.asked_at is not None
+        return self.survey.step(now, live, moving, self._iteration, busy)
+
+    def _act(self, node: str, evidence: str, pace: tuple[float, datetime, float | None],
+             obs: tuple[o.Observation, ...], notes: tuple[str, ...], now: datetime,
+             terms_now: Callable[[], SwapTerms]) -> SlowStep:
+        """The slow node named: swapped for a spare when one is free and the time it saves over
+        the rest of the segment exceeds a restart's cost, else struck (once a segment)."""
+        assert self._ckpt is not None
+        factor, since, now_s = pace
+        self.survey.done = True
+        terms = terms_now()  # only now: the spares read the shared blacklist
         startup = DEFAULT_STARTUP_S if terms.startup_s is None else max(MIN_STARTUP_S,
                                                                         terms.startup_s)
         cost = startup + (now - self._ckpt[1]).total_seconds()
         left = terms.remaining_s
-        if terms.iterations_left is not None:
-            left = min(left, terms.iterations_left * sd.now_s)
-        gain = swap_gain_s(sd.factor, left)
-        host = found.node == terms.batch_host
-        swap = terms.spares > 0 and not host and worth_swapping(sd.factor, left, cost)
+        if terms.iterations_left is not None and now_s is not None:
+            left = min(left, terms.iterations_left * now_s)
+        gain = swap_gain_s(factor, left)
+        host = node == terms.batch_host
+        swap = terms.spares > 0 and not host and worth_swapping(factor, left, cost)
         why = (f"; a swap saves ~{gain:.0f}s of the {left:.0f}s left against a restart's "
                f"~{cost:.0f}s" + (" (no free spare)" if not terms.spares else
                                   " (it is the batch host: no restart inside the job)" if host
                                   else ""))
-        evidence = found.evidence + why
-        obs += (o.SlowNodeFound(found.node, sd.factor, sd.since, evidence, swap),)
-        return SlowStep(obs, (*notes, f"slow node {found.node}: {evidence}"),
-                        swap=f"slow node {found.node} ({sd.factor:.2f}x): swapped for a spare: "
+        evidence += why
+        obs += (o.SlowNodeFound(node, factor, since, evidence, swap),)
+        return SlowStep(obs, (*notes, f"slow node {node}: {evidence}"),
+                        swap=f"slow node {node} ({factor:.2f}x): swapped for a spare: "
                              f"{evidence}" if swap else "")
 
     def _nobody(self, found: SlowNode, now: datetime) -> str:

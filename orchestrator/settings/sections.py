@@ -235,9 +235,8 @@ class Policy(Section):
 
 class Watch(Section):
     """How often to look and how long silence may last."""
-    poll_interval_s: float = Field(5.0, gt=0, le=86_400,
-                                   description="Seconds between reads of the nodes' logs and "
-                                               "records.")
+    poll_interval_s: float = Field(5.0, gt=0, le=86_400, description="Seconds between reads of "
+                                   "the nodes' logs and records.")
     scheduler_poll_s: float = Field(
         30.0, gt=0, le=86_400,
         description="Seconds between scheduler queries (sacct) about the running job; sooner when "
@@ -253,10 +252,13 @@ class Watch(Section):
     )
     read_timeout_s: float = Field(10.0, gt=0, le=3600,
                                   description="Timeout for one read of the shared filesystem.")
-    pace_window_s: float = Field(
-        20.0, ge=2, le=3600,
-        description="Seconds of progress per pace window: a slowdown is 2 slow windows after 3 "
-                    "to learn the pace (then the agents profile the ranks to name the slow node).")
+    pace_window_s: float = Field(20.0, ge=2, le=3600, description="Seconds of progress per pace "
+        "window: a slowdown is 2 slow windows after 3 to learn the pace (then the agents profile "
+        "the ranks to name the slow node).")
+    survey_every_s: float = Field(30.0, ge=0, le=86_400, description="Seconds between the agents' "
+        "profiles that compare the nodes with each other (a node slow from the start); 0: none.")
+    survey_after_s: float = Field(15.0, ge=0, le=86_400, description="Seconds of progress "
+        "before the first of those profiles.")
 
 
 class UserSignature(Section):

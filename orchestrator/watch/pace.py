@@ -61,6 +61,10 @@ class Pace:
                 self._windows.append((start, span / (iteration - it0)))
             self._open, self._paused = (now, iteration), False
 
+    def recent_s(self) -> float | None:
+        """Seconds per iteration in the newest window (None: none closed yet)."""
+        return self._windows[-1][1] if self._windows else None
+
     def slowdown(self) -> Slowdown | None:
         """The last CONFIRM windows all slower than SLOW_FACTOR x the fastest earlier window."""
         ws = list(self._windows)

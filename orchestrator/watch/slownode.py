@@ -77,13 +77,15 @@ class Profiles:
     each agent in nodes/NODE.profile.json, read with the read timeout (a hung filesystem leaves a
     node unanswered, never the controller stuck)."""
 
-    def __init__(self, segment_dir: Path, read_timeout_s: float) -> None:
-        self.paths, self._timeout = SegmentPaths(segment_dir), read_timeout_s
+    def __init__(self, segment_dir: Path, read_timeout_s: float, kind: str = "profile") -> None:
+        """`kind` names the requests (a survey's and a slowdown's share the agent's request file:
+        an answer is the current request's only)."""
+        self.paths, self._timeout, self._kind = SegmentPaths(segment_dir), read_timeout_s, kind
         self.asked_at: datetime | None = None
         self._id = ""
 
     def request(self, now: datetime) -> None:
-        self.asked_at, self._id = now, "profile " + now.isoformat()
+        self.asked_at, self._id = now, f"{self._kind} {now.isoformat()}"
         call_with_timeout(lambda: self.paths.profile_request.write_text(self._id + "\n"),
                           self._timeout)
 
