@@ -48,6 +48,16 @@ _KNOWN = ("ntasks-per-node", "cpus-per-task", "gpus-per-task", "ntasks", "gpus-p
           "exclusive", "comment", "wrap", *IGNORED)
 
 
+def _not_carried(key: str, val: str | None) -> str:
+    """The note for --comment/--wrap, which the orchestrator sets itself."""
+    if key == "comment" and val and re.search(r"[\"']?APS[\"']?\s*:", val):
+        return ("--comment: an auto-resume policy (NVIDIA Mission Control's APS) is NOT carried "
+                "over: that system would requeue or resubmit each segment's job while the "
+                "controller submits the next one, two owners of one run; the orchestrator owns "
+                "recovery now")
+    return f"--{key}: not carried over: the orchestrator sets it itself"
+
+
 # other spellings sbatch takes for the same option
 ALIASES = {"tasks-per-node": "ntasks-per-node"}
 
@@ -209,13 +219,8 @@ class _Resources:
         elif key == "chdir" and val:
             self.cfg["workdir"] = val
             self.notes.append(f"--chdir={val}: {IGNORED['chdir']}")
-        elif key == "comment" and val and re.search(r"[\"']?APS[\"']?\s*:", val):
-            self.notes.append("--comment: an auto-resume policy (NVIDIA Mission Control's APS) is "
-                              "NOT carried over: that system would requeue or resubmit each "
-                              "segment's job while the controller submits the next one, two "
-                              "owners of one run; the orchestrator owns recovery now")
         elif key in ("comment", "wrap"):
-            self.notes.append(f"--{key}: not carried over: the orchestrator sets it itself")
+            self.notes.append(_not_carried(key, val))
         elif key in IGNORED:
             self.notes.append(
                 f"--{key}{'=' + val if val else ''}: not carried over: {IGNORED[key]}")
