@@ -52,3 +52,25 @@ def redacted(text: str, urls: tuple[str, ...] = ()) -> str:
             if len(piece) >= 4 and piece != kept and not piece.isdigit():
                 out = out.replace(piece, "…")
     return out
+
+
+_USERINFO = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]{0,30}://[^/@:?#]*):[^/@?#]+@")
+
+
+def _masked_url(url: str) -> str:
+    """One URL whole but its password (`user:***@`) and its query values (`?token=***`)."""
+    url = _USERINFO.sub(lambda m: f"{m.group('head')}:***@", url)
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url
+    query, hash_, fragment = query.partition("#")
+    pairs = re.split(r"([&;])", query)
+    pairs = [p if p in "&;" or "=" not in p else p.split("=", 1)[0] + "=***" for p in pairs]
+    return f"{base}?{''.join(pairs)}{hash_}{fragment}"
+
+
+def masked_text(text: str) -> str:
+    """`text` (a command line, an environment value) as the dry run prints it: every URL in it
+    whole but its password and its query values, where credentials sit in a URL someone pastes
+    into an argument or a variable."""
+    return _URLISH.sub(lambda m: _masked_url(m.group(0)), text)

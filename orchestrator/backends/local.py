@@ -31,6 +31,7 @@ from orchestrator.backends.procs import agents_under, alive, deaf_to_ctrl_c, our
 from orchestrator.clock import Clock
 from orchestrator.files import atomic_write, private_dir, read_regular
 from orchestrator.model import JobRef, JobState, JobStatus, SegmentSpec
+from orchestrator.redact import masked_text
 
 
 class LocalBackend(BackendDefaults):
@@ -114,7 +115,7 @@ class LocalBackend(BackendDefaults):
             f"{','.join(self._place(spec, busy=set())) or '(cannot be placed: too many excluded)'}",
             f"resume-from={spec.resume_from or '(none: start from scratch)'}",
             f"workdir={spec.workdir}",
-            "command (argv): " + json.dumps(list(spec.command)),
+            "command (argv): " + masked_text(json.dumps(list(spec.command))),
             "environment: " + json.dumps(masked(dict(spec.env))),
         ]
         return "\n".join(lines)

@@ -8,12 +8,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+from orchestrator.redact import masked_text
+
+SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|HOOK|DSN|COOKIE|PRIVATE",
+                    re.IGNORECASE)
 
 
 def masked(env: dict[str, str]) -> dict[str, str]:
-    """Values of variables that look like secrets are not printed."""
-    return {k: ("***" if SECRET.search(k) else v) for k, v in env.items()}
+    """Values of variables that look like secrets are not printed (a webhook's URL holds its
+    token in the path), and no URL's password or query values in any other (issue 37)."""
+    return {k: ("***" if SECRET.search(k) else masked_text(v)) for k, v in env.items()}
 
 
 def natural_key(name: str) -> list[Any]:

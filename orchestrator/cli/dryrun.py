@@ -157,6 +157,7 @@ def launch_lines(spec: SegmentSpec) -> list[str]:
     """What each node's agent will start, where and with which environment (secret values
     masked)."""
     from orchestrator.backends.local_jobs import masked
+    from orchestrator.redact import masked_text
 
     out = [f"# per-node launch: one agent on each of {spec.nodes} node(s), {spec.tasks_per_node} "
            "rank(s) each", f"#   working directory: {spec.workdir}"]
@@ -168,6 +169,7 @@ def launch_lines(spec: SegmentSpec) -> list[str]:
         out += [f"#     | {line}" for line in argv[i].splitlines()]
     else:
         out.append(f"#   command: {shlex.join(argv)}")
+    out = [masked_text(line) for line in out]
     env = masked(dict(spec.env))
     out += (["#   environment (secret values masked):"]
             + [f"#     {k}={v}" for k, v in sorted(env.items())])

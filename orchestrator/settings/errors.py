@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.redact import shown_url
+from orchestrator.redact import redacted, shown_url
 
 
 def cut(value: object, limit: int = 80) -> str:
@@ -40,6 +40,9 @@ def error_message(err: Mapping[str, Any]) -> str:
                 "docs/CONFIGURATION.md)")
     if err["type"] == "missing":
         return "required field is missing"
+    if err["type"] in ("model_type", "dict_type", "model_attributes_type"):
+        return ("a section is needed here (its fields indented below it), not a single value: "
+                "check the indentation")
     msg = str(err["msg"])
     for prefix in PYDANTIC_PREFIXES:
         msg = msg.removeprefix(prefix)
@@ -58,16 +61,19 @@ def format_errors(path: Path, exc: ValidationError,
         msg = error_message(err)
         got = _unsecret(err["loc"], err.get("input"))
         shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(
-                                          got, dict) else f" (got {cut(got)})"
+                                          got, dict | bool) else f" (got {cut(got)})"
         lines.append(f"{where}: {loc}: {msg[:300]}{shown}")
     return lines
 
 
 def _unsecret(loc: tuple[int | str, ...], got: object) -> object:
-    """A URL setting's value (`notify.urls`, `exports.heartbeat_url`) as `shown_url` shows it:
-    pydantic's error carries the whole input, token and password included (issue 37)."""
-    if not any(str(p).endswith(("url", "urls")) for p in loc):
-        return got
+    """A URL setting's value (`notify.urls`, `exports.heartbeat_url`) as `shown_url` shows it, and
+    any URL in a value given elsewhere (a URL pasted where a section or a number goes) as
+    `redacted` shows it: pydantic's error carries the whole input, token and password included
+    (issue 37)."""
+    url_field = any(str(p).endswith(("url", "urls")) for p in loc)
     if isinstance(got, list | tuple):
-        return [shown_url(u) for u in got]
-    return shown_url(got)
+        return [_unsecret(loc, u) for u in got]
+    if url_field:
+        return shown_url(got)
+    return redacted(got) if isinstance(got, str) and "://" in got else got

@@ -4,6 +4,8 @@ days-hours, days-hours:minutes, days-hours:minutes:seconds."""
 from __future__ import annotations
 
 import re
+import types
+import typing
 
 SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}")
 FORMATS = "M, M:S, H:M:S, D-H, D-H:M or D-H:M:S, e.g. 90, 30:00, 12:00:00, 1-12, 2-00:00:00"
@@ -39,3 +41,13 @@ def minutes_value(v: object) -> object:
     if is_slurm_time(text):
         return slurm_minutes(text)
     raise ValueError(f"minutes or a Slurm time ({FORMATS})")
+
+
+def takes_number(annotation: object) -> bool:
+    """Whether a field's type is a number (int or float, maybe optional) and not a boolean."""
+    if annotation in (int, float):
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        return bool(args) and bool not in args and any(a in (int, float) for a in args)
+    return False

@@ -146,3 +146,32 @@ def test_a_heartbeat_port_that_is_no_number_is_a_config_error(tmp_path: Path) ->
     cfg = write_config(tmp_path, base_config(tmp_path, exports={"heartbeat_url": "https://hc-ping.com:notaport/X"}))
     with pytest.raises(ConfigError, match=r"exports\.heartbeat_url: .*port after the host is not a number"):
         load_settings(cfg)
+
+
+def test_the_dry_run_masks_url_credentials_in_the_environment_and_the_command(tmp_path: Path) -> None:
+    """The re-probe (E7): only `*_TOKEN`-named values were masked; a password in a database URL, a pip index
+    URL, a webhook's path and a tracker URL in an argument were printed twice."""
+    env = {"DATABASE_URL": "postgres://dbuser:SECRETPW1@db.host/x", "MY_WEBHOOK": SLACK,
+           "PIP_INDEX_URL": "https://puser:SECRETPW2@pypi.corp/simple", "PLAIN": "s3://bucket/data?versionId=SECRETV"}
+    cfg = base_config(tmp_path, env=env)
+    cfg["command"] = [*cfg["command"], "--tracker=https://tuser:SECRETPW3@tracker.corp/api?key=SECRETQ"]
+    res = CliRunner().invoke(app, ["run", str(write_config(tmp_path, cfg)), "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "SECRET" not in res.output, [ln for ln in res.output.splitlines() if "SECRET" in ln]
+    # what is not a credential stays, so the dry run still shows what runs where
+    assert "postgres://dbuser:***@db.host/x" in res.output and "tracker.corp/api?key=***" in res.output
+    assert "s3://bucket/data?versionId=***" in res.output
+
+
+@pytest.mark.parametrize("value", ["slack://SECRETA/SECRETB/SECRETC", "https://user:SECRETPW@x.invalid/"])
+def test_validate_never_echoes_a_url_given_where_a_section_or_a_number_goes(tmp_path: Path, value: str) -> None:
+    """The re-probe (E3): a URL pasted where `notify:`'s mapping goes (one lost indent), or into a number,
+    came back whole in pydantic's words ("valid dictionary or instance of NotifyCfg")."""
+    for notify in (value, {"max_per_hour": value}):
+        cfg = write_config(tmp_path, base_config(tmp_path, notify=notify))
+        res = CliRunner().invoke(app, ["validate", str(cfg)])
+        assert res.exit_code == 2, res.output
+        assert "SECRET" not in res.output and "NotifyCfg" not in res.output, res.output
+        assert "notify" in res.output
+    assert "a section is needed here" in CliRunner().invoke(
+        app, ["validate", str(write_config(tmp_path, base_config(tmp_path, notify=value)))]).output

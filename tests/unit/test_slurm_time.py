@@ -60,3 +60,30 @@ def test_the_importer_reads_the_same_formats(tmp_path: Path) -> None:
         cfg, _ = import_sbatch(f"#!/bin/bash\n#SBATCH -N 2\n#SBATCH --time={limit}\nsrun python t.py\n", "x",
                                workdir=str(tmp_path))
         assert cfg["resources"]["time_limit_min"] == minutes, limit
+
+
+@pytest.mark.parametrize("word", ["yes", "true", "on", "no"])
+def test_a_yaml_boolean_is_not_a_number_of_minutes(tmp_path: Path, word: str) -> None:
+    """`time_limit_min: yes` reads as the boolean true, which pydantic would take as 1 minute (issue 37 F3)."""
+    p = _config(tmp_path, word)
+    with pytest.raises(ConfigError) as ei:
+        load_settings(p)
+    assert "resources.time_limit_min: a number is needed, not the boolean" in "\n".join(ei.value.problems)
+    with pytest.raises(ConfigError):
+        load_settings(_config(tmp_path, "60"), parse_overrides(["resources.time_limit_min=true"]))
+
+
+def test_no_number_of_any_section_takes_a_boolean(tmp_path: Path) -> None:
+    """The same rule for every numeric field: nodes, a poll interval, a cap."""
+    cfg = base_config(tmp_path)
+    cfg["resources"]["nodes"] = True
+    cfg["watch"] = {"poll_interval_s": False}
+    cfg["policy"] = {"max_segments": True}
+    p = tmp_path / "b.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError) as ei:
+        load_settings(p)
+    text = "\n".join(ei.value.problems)
+    for field in ("resources.nodes", "watch.poll_interval_s", "policy.max_segments"):
+        assert f"{field}: a number is needed" in text
+    assert "(got True)" not in text and "(got False)" not in text
