@@ -5,9 +5,11 @@ directories."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -76,11 +78,25 @@ def private_dir(path: Path) -> Path:
 
 def append_private(path: Path) -> TextIO:
     """`path` opened for appending text, created 0600 (a log holds paths, hosts and the training's
-    own output: not for every user of a shared file system); one we own made 0600 too (issue 37)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    own output: not for every user of a shared file system); one we own made 0600 too (issue 37).
+    A symlink, FIFO or other non-regular file in its place is never followed or written through:
+    it is renamed to `NAME.not-a-file` and a new file begins (as events.jsonl does)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    with contextlib.suppress(FileNotFoundError):
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            os.replace(path, path.with_name(path.name + ".not-a-file"))
+            print(f"warning: {path}: {'a symlink' if stat.S_ISLNK(mode) else 'not a regular file'}"
+                  f", not followed: renamed to {path.name}.not-a-file, a new one begins",
+                  file=sys.stderr)
+    fd = os.open(path, flags, 0o600)
     try:
-        if stat.S_ISREG(os.fstat(fd).st_mode) and os.fstat(fd).st_uid == os.geteuid():
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # replaced between the two looks
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if st.st_uid == os.geteuid():
             os.fchmod(fd, 0o600)
+        os.set_blocking(fd, True)
         return os.fdopen(fd, "a", encoding="utf-8")
     except BaseException:
         os.close(fd)

@@ -57,6 +57,32 @@ def test_a_symlinked_event_log_is_not_followed(tmp_path: Path) -> None:
     assert [e["event"] for e in lines(run_dir)] == ["segment_submitted"]
 
 
+@pytest.mark.parametrize("kind", ["symlink", "dangling", "fifo"])
+def test_the_controller_log_and_a_node_log_are_never_written_through_a_link_or_a_fifo(tmp_path: Path,
+                                                                                        kind: str) -> None:
+    """The re-probe (C9): a symlinked controller.log was followed, the controller's lines appended to a file
+    outside the run dir. The same opener writes the node logs."""
+    from orchestrator.files import append_private
+
+    outside = tmp_path / "precious.txt"
+    outside.write_text("precious\n")
+    log = tmp_path / "controller.log"
+    if kind == "fifo":
+        os.mkfifo(log)
+    else:
+        log.symlink_to(outside if kind == "symlink" else tmp_path / "nowhere")
+    done, fh = call_with_timeout(lambda: append_private(log), 10)
+    assert done, "opening the log blocked"
+    assert not isinstance(fh, BaseException), fh
+    with fh:
+        fh.write("controller line\n")
+    assert outside.read_text() == "precious\n" and not (tmp_path / "nowhere").exists()
+    assert log.is_file() and not log.is_symlink() and log.read_text() == "controller line\n"
+    assert (log.stat().st_mode & 0o777) == 0o600
+    aside = tmp_path / "controller.log.not-a-file"
+    assert aside.is_fifo() if kind == "fifo" else aside.is_symlink()
+
+
 def test_an_over_long_line_in_the_event_log_is_skipped_without_holding_it(tmp_path: Path) -> None:
     """A 500 MB line without a newline took the controller to 1 GB at start; 24 MB here, the production bound."""
     first = EventLog(tmp_path)
