@@ -70,15 +70,58 @@ def _script_after(argv: list[str] | tuple[str, ...], i: int) -> int | None:
     return i if has_c and i < len(argv) else None
 
 
+# GNU env's long options that take a value (as `--opt VALUE` or `--opt=VALUE`); a unique prefix
+# of a long option is that option, as getopt reads it
+_ENV_LONG = {"ignore-environment": False, "null": False, "unset": True, "chdir": True,
+             "split-string": True, "block-signal": False, "default-signal": False,
+             "ignore-signal": False, "list-signal-handling": False, "debug": False}
+
+
 def env_cleared(argv: list[str] | tuple[str, ...], before: int) -> bool:
-    """An `env -i` (or `env -u ORCH_...`) ahead of position `before`: the shell would not see the
-    variables a placeholder becomes."""
+    """An `env` or `sudo` ahead of position `before` that takes the variables a placeholder becomes
+    away from the shell: env's `-i`/`-`/`--ignore-environment` (however spelled: `-iu X`, `--ign`),
+    an unset of an ORCH_* variable (`-u`, `-uNAME`, `--unset NAME`, `--unset=NAME`), or sudo,
+    whose env_reset drops them unless it is told to keep the environment (`-E`)."""
     words = list(argv[:before])
-    start = next((j for j, w in enumerate(words) if shell_name(w) == "env"), None)
-    return start is not None and any(
-        w in ("-i", "--ignore-environment", "-") or (w.startswith("-u") and "ORCH_" in w)
-        or (w in ("-u", "--unset") and j + 1 < len(words) and words[j + 1].startswith("ORCH_"))
-        for j, w in enumerate(words) if j > start)
+    for j, w in enumerate(words):
+        if shell_name(w) == "env" and _env_unsets(words[j + 1:]):
+            return True
+        if shell_name(w) == "sudo" and not any(
+                x == "--preserve-env" or (x.startswith("-") and not x.startswith("--")
+                                          and "E" in x) for x in words[j + 1:]):
+            return True
+    return False
+
+
+def _env_unsets(words: list[str]) -> bool:
+    i = 0
+    while i < len(words) and words[i].startswith("-"):
+        w = words[i]
+        if w in ("-", "--"):
+            return w == "-"
+        if w.startswith("--"):
+            name, eq, value = w[2:].partition("=")
+            full = [o for o in _ENV_LONG if o.startswith(name)]
+            opt = full[0] if len(full) == 1 else name
+            if opt == "ignore-environment":
+                return True
+            if _ENV_LONG.get(opt) and not eq:
+                value, i = (words[i + 1] if i + 1 < len(words) else ""), i + 1
+            if opt == "unset" and value.startswith("ORCH_"):
+                return True
+            i += 1
+            continue
+        for k, flag in enumerate(w[1:], 1):
+            if flag == "i":
+                return True
+            if flag in "uCS":  # the rest of the group, or the next word, is its value
+                value = w[k + 1:] or (words[i + 1] if i + 1 < len(words) else "")
+                i += 0 if w[k + 1:] else 1
+                if flag == "u" and value.startswith("ORCH_"):
+                    return True
+                break
+        i += 1
+    return False
 
 
 def unsafe_char(value: str, whole: bool = False) -> str | None:

@@ -256,6 +256,6 @@ def unsafe_in_shell(argv: list[str]) -> str:
                 "gets one safely; use its ORCH_* variable ($ORCH_RUN_DIR, ...) instead")
     cleared = [i for i in script_indexes(argv) if has(argv[i]) and env_cleared(argv, i)]
     if cleared:
-        return ("a placeholder in a shell script behind `env -i` or `env -u ORCH_...`: the "
-                "script reads it from its ORCH_* variable, which would be gone")
+        return ("a placeholder in a shell script behind `env -i`, `env -u ORCH_...` or `sudo` "
+                "(without -E): the script reads it from its ORCH_* variable, which would be gone")
     return ""

@@ -84,6 +84,13 @@ def test_every_spelling_of_a_shell_launch_keeps_a_hostile_run_dir_data(tmp_path:
 @pytest.mark.parametrize(("command", "says"), [
     (["fish", "-c", "train --dir {run_dir}"], "only a POSIX shell"),
     (["env", "-i", "bash", "-c", "train --dir {run_dir}"], "env -i"),
+    # the re-probe (E12): other spellings of the same clearing let the value through empty
+    (["env", "--unset=ORCH_RUN_DIR", "bash", "-c", "echo RD=[{run_dir}]"], "env -i"),
+    (["env", "-iu", "X", "bash", "-c", "echo {run_dir}"], "env -i"),
+    (["env", "-0u", "ORCH_RUN_DIR", "bash", "-c", "echo {run_dir}"], "env -i"),
+    (["env", "--ignore-env", "bash", "-c", "echo {run_dir}"], "env -i"),
+    (["env", "--unse", "ORCH_RUN_DIR", "sh", "-c", "echo {run_dir}"], "env -i"),
+    (["sudo", "-u", "trainer", "bash", "-c", "echo {run_dir}"], "sudo"),
 ])
 def test_a_placeholder_a_shell_would_not_get_safely_is_refused(tmp_path: Path, command: list[str], says: str) -> None:
     from orchestrator.settings import ConfigError, load_settings
@@ -94,3 +101,7 @@ def test_a_placeholder_a_shell_would_not_get_safely_is_refused(tmp_path: Path, c
     assert "command" in str(got.value)
     load_settings(write_config(tmp_path, base_config(tmp_path, command=["fish", "-c", "train --dir $ORCH_RUN_DIR"])),
                   {})
+    # what keeps the variables is not refused: unsetting another one, a directory, sudo told to keep them
+    for keeps in (["env", "-u", "OTHER", "-C", "/"], ["env", "--chdir=/", "A=1"], ["sudo", "-E", "-u", "trainer"]):
+        load_settings(write_config(tmp_path, base_config(tmp_path, command=[*keeps, "bash", "-c", "echo {run_dir}"])),
+                      {})
