@@ -125,8 +125,9 @@ def _supervised(s: Settings, config: Path, set_: list[str], clock: Clock,
         if from_scratch:
             _from_scratch(ctl.store, clock)
         state = ctl.run()
-        if cancel_on_exit:  # the final table shows the job cancelled, not running
-            state = _cancel_current(state, backend, ctl.store, clock) or state
+        if not ctl.keep_job:  # the final table shows the job cancelled, not running
+            state = _cancel_current(state, backend, ctl.store, clock,
+                                    ctl.cancel_asked or "--cancel-on-exit") or state
     except StateError as exc:
         raise fail([str(exc)], 1) from None
     finally:

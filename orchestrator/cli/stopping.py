@@ -13,9 +13,10 @@ import typer
 from orchestrator.cli.common import _state_for, app, build_backend, fail, load, loaded, out, wiring
 from orchestrator.cli.run import _cancel_current
 from orchestrator.files import atomic_write
+from orchestrator.model import RunStatus
 from orchestrator.requests import STOP_REQUEST
 from orchestrator.runlock import LockHeld, LockUnavailable, RunLock
-from orchestrator.state import StateStore
+from orchestrator.state import RunState, StateStore
 from orchestrator.views.text import clean
 
 
@@ -42,12 +43,13 @@ def stop(target: Annotated[Path, typer.Argument(help="Config file or run directo
               soft_wrap=True)
 
 
-def _stop_controller(store: StateStore, where: str, wait: float) -> None:
-    """Ask the running controller to exit and wait for it (exit 1 if it has not within `wait`)."""
+def _stop_controller(store: StateStore, where: str, wait: float, ask: str = "stop") -> None:
+    """Ask the running controller to exit ("stop"), or to cancel its job and exit ("cancel BY"),
+    and wait for it (exit 1 if it has not within `wait`)."""
     import time
 
     lock = RunLock(store.run_dir)
-    atomic_write(store.run_dir / STOP_REQUEST, "stop\n")
+    atomic_write(store.run_dir / STOP_REQUEST, f"{ask}\n")
     pid = lock.holder_pid()
     if pid:
         os.kill(pid, signal.SIGTERM)
@@ -58,6 +60,12 @@ def _stop_controller(store: StateStore, where: str, wait: float) -> None:
         time.sleep(0.2)
     raise fail([f"{where}: the controller ({lock.holder()}) has not exited after {wait:.0f}s; "
                 "it stops at its next poll"], 1)
+
+
+def _cancelled_by_controller(state: RunState, by: str) -> bool:
+    cur = state.current
+    return (state.status == RunStatus.STOPPED and cur is not None
+            and cur.cancelled_by_controller == by)
 
 
 def _by_user() -> str:
@@ -89,9 +97,16 @@ def cancel(ctx: typer.Context,
                     "job)"])
     s = load(config, [])
     store, where = StateStore(s.run_dir), str(s.run_dir)
-    if RunLock(store.run_dir).holder_is_controller():
-        _stop_controller(store, where, wait)
+    by = f"orchestrator cancel{_by_user()}"
+    live = RunLock(store.run_dir).holder_is_controller()
+    if live:  # the live controller cancels the job itself: its own last view says cancelled, exit 3
+        _stop_controller(store, where, wait, f"cancel {by}")
     state = loaded(store, where)
+    if live and _cancelled_by_controller(state, by):
+        out.print(clean(f"cancelled job {state.current.job_id if state.current else None} of "
+                        f"{where} (by its controller); 'orchestrator run {config} --resume' "
+                        "resumes the run"), markup=False, highlight=False, soft_wrap=True)
+        return
     lock = RunLock(store.run_dir)
     try:
         lock.acquire()  # no controller starts while the job is cancelled
@@ -99,8 +114,7 @@ def cancel(ctx: typer.Context,
         raise fail([f"{where}: {exc}; nothing cancelled"], 1) from None
     try:
         clock = wiring(ctx).clock()
-        done = _cancel_current(state, build_backend(s, clock), store, clock,
-                               by=f"orchestrator cancel{_by_user()}")
+        done = _cancel_current(state, build_backend(s, clock), store, clock, by=by)
     finally:
         lock.release()
     job = state.current.job_id if state.current else None

@@ -93,6 +93,8 @@ class Controller(Keeper):
             self.step(self.state)
             self.exports.after_poll(self.s, self.state, self.clock.now(), self._outage.seen_at)
         state = self.state
+        self.take_stop_request()
+        self.keep_job = self.keep_job and not self.cancel_asked
         if self.stop_requested and state.status == RunStatus.RUNNING:
             log.info("controller exit reason={} ({})", self.stop_requested,
                      "the job, if any, keeps running" if self.keep_job

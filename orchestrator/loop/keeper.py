@@ -27,6 +27,7 @@ class Keeper:
         self.s, self.clock, self.store, self.effects = settings, clock, store, effects
         self.state = RunState.begin(settings.name, clock.now())  # load_or_init reads the saved one
         self.stop_requested = ""
+        self.cancel_asked = ""  # `orchestrator cancel BY`: the job is cancelled before the exit
         self.reload_requested = False
         self.reloader: Callable[[], Settings] | None = None
         self._outage = Outage("scheduler unreachable")
@@ -38,14 +39,23 @@ class Keeper:
         self.stop_requested = why
         self.clock.wake()
 
+    def take_stop_request(self) -> None:
+        """`orchestrator stop` or `orchestrator cancel`, asked through the run directory (their
+        SIGTERM may come first: the file says which of the two it was)."""
+        asked = operator.stop_requested(self.s)
+        if asked is not None and asked.startswith("cancel"):
+            self.cancel_asked = asked.removeprefix("cancel").strip() or "orchestrator cancel"
+        if asked is not None:
+            self.request_stop(asked.split()[0] if asked.startswith("cancel") else
+                              "orchestrator stop")
+
     def request_reload(self) -> None:
         self.reload_requested = True
         self.clock.wake()
 
     def apply_requests(self, state: RunState) -> RunState:
         self.state = state
-        if operator.stop_requested(self.s):
-            self.request_stop("orchestrator stop")
+        self.take_stop_request()
         if self.reload_requested and self.reloader is not None:
             self.reload_requested = False
             self.s = operator.reload(self.s, self.reloader)

@@ -11,19 +11,23 @@ from pathlib import Path
 from loguru import logger
 
 from orchestrator import failpoints
+from orchestrator.files import read_request
 from orchestrator.loop.observations import BlacklistEdited
 from orchestrator.requests import STOP_REQUEST, apply_queued
 from orchestrator.settings import Settings
 from orchestrator.state import RunState
 
 
-def stop_requested(settings: Settings) -> bool:
-    """A stop asked by `orchestrator stop` (the file is consumed)."""
+def stop_requested(settings: Settings) -> str | None:
+    """A stop asked by `orchestrator stop` ("stop") or `orchestrator cancel` ("cancel BY": the
+    controller cancels the job itself before it exits, so its last view says so); the file is
+    consumed. None: nothing asked."""
     path = settings.run_dir / STOP_REQUEST
-    if path.exists():
-        path.unlink(missing_ok=True)
-        return True
-    return False
+    if not path.exists():
+        return None
+    text = read_request(path)
+    path.unlink(missing_ok=True)
+    return text if text.startswith("cancel") else "stop"
 
 
 def forget_stale_stop(settings: Settings) -> None:
