@@ -150,5 +150,5 @@ def judge_fs(best: Match, culprits: list[str], symmetric: bool) -> Judged:
             return Cause.FILESYSTEM, culprits, Owner.NODE, "local_disk_full", (
                 f"a node-local disk is full on {','.join(culprits)} only")
         return Cause.FILESYSTEM, [], Owner.JOB, "disk_full", (
-            f"no space or quota: free space or raise the quota ({best.text[:120]})")
+            f"no space or quota left where the job writes ({best.text[:120]})")
     return Cause.FILESYSTEM, [], Owner.SHARED, "filesystem_outage", ""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -130,3 +130,46 @@ def test_status_fits_columns_keeping_the_nodes_and_the_action_whole(tmp_path: Pa
 def test_the_node_summary_cannot_be_read_as_an_exit_code() -> None:
     line = node_summary("exit", [])
     assert line.startswith("ORCH-NODE summary at exit: abnormal facts: 0;") and "exit: 0" not in line
+
+
+def _stopped(tmp_path: Path, cause: Cause, reason: str, evidence: list[dict[str, object]]) -> RunState:
+    from orchestrator.model import Action, Evidence
+    from orchestrator.state import SegmentRecord
+
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    seg = SegmentRecord(index=2, job_name="t", job_id="12", submitted_at=t, action=Action.STOP_AND_ALERT,
+                        cause=cause, reason=reason, evidence=[Evidence(**e) for e in evidence])  # type: ignore[arg-type]
+    return RunState(run="t", created_at=t, updated_at=t, segments=[seg], status=RunStatus.STOPPED,
+                    stop_reason=reason)
+
+
+def test_a_breaker_stop_with_no_error_line_shows_the_ranks_last_output(tmp_path: Path) -> None:
+    """The re-probe (D3): a stop by "no progress across 3 segments" showed no error row, although every node
+    log ended with the rank's error; the agent's own lines are not the ranks' output."""
+    log = str(tmp_path / "segments/0002/logs/node1.log")
+    lines = ["2026-12-05T14:35:14.831Z 0: ls: cannot access '/nonexistent-xyz': No such file or directory",
+             "2026-12-05T14:35:14.869Z agent: ORCH-AGENT exit segment=2 codes=[2]"]
+    state = _stopped(tmp_path, Cause.UNKNOWN, "no progress across 2 consecutive segments (stuck at iteration 0)",
+                     [{"node": "node1", "file": log, "line": 4 + i, "text": t, "role": "context", "cause": "unknown",
+                       "source": "log"} for i, t in enumerate(lines)])
+    flat = " ".join(text_of(status_view(state, state.updated_at), width=400).split())
+    assert "│ last output │ rank 0 on node1 (node1.log:4): ls: cannot access '/nonexistent-xyz'" in flat
+    assert "ORCH-AGENT exit" not in flat
+
+
+def test_a_disk_full_stop_says_its_error_and_its_advice_once(tmp_path: Path) -> None:
+    """The re-probe (D2): the `stopped by` row held the advice and the errno line, and the error and what to
+    change rows repeated them. The reason is the one the diagnosis and the policy give for these logs."""
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    err = "OSError: [Errno 28] No space left on device: '/ckpt/iter_0000130'"
+    (tmp_path / "logs").mkdir()
+    for n in ("node1", "node2"):
+        (tmp_path / "logs" / f"{n}.log").write_text(f"iteration 1/ 100 | lm loss 1.0\n{err}\n")
+    got = diagnose_dir(tmp_path / "logs")
+    assert got["cause"] == "filesystem" and got["action"] == "stop_and_alert", got
+    state = _stopped(tmp_path, Cause.FILESYSTEM, got["reason"],
+                     [{**e, "cause": "filesystem", "role": e["role"]} for e in got["evidence"]])
+    flat = " ".join(text_of(status_view(state, state.updated_at), width=400).split())
+    assert "│ error │" in flat and "Errno 28" in flat
+    assert flat.count("Errno 28") == 1 and flat.count("free space or raise the quota") == 1, flat
