@@ -21,10 +21,12 @@ __all__ = ["append_private", "atomic_write", "private_dir", "read_regular", "rea
 REQUEST_LIMIT = 4096  # a request file holds an id: a few bytes
 
 
-def read_regular(path: Path, limit: int | None = None, follow: bool = False) -> bytes:
-    """A regular file's bytes (at most `limit`), opened without blocking and (unless `follow`: a
-    user's own config may be a link) without following a symlink: a FIFO, device, socket, directory
-    or symlink in its place is refused with an OSError that names it, never waited on."""
+def read_regular(path: Path, limit: int | None = None, follow: bool = False,
+                 last: bool = False) -> bytes:
+    """A regular file's bytes (at most `limit`: its first, or with `last` its last), opened without
+    blocking and (unless `follow`: a user's own config may be a link) without following a
+    symlink: a FIFO, device, socket, directory or symlink in its place is refused with an OSError
+    that names it, never waited on."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     fd = os.open(path, flags)
     try:
@@ -33,6 +35,8 @@ def read_regular(path: Path, limit: int | None = None, follow: bool = False) -> 
             kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
                     else "a special file")
             raise OSError(errno.EINVAL, f"{kind}, not a regular file", str(path))
+        if last and limit is not None:
+            os.lseek(fd, max(0, os.fstat(fd).st_size - limit), os.SEEK_SET)
         chunks: list[bytes] = []
         left = -1 if limit is None else limit
         while left != 0:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from orchestrator.agent import dump, nodefacts, preflight, profile, reaper
-from orchestrator.agent.ckpt_timer import CheckpointTimer
 from orchestrator.agent.taskenv import flight_env, node_identity, srun_task_env, training_argv
 from orchestrator.contract import (
     CANNOT_START_EXIT,
@@ -36,6 +35,7 @@ from orchestrator.diagnose.linear import progress_pattern
 from orchestrator.files import append_private, read_request
 from orchestrator.flight import FLIGHT_DIR
 from orchestrator.model import SegmentSpec
+from orchestrator.saves import CheckpointTimer
 from orchestrator.settings import PROGRESS_REGEX, last_iteration
 
 TERM_GRACE_S = 10.0

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from orchestrator.cli.common import build_backend, fail
 from orchestrator.clock import Clock
-from orchestrator.contract import EXIT_SUFFIX, ExitRecord, SegmentPaths, read_record
+from orchestrator.contract import SegmentPaths
 from orchestrator.loop.submission import reported_into
 from orchestrator.model import RunStatus
 from orchestrator.plan import spares_reason
+from orchestrator.saves import reported_saves
 from orchestrator.settings import Settings
 from orchestrator.shellform import script_indexes
 from orchestrator.state import STATE_FILE, RunState, StateError, StateStore
@@ -108,13 +109,12 @@ def resume_lines(spec: SegmentSpec, state: RunState, s: Settings) -> list[str]:
     run_dir, ckpt_dir = s.run_dir, Path(s.checkpoint.dir)
     if not ckpt_dir.is_dir() and not reported_into(run_dir, cur.index, ckpt_dir, s.workdir):
         return out  # never created and no save named it: the training saves elsewhere (as run)
-    nodes = SegmentPaths.of(run_dir, cur.index).nodes
-    records = [read_record(f, ExitRecord) for f in sorted(nodes.glob(f"*{EXIT_SUFFIX}"))[:4096]]
-    saved = [r for r in records if r is not None and r.checkpoint_write_s]
+    saved = [x for x in reported_saves(SegmentPaths.of(run_dir, cur.index).root) if x.durations]
     if saved:
-        reached = max(r.iteration or 0 for r in saved)
+        reached = max(x.iteration or 0 for x in saved)
         raise fail([f"checkpoint directory: no complete checkpoint, but the training of segment "
-                    f"{cur.index} reported saving checkpoints (its nodes' exit records; it reached "
+                    f"{cur.index} reported saving checkpoints (its nodes' exit records or logs; it "
+                    f"reached "
                     f"iteration {reached}): emptied, moved or unmounted? run would not start from "
                     "scratch (`orchestrator run --from-scratch` starts from iteration 0 on "
                     "purpose)"], 1)

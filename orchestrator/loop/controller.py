@@ -69,7 +69,7 @@ class Controller(Keeper):
         self._watch: SegmentWatch | None = None
         self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch)
         self.notes = Notes(backend.queue_position)
-        self.keep_job, self.resume = True, False  # --cancel-on-exit: keep_job False; run --resume
+        self.resume = False  # run --resume
         self._stall = Outage("filesystem stall")
         self._sched = SchedulerPoll(backend, self._outage, self.s.watch.scheduler_poll_s)
         self.steps, self.own = Steps(self), OwnJob()  # the two placements' executors (modes.Mode)
@@ -92,13 +92,11 @@ class Controller(Keeper):
                 break
             self.step(self.state)
             self.exports.after_poll(self.s, self.state, self.clock.now(), self._outage.seen_at)
-        state = self.state
         self.take_stop_request()
-        self.keep_job = self.keep_job and not self.cancel_asked
+        state = self.state
         if self.stop_requested and state.status == RunStatus.RUNNING:
-            log.info("controller exit reason={} ({})", self.stop_requested,
-                     "the job, if any, keeps running" if self.keep_job
-                     else "the job is cancelled next")
+            log.info("controller exit reason={} ({})", self.stop_requested, "the job, if any, "
+                     "keeps running" if self.keep_job else "the job is cancelled next")
         if self._watch:
             self._watch.close()
         self.exports.close()

@@ -27,7 +27,8 @@ class Keeper:
         self.s, self.clock, self.store, self.effects = settings, clock, store, effects
         self.state = RunState.begin(settings.name, clock.now())  # load_or_init reads the saved one
         self.stop_requested = ""
-        self.cancel_asked = ""  # `orchestrator cancel BY`: the job is cancelled before the exit
+        # --cancel-on-exit, or `orchestrator cancel BY` (cancel_asked): the job is cancelled at exit
+        self.keep_job, self.cancel_asked = True, ""
         self.reload_requested = False
         self.reloader: Callable[[], Settings] | None = None
         self._outage = Outage("scheduler unreachable")
@@ -45,6 +46,7 @@ class Keeper:
         asked = operator.stop_requested(self.s)
         if asked is not None and asked.startswith("cancel"):
             self.cancel_asked = asked.removeprefix("cancel").strip() or "orchestrator cancel"
+            self.keep_job = False
         if asked is not None:
             self.request_stop(asked.split()[0] if asked.startswith("cancel") else
                               "orchestrator stop")

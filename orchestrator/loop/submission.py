@@ -17,9 +17,10 @@ from loguru import logger
 from orchestrator import checkpoint as ckpt_mod
 from orchestrator.backends.base import Backend
 from orchestrator.blacklist import Blacklist, ExcludePlan, compress
-from orchestrator.contract import EXIT_SUFFIX, ExitRecord, SegmentPaths, read_record
+from orchestrator.contract import SegmentPaths
 from orchestrator.model import SegmentSpec
 from orchestrator.plan import UnsafeValue, plan, spares
+from orchestrator.saves import reported_saves
 from orchestrator.settings import CheckpointCfg, Policy, Settings
 from orchestrator.shared_blacklist import SharedBlacklist
 from orchestrator.state import RunState
@@ -76,10 +77,9 @@ def reported_into(run_dir: Path, index: int, ckpt_dir: Path, workdir: Path | Non
     """Whether segment `index`'s training reported a save into ckpt_dir, or into a directory above
     or below it ("successfully saved checkpoint ... to DIR", in its nodes' exit records): then a
     missing ckpt_dir lost checkpoints. A save elsewhere, or none named, tells nothing."""
-    nodes = SegmentPaths.of(run_dir, index).nodes
-    records = [read_record(f, ExitRecord) for f in sorted(nodes.glob(f"*{EXIT_SUFFIX}"))[:4096]]
+    saves = reported_saves(SegmentPaths.of(run_dir, index).root)
     mine = Path(os.path.normpath(ckpt_dir.absolute()))
-    for said in {d for r in records if r is not None for d in r.checkpoint_dirs}:
+    for said in {d for x in saves for d in x.dirs}:
         there = Path(os.path.normpath(Path(workdir or ".", said).absolute()))
         if there == mine or there in mine.parents or mine in there.parents:
             return True

@@ -11,6 +11,7 @@ Every problem is reported as one line naming the file and the field path; the ca
 """
 
 from orchestrator.settings.backend import BackendCfg, LocalBackendCfg, SlurmBackendCfg
+from orchestrator.settings.base import Section
 from orchestrator.settings.checks import PreflightCfg
 from orchestrator.settings.errors import ConfigError
 from orchestrator.settings.loading import check_paths, load_settings, parse_overrides, path_warnings
@@ -21,7 +22,6 @@ from orchestrator.settings.sections import (
     NotifyCfg,
     Policy,
     Resources,
-    Section,
     UserSignature,
     Watch,
 )

@@ -8,8 +8,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from orchestrator.settings.base import Section
 from orchestrator.settings.nodes import SAFE_NAME
-from orchestrator.settings.sections import MAX_LOCAL_NODES, YEAR_S, Section
+from orchestrator.settings.sections import MAX_LOCAL_NODES, YEAR_S
 
 
 class LocalBackendCfg(Section):

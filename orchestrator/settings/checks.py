@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from orchestrator.settings.sections import Section
+from orchestrator.settings.base import Section
 
 
 class PreflightCfg(Section):

@@ -10,7 +10,8 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from orchestrator.settings.sections import YEAR_S, Section
+from orchestrator.settings.base import Section
+from orchestrator.settings.sections import YEAR_S
 
 
 class ExportsCfg(Section):

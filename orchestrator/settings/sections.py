@@ -7,13 +7,14 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from orchestrator.model import Cause
+from orchestrator.settings.base import Section
 from orchestrator.settings.causes import known_causes
 from orchestrator.settings.nodes import node_list
 from orchestrator.settings.patterns import catastrophic, python_unbounded, too_slow
-from orchestrator.settings.slurmtime import minutes_value, takes_number
+from orchestrator.settings.slurmtime import minutes_value
 from orchestrator.settings.urls import apprise_urls
 
 SAFE_VALUE = re.compile(r"^[^\x00-\x1f;`$&|<>\\'\"]*$")
@@ -28,21 +29,6 @@ RESERVED_SBATCH = ("exclude", "nodes", "time", "output", "error", "job-name", "r
                    "no-requeue", "array",
                    "signal", "comment", "open-mode", "ntasks-per-node", "ntasks", "parsable",
                    "wrap", "wait", "test-only")
-
-
-class Section(BaseModel):
-    """Base of the config sections: unknown keys are errors, and a YAML boolean is never a
-    number (pydantic would read `time_limit_min: yes` as 1 minute)."""
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_boolean_numbers(cls, v: object, info: ValidationInfo) -> object:
-        field = cls.model_fields.get(info.field_name or "")
-        if isinstance(v, bool) and field is not None and takes_number(field.annotation):
-            raise ValueError(f"a number is needed, not the boolean {str(v).lower()} (YAML reads "
-                             "yes/no/on/off/true/false as booleans)")
-        return v
 
 
 # Linux limits, in bytes: longer paths fail every system call that takes them

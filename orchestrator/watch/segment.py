@@ -21,6 +21,7 @@ from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import NodeEvidence
 from orchestrator.flight import FLIGHT_DIR
+from orchestrator.saves import reported_saves
 from orchestrator.tail import LogTail
 from orchestrator.timeout import call_with_timeout
 from orchestrator.watch.evidence import node_evidences
@@ -255,6 +256,9 @@ class SegmentWatch:
     def checkpoint_write_s(self) -> float | None:
         times = sorted(t for nw in self.nodes.values() if nw.exit_record
                        for t in nw.exit_record.checkpoint_write_s)
+        if not times and not all(nw.exit_record for nw in self.nodes.values()):  # agents killed
+            ok, found = self._call("the node logs' saves", reported_saves, self.segment_dir)
+            times = sorted(t for x in (found if ok else []) for t in x.durations)
         return times[len(times) // 2] if times else None  # the median
 
     def exit_code(self, node: str) -> int | None:

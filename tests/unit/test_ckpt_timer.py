@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.agent.ckpt_timer import CheckpointTimer
 from orchestrator.checkpoint_interval import write_time_s
 from orchestrator.contract import ExitRecord, SegmentPaths, read_record
 from orchestrator.model import SegmentSpec
+from orchestrator.saves import CheckpointTimer
 from orchestrator.state import RunState, SegmentRecord
 
 START = "saving checkpoint at iteration     100 to /lustre/ckpt/gpt in torch_dist format"
@@ -83,3 +83,30 @@ def test_the_directories_the_saves_named_are_kept_once_each() -> None:
         t.feed(START, 1.0)
         t.feed(end, 2.0)
     assert t.dirs == ["/lustre/ckpt/gpt", "/lustre/ckpt/b"]
+
+
+def test_a_node_whose_agent_was_killed_reports_the_saves_its_log_shows(tmp_path: Path) -> None:
+    """Issue 37 (B4): an agent killed with its job writes no exit record; its log, stamped by the agent line by
+    line, still holds the save lines: the same write times and directories the record would have held."""
+    from orchestrator.contract import write_record
+    from orchestrator.saves import reported_saves
+
+    paths = SegmentPaths(tmp_path / "segments" / "0001")
+    paths.logs.mkdir(parents=True)
+    paths.nodes.mkdir(parents=True)
+    paths.log("gpu-a").write_text("\n".join([
+        "2026-12-05T14:35:14.000Z agent: ORCH-AGENT start segment=1 job=7 node=gpu-a",
+        "2026-12-05T14:35:20.000Z 0: iteration 100/ 4000 | lm loss 2.1",
+        f"2026-12-05T14:35:21.000Z 0: {START}",
+        f"2026-12-05T14:35:24.500Z 0: {END}",
+        f"2026-12-05T14:35:30.000Z 0: {START.replace('100', '200')}",  # cut by the kill: no end line
+    ]) + "\n")
+    paths.log("gpu-b").write_text(f"{START}\n{END}\n")  # not stamped by an agent: not the agent's log
+    paths.log("gpu-c").write_text(f"2026-12-05T14:35:21.000Z 0: {START}\n2026-12-05T14:35:22.000Z 0: {END}\n")
+    write_record(paths.exit("gpu-c"), ExitRecord(node="gpu-c", exit_code=0, checkpoint_write_s=[9.0],
+                                                 checkpoint_dirs=["/other"]))
+    got = {x.node: x for x in reported_saves(paths.root)}
+    assert set(got) == {"gpu-a", "gpu-c"}
+    assert got["gpu-a"].durations == (3.5,) and got["gpu-a"].dirs == ("/lustre/ckpt/gpt",)
+    assert got["gpu-a"].iteration == 100
+    assert got["gpu-c"].durations == (9.0,) and got["gpu-c"].dirs == ("/other",)  # the record, where there is one
