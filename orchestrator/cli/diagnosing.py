@@ -12,7 +12,14 @@ import typer
 
 from orchestrator.backends.slurmjob import JOB_ID, JobLogs, JobNotFound, find_job_logs
 from orchestrator.cli.common import app, err, fail, load, out
-from orchestrator.diagnose.offline import diagnose_dir, links_left_out
+from orchestrator.cli.compressed import (
+    CompressedLogError,
+    decompressed,
+    is_compressed,
+    scratch_dir,
+)
+from orchestrator.diagnose.offline import diagnose_dir, links_left_out, log_files
+from orchestrator.diagnose.origin import JOB_WIDE
 from orchestrator.model import JobState
 from orchestrator.views.text import clean, cut
 
@@ -79,12 +86,18 @@ configs/example.yaml
     elif directory.is_dir() and not any(p.is_file() for p in directory.iterdir()):
         raise fail([f"{directory}: no log files in it (expected one file per node, named after the "
                     "host)"])
-    try:
-        result = _diagnosed(directory, config, files, state)
-    except OSError as exc:
-        raise fail([f"{clean(getattr(exc, 'filename', None) or directory)}: cannot read: "
-                    f"{exc.strerror or exc}"], 1) from None
+    listed = files if files is not None else log_files(directory)
+    with scratch_dir() as scratch:
+        try:
+            plain = decompressed(listed, Path(scratch))
+            result = _diagnosed(directory, config, plain, state)
+        except CompressedLogError as exc:
+            raise fail([clean(str(exc))], 1) from None
+        except OSError as exc:
+            raise fail([f"{clean(getattr(exc, 'filename', None) or directory)}: cannot read: "
+                        f"{exc.strerror or exc}"], 1) from None
     result["not_read"] = links_left_out(directory) if files is None else []
+    result["decompressed"] = [p.name for p in listed if is_compressed(p)]
     _show(result, as_json)
 
 
@@ -97,10 +110,19 @@ def _show(result: dict[str, Any], as_json: bool) -> None:
               f"{result['action']}  confidence: {result['confidence']:.2f}  rule: {result['rule']}",
               markup=False, highlight=False, emoji=False)
     out.print(f"summary: {clean(result['summary'])}", markup=False, highlight=False, emoji=False)
+    for name in result.get("decompressed", []):
+        out.print(clean(f"note: read {name} decompressed"), markup=False, highlight=False,
+                  emoji=False)
     for name in result["not_read"]:
         out.print(clean(f"note: not read: {name} (a symlink that leads out of the directory; give "
                         "the file itself to read it)"), markup=False, highlight=False, emoji=False)
     for e in result["evidence"][:15]:
         src = " (node)" if e.get("source") == "node" else ""
-        out.print(clean(f"  [{e['role']}{src}] {e['node']} {Path(e['file']).name}:{e['line']}: ")
+        node = "-" if _job_wide_label(e["node"], e["file"]) else e["node"]
+        out.print(clean(f"  [{e['role']}{src}] {node} {Path(e['file']).name}:{e['line']}: ")
                   + cut(e["text"], 160), markup=False, highlight=False, emoji=False)
+
+
+def _job_wide_label(node: str, file: str) -> bool:
+    """A job-wide file's own name (slurm-77.out) standing where a line names no host."""
+    return bool(node) and Path(file).name.split(".")[0] == node and JOB_WIDE.match(node) is not None

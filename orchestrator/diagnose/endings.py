@@ -201,11 +201,14 @@ KERNEL_FILES = ("dmesg", "kern", "syslog", "messages")
 def root_label(n: NodeEvidence, m: Match) -> str:
     """What printed the root line, for the summary: the node's own report (ORCH-NODE), the kernel
     (dmesg, the GPU driver), or a rank of the training (a line with no rank: the first error)."""
+    # a job-wide file's line that names no host is not its file's "host" (slurm-77.out)
+    where = origin(n, m) or (f"a host {n.file.rsplit('/', 1)[-1]} does not name" if n.job_wide
+                             else n.node)
     if NODE_MARKER in m.text[:32]:
-        return f"the node's own report on {origin(n, m) or n.node}"
+        return f"the node's own report on {where}"
     if KERNEL_LINE.search(m.text) or any(k in (m.file or n.file).rsplit("/", 1)[-1].lower()
                                          for k in KERNEL_FILES):
-        return f"kernel log line on {origin(n, m) or n.node}"
+        return f"kernel log line on {where}"
     return f"first-rank error (rank {m.rank})" if m.rank is not None else "first error"
 
 

@@ -173,3 +173,32 @@ def test_a_disk_full_stop_says_its_error_and_its_advice_once(tmp_path: Path) -> 
     flat = " ".join(text_of(status_view(state, state.updated_at), width=400).split())
     assert "│ error │" in flat and "Errno 28" in flat
     assert flat.count("Errno 28") == 1 and flat.count("free space or raise the quota") == 1, flat
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".xz", ".bz2"])
+def test_diagnose_reads_a_compressed_log_as_its_text(tmp_path: Path, suffix: str) -> None:
+    """The re-probe (D13): `diagnose slurm-771234.out.gz` gave a confident `unknown` from the compressed bytes."""
+    import bz2
+    import gzip
+    import lzma
+
+    one = BLIND / "node-failure-node023-slurm-out" / "logs" / "slurm-771234.out"
+    packed = tmp_path / f"{one.name}{suffix}"
+    packed.write_bytes({".gz": gzip.compress, ".xz": lzma.compress, ".bz2": bz2.compress}[suffix](one.read_bytes()))
+    res = CliRunner().invoke(app, ["diagnose", str(packed)], catch_exceptions=False)
+    assert res.exit_code == 0 and "cause: node_fail  culprits: node023" in res.output, res.output
+    assert f"read {packed.name} decompressed" in res.output
+    (tmp_path / "bad.gz").write_bytes(b"not gzip at all")
+    bad = CliRunner().invoke(app, ["diagnose", str(tmp_path / "bad.gz")])
+    assert bad.exit_code == 1 and "bad.gz: cannot be decompressed" in bad.output and "cause:" not in bad.output
+
+
+def test_a_job_wide_files_name_is_never_taken_for_a_host(tmp_path: Path) -> None:
+    """The re-probe (D14): in slurm-77.out, a kernel line whose host the engine cannot read was said to be "on
+    slurm-77", the file's stem."""
+    log = tmp_path / "slurm-77.out"
+    log.write_text("gpu-a: step 10\ngpu-b: [Thu Jan  1 00:00:00 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU "
+                   "has fallen off the bus.\n")
+    res = CliRunner().invoke(app, ["diagnose", str(log)], catch_exceptions=False)
+    assert res.exit_code == 0 and "on slurm-77" not in res.output and "] slurm-77 " not in res.output, res.output
+    assert "kernel log line on a host slurm-77.out does not name" in res.output
