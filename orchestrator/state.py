@@ -33,8 +33,13 @@ MAX_ACKED = 256
 
 
 class StateError(Exception):
-    """The state file is unreadable or of another schema: nothing is overwritten."""
-    pass
+    """The state file is unreadable or of another schema: nothing is overwritten. `passing`: an
+    I/O error that a later try may not meet (a restart may help); else a person must act (the
+    file is gone, garbled or of another schema)."""
+
+    def __init__(self, message: str, passing: bool = False):
+        super().__init__(message)
+        self.passing = passing
 
 
 class Ledger(BaseModel):
@@ -238,8 +243,7 @@ class StateStore:
         # a directory in its place, unreadable, not UTF-8
         except (OSError, UnicodeDecodeError) as exc:
             raise StateError(f"{self.path}: cannot read the run state ({exc}); restore it from "
-                             f"{self.path}.bak") \
-                from None
+                             f"{self.path}.bak", passing=isinstance(exc, OSError)) from None
         try:
             parsed = json.loads(raw)
         except (json.JSONDecodeError, RecursionError) as exc:
@@ -273,8 +277,7 @@ class StateStore:
             atomic_write(self.path, text, self.failpoint)
         except (OSError, UnicodeDecodeError) as exc:
             raise StateError(f"{self.path}: cannot write the run state ({exc}); the previous state "
-                             "is intact") \
-                from None
+                             "is intact", passing=True) from None
         self._acknowledge(state.applied_requests)
 
     def _set_aside(self, traces: list[str]) -> None:

@@ -73,7 +73,7 @@ def run(
 
     Exit status: 0 done (or the controller was asked to stop while the run goes on), 1 an error,
     2 a bad config or option, 3 the run is stopped and needs a human (nothing submitted; give
-    --resume once it is fixed).
+    --resume once it is fixed), or its state.json is gone or garbled (restore it, or --start-over).
     """
     s = load(config, set_)
     if problem := spares_problem(s):
@@ -128,8 +128,8 @@ def _supervised(s: Settings, config: Path, set_: list[str], clock: Clock,
         if not ctl.keep_job:  # the final table shows the job cancelled, not running
             state = _cancel_current(state, backend, ctl.store, clock,
                                     ctl.cancel_asked or "--cancel-on-exit") or state
-    except StateError as exc:
-        raise fail([str(exc)], 1) from None
+    except StateError as exc:  # a garbled or missing ledger needs a person: not restarted
+        raise fail([str(exc)], 1 if exc.passing else EXIT_STOPPED) from None
     finally:
         lock.release()
     out.print(timeline_table(state, width=out.width))

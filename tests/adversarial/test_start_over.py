@@ -76,3 +76,24 @@ def test_the_real_demo_starts_over_after_state_json_is_gone(tmp_path: Path) -> N
     again = orch("run", str(path), "--start-over")
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert list((tmp_path / "run").glob(f"{SET_ASIDE}*-segments"))
+
+
+def test_a_run_whose_state_is_gone_or_garbled_exits_3_so_the_unit_does_not_loop(tmp_path: Path) -> None:
+    """The re-probe (A13): `state.json` gone with the run's segments there exited 1, which the systemd unit
+    restarts every 30 s for ever; a person must restore it or start over: exit 3, nothing submitted. An I/O
+    error writing the state may pass: exit 1 stays (restarted)."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+    from tests.conftest import base_config, write_config
+
+    cfg = write_config(tmp_path, base_config(tmp_path, checkpoint={"dir": str(tmp_path / "run" / "checkpoints")}))
+    run_dir = tmp_path / "run"
+    old_run(run_dir)
+    res = CliRunner().invoke(app, ["run", str(cfg)])
+    assert res.exit_code == 3 and "--start-over" in res.output, res.output
+    (run_dir / "state.json").write_text("{not json")
+    res = CliRunner().invoke(app, ["run", str(cfg)])
+    assert res.exit_code == 3 and "not valid JSON" in res.output, res.output
+    assert not list(run_dir.glob("segments/0002"))
+    assert StateError("x", passing=True).passing and not StateError("x").passing
