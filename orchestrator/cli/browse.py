@@ -12,9 +12,9 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli.common import _state_for, app, fail, loaded, out, wiring
+from orchestrator.cli.common import _state_for, app, err, fail, loaded, out, wiring
 from orchestrator.cli.following import Follower, node_logs, node_name, show
-from orchestrator.clock import RealClock
+from orchestrator.clock import Clock, RealClock
 from orchestrator.contract import SegmentPaths
 from orchestrator.state import STATE_FILE, RunState, StateError, StateStore
 from orchestrator.views.ettr import run_metrics
@@ -83,7 +83,9 @@ def logs(
       orchestrator logs runs/demo -f -n 0
     """
     store, where = _state_for(target)
-    state = loaded(store, where)
+    state, waited = (first_state(store, where, wiring(ctx).clock()) if follow
+                     else (loaded(store, where), False))
+    lines = 100_000 if waited else lines  # all it printed began after logs did
     # nothing submitted yet: -f follows the first segment once there is one
     index = None if follow and segment is None and not state.segments else _segment(state, segment,
                                                                                       where)
@@ -102,6 +104,27 @@ def logs(
         follower = Follower(store, where, node, segment, wiring(ctx).clock())
         follower.start(index, offsets, last)
         follower.run()
+
+
+def first_state(store: StateStore, where: str, clock: Clock) -> tuple[RunState, bool]:
+    """`logs -f` started before `orchestrator run` wrote the run's first state (two panes, the
+    logs one first): it waits for it, as `tail -F` waits for a file, saying so once. The state,
+    and whether it waited."""
+    said = False
+    while (state := _state_or_fail(store)) is None:
+        if not said:
+            err.print(clean(f"{where}: no run state yet: waiting for 'orchestrator run' to start "
+                            "it (Ctrl-C stops)"), markup=False, highlight=False, soft_wrap=True)
+            said = True
+        clock.sleep(1.0)
+    return state, said
+
+
+def _state_or_fail(store: StateStore) -> RunState | None:
+    try:
+        return store.load()
+    except StateError as exc:
+        raise fail([str(exc)], 1) from None
 
 
 @app.command()

@@ -171,3 +171,22 @@ def test_follow_waits_for_the_first_segment(tmp_path: Path) -> None:
     res = invoke(["logs", str(run), "-f"], clock)
     assert res.exit_code == 0, res.output
     assert res.output.splitlines() == ["== segment 1 (job 1001) ==", f"node1: {ts(0)} 0: hello"]
+
+
+def test_follow_started_before_the_run_waits_for_its_first_state(tmp_path: Path) -> None:
+    """The re-probe (G7): `logs -f` in one pane, then `orchestrator run` in the other: logs said "no run state
+    yet" and exited 1 instead of waiting."""
+    run = tmp_path / "run"
+    clock = Script([lambda: None,  # no state at the first look either
+                    lambda: (save(run, 1), write(run, 1, "node1", f"{ts(1)} 0: first line\n")),
+                    lambda: save(run, 1, RunStatus.DONE)])
+    from tests.conftest import base_config, write_config
+
+    cfg = write_config(tmp_path, base_config(tmp_path))  # its run_dir is `run`, not made yet
+    res = invoke(["logs", str(cfg), "-f", "-n", "0"], clock)
+    assert res.exit_code == 0, res.output
+    assert "waiting for 'orchestrator run'" in res.output and f"node1: {ts(1)} 0: first line" in res.output
+    assert not clock.steps
+    (tmp_path / "other").mkdir()
+    without = CliRunner().invoke(app, ["logs", str(write_config(tmp_path / "other", base_config(tmp_path / "other")))])
+    assert without.exit_code == 1 and "no run state yet" in without.output  # without -f: said, not waited for
