@@ -54,6 +54,10 @@ def checked_add(target: Path, names: list[str], hours: float | None, force: bool
         if not force:
             _warn(f"{target}: a run directory: the cluster's node list is not known here (give the "
                   f"config file to check the names); {compress(names)} taken unchecked")
+        if hours is None:  # the run's own policy is in its config, which a run directory lacks
+            _warn(f"{target}: a run directory: its config's policy.blacklist_expiry_h is not "
+                  f"known here; the default {Policy().blacklist_expiry_h:g} h is used (give "
+                  "--hours, or the config file)")
         return hours if hours is not None else Policy().blacklist_expiry_h
     s = load(target, [])
     if not force:

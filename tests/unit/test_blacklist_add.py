@@ -71,3 +71,15 @@ def test_without_the_clusters_list_the_names_are_taken_and_that_is_said(tmp_path
     assert res.exit_code == 0, res.output
     assert "node list cannot be had now; node9 taken unchecked" in res.output
     assert list(_entries(tmp_path)) == ["node9"]
+
+
+def test_a_run_directory_says_that_the_default_expiry_is_used(tmp_path: Path) -> None:
+    """The re-probe (F6): `blacklist add RUN_DIR NODE` recorded the 72 h default for a run whose config says 24 h,
+    and said nothing; a run directory has no config to ask, so it says which expiry it takes."""
+    cfg = write_config(tmp_path, base_config(tmp_path, policy={"blacklist_expiry_h": 24}))
+    assert CliRunner().invoke(app, ["blacklist", "add", str(cfg), "node1"]).exit_code == 0  # the run exists
+    res = CliRunner().invoke(app, ["blacklist", "add", str(tmp_path / "run"), "node2"])
+    assert res.exit_code == 0, res.output
+    assert "policy.blacklist_expiry_h is not known here; the default 72 h is used" in " ".join(res.output.split())
+    res = CliRunner().invoke(app, ["blacklist", "add", str(tmp_path / "run"), "node3", "--hours", "24"])
+    assert "expiry_h is not known" not in " ".join(res.output.split()) and _hours(_entries(tmp_path)["node3"]) == 24
