@@ -22,3 +22,12 @@ def kept_columns(headers: Sequence[str], rows: Sequence[Sequence[Sized]], width:
         if name in headers:
             kept.remove(headers.index(name))
     return kept
+
+
+def fits(headers: Sequence[str], rows: Sequence[Sequence[Sized]], kept: Sequence[int],
+         width: int | None, minimum: dict[str, int] | None = None) -> bool:
+    """Whether the `kept` columns fit `width` at their natural widths, or the `minimum` a column
+    is given (None: any width)."""
+    natural = [max([len(h), (minimum or {}).get(h, 0), *(len(r[i]) for r in rows)]) + PADDING
+               for i, h in enumerate(headers)]
+    return width is None or sum(natural[i] for i in kept) + 1 <= width

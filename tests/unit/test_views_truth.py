@@ -202,3 +202,19 @@ def test_a_job_wide_files_name_is_never_taken_for_a_host(tmp_path: Path) -> None
     res = CliRunner().invoke(app, ["diagnose", str(log)], catch_exceptions=False)
     assert res.exit_code == 0 and "on slurm-77" not in res.output and "] slurm-77 " not in res.output, res.output
     assert "kernel log line on a host slurm-77.out does not name" in res.output
+
+
+@pytest.mark.parametrize("columns", [60, 40])
+def test_a_narrow_terminal_wraps_every_value_and_cuts_none(tmp_path: Path, columns: int) -> None:
+    """The re-probe (D7): at 60 and 40 columns the headers and cells were cut (`culp…`, `node[1…`, `user_…`) and
+    two columns squeezed to width 0; below what the columns need, the segments are lines of whole values."""
+    ctl, _, _ = make(tmp_path, {"all": Fault("bug", at=25)})
+    ctl.run()
+    env = {**os.environ, "COLUMNS": str(columns)}
+    res = subprocess.run([sys.executable, "-m", "orchestrator", "status", str(ctl.s.run_dir)], env=env,
+                         capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert res.returncode == 0, res.stderr
+    assert "…" not in res.stdout and "┳┳" not in res.stdout, res.stdout
+    assert max(len(line) for line in res.stdout.splitlines()) <= columns
+    flat = " ".join(res.stdout.replace("│", " ").split())
+    assert "nodes node[1-3]" in flat and "action stop_and_alert" in flat and "cause user_bug" in flat, flat
