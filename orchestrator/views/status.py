@@ -270,7 +270,8 @@ def timeline_table(state: RunState, last: int | None = None, reason: bool = True
         _end_text(s), segment_label(s) if s.cause else "-", ",".join(s.culprit_nodes) or "-",
         s.action.value if s.action else "-")] for s in shown]
     keep = kept_columns(headers, rows, width, DROP_ORDER)
-    if not fits(headers, rows, keep, width, {"action": ACTION_WIDTH}):  # too narrow even so: a line per segment, wrapped
+    # too narrow even so: a line per segment, wrapped
+    if not fits(headers, rows, keep, width, {"action": ACTION_WIDTH}):
         return _as_lines(t, headers, rows)
     for i in keep:
         # the nodes (a hostlist), the cause and the action stay whole: the others give way
