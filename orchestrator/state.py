@@ -3,6 +3,7 @@ permissions."""
 
 from __future__ import annotations
 
+import errno
 import json
 from collections.abc import Callable
 from datetime import datetime
@@ -23,20 +24,17 @@ from orchestrator.placement import InAllocation, OwnJob, Placement, legacy_place
 SCHEMA_VERSION = 2
 STATE_FILE = "state.json"
 BACKUP_FILE = "state.json.bak"
-
-
 # what --start-over moves out of the way (segments, the backup) is kept, renamed
 SET_ASIDE = "before-start-over-"
 # queued blacklist edits (requests.py); acknowledged here, after the state is saved
 REQUESTS_DIR = "requests"
 MAX_ACKED = 256
+PASSING = (errno.EIO, errno.ESTALE, errno.ETIMEDOUT, errno.EAGAIN, errno.EINTR)  # may not recur
 
 
 class StateError(Exception):
     """The state file is unreadable or of another schema: nothing is overwritten. `passing`: an
-    I/O error that a later try may not meet (a restart may help); else a person must act (the
-    file is gone, garbled or of another schema)."""
-
+    I/O error a later try may not meet; else a person must act (gone, garbled, another schema)."""
     def __init__(self, message: str, passing: bool = False):
         super().__init__(message)
         self.passing = passing
@@ -240,16 +238,15 @@ class StateStore:
                     f"starting over would lose the run's history and blacklist; {restore} or, to "
                     "start the ledger over on purpose, run with --start-over") from None
             return None
-        # a directory in its place, unreadable, not UTF-8
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, UnicodeDecodeError) as exc:  # a directory there, unreadable, not UTF-8
             raise StateError(f"{self.path}: cannot read the run state ({exc}); restore it from "
-                             f"{self.path}.bak", passing=isinstance(exc, OSError)) from None
+                             f"{self.path}.bak", passing=getattr(exc, "errno", None) in PASSING) \
+                from None
         try:
             parsed = json.loads(raw)
         except (json.JSONDecodeError, RecursionError) as exc:
             raise StateError(f"{self.path}: not valid JSON ({str(exc)[:120]}); restore it from "
-                             f"{self.path}.bak") \
-                from None
+                             f"{self.path}.bak") from None
         version = parsed.get("schema_version") if isinstance(parsed, dict) else None
         if version == 1:
             parsed = read_v1(parsed)

@@ -12,7 +12,7 @@ from orchestrator.blacklist import compress
 from orchestrator.model import Action, BlacklistEntry, EntrySource, EvidenceSource, Role
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import STARTUP, human, run_metrics, segment_label, short_advice
-from orchestrator.views.fit import fits, kept_columns
+from orchestrator.views.fit import as_lines, fits, kept_columns
 from orchestrator.views.restarts import (
     job_cell,
     job_spares,
@@ -272,24 +272,13 @@ def timeline_table(state: RunState, last: int | None = None, reason: bool = True
     keep = kept_columns(headers, rows, width, DROP_ORDER)
     # too narrow even so: a line per segment, wrapped
     if not fits(headers, rows, keep, width, {"action": ACTION_WIDTH}):
-        return _as_lines(t, headers, rows)
+        return as_lines(t, headers, rows, WHOLE)
     for i in keep:
         # the nodes (a hostlist), the cause and the action stay whole: the others give way
         t.add_column(headers[i], no_wrap=headers[i] in WHOLE,
                      min_width=ACTION_WIDTH if headers[i] == "action" else None)
     for r in rows:
         t.add_row(*(r[i] for i in keep))
-    return t
-
-
-def _as_lines(t: Table, headers: list[str], rows: list[list[str]]) -> Table:
-    """The segments as wrapped lines of `header value` pairs, for a terminal too narrow for their
-    columns: every value whole (the line wraps between pairs, never inside a cut cell)."""
-    t.add_column("segments", overflow="fold")
-    t.show_lines = True
-    for r in rows:
-        t.add_row(plain("  ".join(f"{h} {v}" for h, v in zip(headers, r, strict=True)
-                                  if str(v) != "-" or h in WHOLE)))
     return t
 
 
