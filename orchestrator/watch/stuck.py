@@ -81,13 +81,23 @@ def stuck_dump(dump: DumpRecord) -> str:
     return ""
 
 
+def _all_wait_there(answered: Mapping[str, DumpRecord], odd: list[str], common: str) -> bool:
+    """A frame that is no collective of a known framework (a file or socket barrier, JAX, MPI, a
+    framework's own wait) is where the others wait when one node alone is elsewhere, among three
+    or more, and every rank of every other node shows that frame in both samples (issue 39)."""
+    others = [p for n, d in answered.items() if n not in odd for p in d.processes if p.top_frame]
+    return (len(answered) >= 3 and len(odd) == 1 and bool(others) and not SAVING.search(common)
+            and all(p.top_frame == common == p.top_frame_again for p in others))
+
+
 def hang_confirmed(nodes: Mapping[str, _Node], asked: datetime | None, now: datetime,
                    paused: str = "") -> str:
     """Do the current dumps confirm a hang? A sentence naming it, or "" (no dumps yet, not all in,
     or they show none). Confirmed: some nodes (not all) stuck in the kernel, stopped or silent
     while the others answered; or the ranks of some nodes outside the collective every other rank
-    waits in, with the same innermost frame in both samples, and not saving or writing, nor in a
-    pause a log announced (`paused`: the line that began an eval or a save)."""
+    waits in (or, one node among three or more, outside whatever frame every other rank shows in
+    both samples), with the same innermost frame in both samples, and not saving or writing, nor
+    in a pause a log announced (`paused`: the line that began an eval or a save)."""
     if asked is None:
         return ""
     live = {n: nw for n, nw in nodes.items() if nw.exit_record is None}
@@ -103,7 +113,8 @@ def hang_confirmed(nodes: Mapping[str, _Node], asked: datetime | None, now: date
         return ""
     odd, common = stack_outliers([NodeEvidence(node=n, top_frames=frames(d))
                                   for n, d in sorted(answered.items())])
-    if paused or not odd or not (COLLECTIVE.search(common) or IN_BACKWARD.search(common)):
+    if paused or not odd or not (COLLECTIVE.search(common) or IN_BACKWARD.search(common)
+                                 or _all_wait_there(answered, odd, common)):
         return ""
     outside = [p for n in odd for p in answered[n].processes
                if p.top_frame and p.top_frame != common]

@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.agent import dump
 from orchestrator.contract import DumpRecord, ExitRecord, ProcessDump
+from orchestrator.diagnose.rules import COLLECTIVE
 from orchestrator.loop.supervise import (
     DUMP_WAIT_S,
     EARLY_FLOOR_S,
@@ -241,3 +242,29 @@ def test_pace_drops_windows_with_an_eval_or_a_save_pause_as_in_the_healthy_bench
         pace.see(at(t), it)
     sd = pace.slowdown()
     assert sd is not None and 1.2 <= sd.factor <= 1.3
+
+
+# where ranks of other stacks wait for a peer, as py-spy prints the innermost frame: a lock-step job synchronised
+# through files (issue 39's independent cluster), JAX's blocking transfer (jax/_src/array.py `_value` under
+# `block_until_ready`), mpi4py's `Barrier` and Horovod's `synchronize`
+OTHER_WAITS = ["wait_for_peers (sync.py)", "_value (jax/_src/array.py)", "Barrier (mpi4py/MPI.pyx)",
+               "synchronize (horovod/torch/mpi_ops.py)"]
+
+
+@pytest.mark.parametrize("frame", OTHER_WAITS)
+def test_one_node_outside_the_frame_every_other_rank_waits_in_confirms_it_whatever_the_frame(frame: str) -> None:
+    """Issue 39: the confirmation expected torch's collective frames; a job of another stack waits elsewhere."""
+    four = {"node1": waiting("node1", frame), "node2": waiting("node2", "step (train.py)"),
+            "node3": waiting("node3", frame), "node4": waiting("node4", frame)}
+    said = hang_confirmed(four, at(10), at(12))
+    assert said.startswith(f"node2 outside {frame}") and "step (train.py)" in said
+    # what must stay no verdict: two nodes (which one waits?), two nodes elsewhere, a waiter that moved, the odd
+    # one saving or in its own data wait
+    if not COLLECTIVE.search(frame):  # a known collective is a wait as it is, between two nodes, on a moving peer
+        assert hang_confirmed({"node1": four["node1"], "node2": four["node2"]}, at(10), at(12)) == ""
+        two_odd = {**four, "node3": waiting("node3", "step (train.py)")}
+        assert hang_confirmed(two_odd, at(10), at(12)) == ""
+        moving = {**four, "node4": waiting("node4", frame, again="forward (model.py)")}
+        assert hang_confirmed(moving, at(10), at(12)) == ""
+    for busy in ("save_checkpoint (train.py)", "get (queue.py)"):
+        assert hang_confirmed({**four, "node2": waiting("node2", busy)}, at(10), at(12)) == "", busy
