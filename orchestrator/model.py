@@ -240,6 +240,8 @@ class Decision(Frozen):
     # the segment died loading this checkpoint (counted in the ledger)
     checkpoint_failed: str | None = None
     rule: str = ""  # the policy's rule that decided (docs/CAUSES.md)
+    # the loss went NaN at this iteration: the next segment resumes from a checkpoint before it
+    rollback_below: int | None = None
 
 
 class BlacklistEntry(Frozen):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from orchestrator import budget
+from orchestrator import budget, numerics
 from orchestrator.model import Action, Cause, Decision, JobState, Owner, Role, Verdict
 from orchestrator.settings import Goal, Policy
 from orchestrator.state import RunState, SegmentRecord
@@ -143,6 +143,30 @@ def _job_stop(state: RunState, verdict: Verdict, policy: Policy) -> Decision | N
                            f"{advice}"[:400])
 
 
+def _rollback(state: RunState, verdict: Verdict, policy: Policy) -> Decision | None:
+    """The loss went NaN (numerics.py): resume from a checkpoint written before the onset, at most
+    `policy.nan_rollbacks` times for the same onset, then stop with the history. A run with no
+    checkpoint yet has nothing to roll back to: the job's fault, as before."""
+    seg = state.segments[-1]
+    at = numerics.onset(verdict.evidence, seg.end_iteration)
+    saved = state.checkpoint_seen or any(s.resumed_from for s in state.segments)
+    if not numerics.not_finite(verdict) or policy.nan_rollbacks == 0 or at is None or not saved:
+        return None
+    earlier = numerics.pending([(s.index, s.rollback_below, s.end_iteration)
+                                for s in state.segments[:-1] if s.index > state.scratch_after])
+    if len(earlier) >= policy.nan_rollbacks:
+        history = ", ".join(f"{below} (segment {index})" for index, below in earlier)
+        return Decision(action=Action.STOP_AND_ALERT, rule="loss_not_finite_again",
+                        reason=f"the loss went NaN again at iteration {at} after "
+                               f"{len(earlier)} rollback(s) (before: {history}): the data or the "
+                               "numerics, not bad luck: lower the learning rate, skip the batches "
+                               "or fix the data, then 'orchestrator run --resume'")
+    return Decision(action=Action.RESUBMIT, rule="loss_rollback", rollback_below=at,
+                    reason=f"the loss went NaN at iteration {at}: resume from a checkpoint "
+                           f"written before it (rollback {len(earlier) + 1} of "
+                           f"{policy.nan_rollbacks})")
+
+
 def _shared_wait(state: RunState, verdict: Verdict, policy: Policy) -> Decision | None:
     if verdict.fault_owner != Owner.SHARED:
         return None
@@ -236,6 +260,8 @@ def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: d
     retry = None if clean_exit else _checkpoint_retry(state.segments[-1], state, verdict)
     if retry is not None:
         return retry
+    if not how and (back := _rollback(state, verdict, policy)) is not None:
+        return back
     if not how and (stop := _job_stop(state, verdict, policy)) is not None:
         return stop
     if (still := _no_progress(state, verdict, policy, goal, (blame, hard), clean_exit)) is not None:

@@ -67,7 +67,6 @@ class SlowNodeRecord(Ledger):
 class SegmentRecord(Ledger):
     """One segment in the run ledger: its job, nodes, progress, how it ended and what was
     decided."""
-
     index: int
     job_name: str
     job_id: str | None = None
@@ -88,6 +87,7 @@ class SegmentRecord(Ledger):
     reason: str = ""
     rule: str = ""  # the diagnosis rule that fired (docs/CAUSES.md)
     decision_rule: str = ""  # the policy rule that chose the action
+    rollback_below: int | None = None  # the loss went NaN here: resume from before it
     infra: bool = False  # a node's strong fault or the environment's ended it (budget.py)
     confidence: float | None = None
     evidence: list[Evidence] = Field(default_factory=list)

@@ -17,7 +17,8 @@ Faults (--fault, repeatable) print the error text real stacks print, on the name
   cudaerr:NODE:ITER    a generic CUDA error ('an illegal memory access'); with an NVML stand-in
                        (ORCH_NVML_STANDIN, tests/nvml_standin.py) the node's volatile uncorrectable ECC
                        counters rise first, as on a GPU whose memory failed
-  nan:all:ITER         the loss becomes NaN at ITER
+  nan:all:ITER         the loss becomes NaN at ITER (every time the run gets there: bad data)
+  nan_once:all:ITER    the loss becomes NaN at ITER once per run (a rare bad step: a rollback gets past it)
 
 A collective that times out (--collective-timeout) prints what PyTorch's NCCL watchdog prints: the
 [rankN]:-prefixed c10d lines, the DistBackendError traceback and the c10 `terminate called ... what():`
@@ -293,7 +294,7 @@ def main() -> int:
         err = x @ w - y
         grad = reduce(it, 2 * x.T @ err / len(y))
         loss = float(np.mean(err**2))
-        if any(k == "nan" and at <= it for k, at in mine):
+        if any(k == "nan" and at <= it for k, at in mine) or nan_once(mine, args.sync_dir, it):
             loss = float("nan")
             if not np.isfinite(loss):
                 raise FloatingPointError(f"Loss is NaN at iteration {it}")
@@ -310,6 +311,19 @@ def main() -> int:
     reduce(args.iters + 1, np.zeros(1))  # everyone finished: rank 0's checkpoint is on disk
     print(f"> training done at iteration {args.iters} on {node}", flush=True)
     return 0
+
+
+def nan_once(mine: list[tuple[str, int]], sync_dir: Path, it: int) -> bool:
+    """A `nan_once` fault at this iteration that has not fired in an earlier segment of the run
+    (the marker names the segment's sync directory: every rank of that segment fires)."""
+    if not any(k == "nan_once" and at == it for k, at in mine):
+        return False
+    marker = sync_dir.parent / f".fault-nan-once-{it}"
+    if marker.exists() and marker.read_text() != sync_dir.name:
+        return False
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(sync_dir.name)
+    return True
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ STEP_KILLED_EXIT = 1  # srun's exit code when Slurm killed the step because one 
 
 @dataclass
 class Fault:
-    kind: str  # ecc | oom_startup | bug | hang | segfault
+    kind: str  # ecc | oom_startup | bug | nan | hang | segfault (nan, hang: once unless sticky)
     at: int = 0
     sticky: bool = True
 
@@ -306,6 +306,15 @@ class FakeCluster(BackendDefaults):
                 self._log(job, n, f"{r}: Traceback (most recent call last):")
                 self._log(job, n, f"{r}: ValueError: could not broadcast input array from shape (8,32)")
                 self._exit(job, n, 1)
+            self._finish(job, JobState.FAILED)
+            return True
+        if f.kind == "nan":  # a framework's own check: every rank raises at the same step
+            for r, n in enumerate(job.nodes):
+                self._log(job, n, f"{r}: FloatingPointError: Loss is NaN at iteration {f.at}")
+                self._exit(job, n, 1)
+            if not f.sticky:
+                self.faults.pop(node, None)
+                self.faults.pop("all", None)
             self._finish(job, JobState.FAILED)
             return True
         if f.kind == "segfault":

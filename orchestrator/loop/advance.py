@@ -138,6 +138,7 @@ def judged(old: RunState, obs: o.Ended, policy: Policy, goal: Goal, checkpoint_d
                      confidence=v.confidence, evidence=list(v.evidence), action=d.action,
                      reason=d.reason,
                      rule=v.rule, decision_rule=d.rule, checkpoint_write_s=obs.checkpoint_write_s,
+                     rollback_below=d.rollback_below,
                      infra=budget.infra_verdict(v),
                      step_cadence_s=obs.cadence_s or seg.step_cadence_s)
     bad = dict(old.bad_checkpoints)

@@ -15,6 +15,7 @@ from pathlib import Path
 from loguru import logger
 
 from orchestrator import checkpoint as ckpt_mod
+from orchestrator import numerics
 from orchestrator.backends.base import Backend
 from orchestrator.blacklist import Blacklist, ExcludePlan, compress
 from orchestrator.contract import SegmentPaths
@@ -142,13 +143,14 @@ def find_checkpoint(settings: Settings, state: RunState,
                     find: Finder = ckpt_mod.find_latest) -> ckpt_mod.Checkpoint | None:
     """The newest complete checkpoint (`find`, in a worker with the read timeout: a test passes one
     that hangs)."""
-    skip = frozenset(p for p, n in state.bad_checkpoints.items() if n >= 2)
+    bad = frozenset(p for p, n in state.bad_checkpoints.items() if n >= 2)
 
     def look() -> tuple[ckpt_mod.Checkpoint | None, bool, bool]:
-        found = find(settings.checkpoint, skip)
+        after = _after_onset(settings, state)  # the loss went NaN: none written after it
+        found = find(settings.checkpoint, bad | after)
         d = settings.checkpoint.dir
         return (found, found is not None or d.is_dir() or d.parent.is_dir(),
-                found is None and _saves_counted(settings, state))
+                found is None and not after and _saves_counted(settings, state))
 
     done, result = call_with_timeout(look, settings.watch.read_timeout_s)
     if not done:
@@ -164,6 +166,21 @@ def find_checkpoint(settings: Settings, state: RunState,
         if lost:
             raise FilesystemStall(lost)
     return ckpt
+
+
+def rollback_ceiling(state: RunState) -> int | None:
+    """The iteration from which the checkpoints are suspect (the loss went NaN there), or None."""
+    return numerics.ceiling([(s.index, s.rollback_below, s.end_iteration) for s in state.segments
+                             if s.index > state.scratch_after])
+
+
+def _after_onset(settings: Settings, state: RunState) -> frozenset[str]:
+    """The checkpoints written at or after a rollback's onset (or of no known iteration)."""
+    limit = rollback_ceiling(state)
+    if limit is None:
+        return frozenset()
+    return frozenset(c.path for c in ckpt_mod.candidates(settings.checkpoint)
+                     if c.iteration is None or c.iteration >= limit)
 
 
 def observe_checkpoint(settings: Settings, state: RunState) -> str | None:
@@ -220,6 +237,10 @@ def unloadable(state: RunState, spec: SegmentSpec) -> str:
     """Why starting this spec would lose the run (every complete checkpoint failed to load), or
     ''."""
     bad = [p for p, n in state.bad_checkpoints.items() if n >= 2]
+    if spec.resume_from is None and (limit := rollback_ceiling(state)) is not None:
+        return (f"the loss went NaN at iteration {limit} and no complete checkpoint was written "
+                "before it: starting from scratch would lose the run; choose a checkpoint (or "
+                "--from-scratch), then 'orchestrator run --resume'")
     if spec.resume_from is None and bad:
         return ("every complete checkpoint failed to load (or none is older than the bad ones): "
                 f"{', '.join(bad)}; starting from scratch would lose the run: fix or remove them, "

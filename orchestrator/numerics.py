@@ -1,0 +1,51 @@
+"""The loss went NaN or infinite (a framework's own check raised: `Loss is NaN`,
+`FloatingPointError`, `Detected inf or nan`, `non-finite loss`): the training state is bad from
+that iteration on, not the code. The run rolls back to a checkpoint written before the onset, a
+bounded number of times (`policy.nan_rollbacks`), then stops with the history; a checkpoint written
+at or after the onset is never resumed from (issue 41). Pure."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from orchestrator.model import Cause, Evidence, Role, Verdict
+
+NOT_FINITE = re.compile(r"loss is (?:nan|inf)|nan loss|Detected (?:inf|nan)|FloatingPointError|"
+                        r"found (?:NaN|Inf)|non-finite loss|loss (?:became|went|is) (?:NaN|inf)",
+                        re.IGNORECASE)
+_AT = re.compile(r"\b(?:iteration|iter|step|global_step)[\s:=#]*(\d+)", re.IGNORECASE)
+
+
+def not_finite(verdict: Verdict) -> bool:
+    """The segment ended on the job's own check that the loss is no longer a number."""
+    return verdict.cause == Cause.USER_BUG and any(
+        e.role == Role.ROOT and NOT_FINITE.search(e.text) for e in verdict.evidence)
+
+
+def onset(evidence: Sequence[Evidence], reached: int | None) -> int | None:
+    """The first iteration whose state is suspect: the one a NaN line names, else the one after the
+    last the segment reached (a check raises at the first bad step). None: not known."""
+    named = [int(m.group(1)) for e in evidence if e.role == Role.ROOT and NOT_FINITE.search(e.text)
+             for m in [_AT.search(e.text)] if m]
+    after = [reached + 1] if reached is not None else []
+    found = named + after
+    return min(found) if found else None
+
+
+def pending(onsets: Sequence[tuple[int, int | None, int | None]]) -> list[tuple[int, int]]:
+    """(segment, onset) of the rollbacks still in force: since the last segment that trained past
+    them. `onsets`: (segment, rollback_below, reached) per segment, oldest first."""
+    out: list[tuple[int, int]] = []
+    for index, below, reached in onsets:
+        if out and reached is not None and reached > max(at for _, at in out):
+            out = []
+        if below is not None:
+            out.append((index, below))
+    return out
+
+
+def ceiling(onsets: Sequence[tuple[int, int | None, int | None]]) -> int | None:
+    """The iteration at or above which no checkpoint may be resumed from: the lowest onset of the
+    rollbacks in force (a checkpoint written after the loss went bad is never resumed from)."""
+    return min((at for _, at in pending(onsets)), default=None)
