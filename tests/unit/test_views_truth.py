@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -138,7 +139,7 @@ def _stopped(tmp_path: Path, cause: Cause, reason: str, evidence: list[dict[str,
 
     t = datetime(2026, 1, 1, tzinfo=UTC)
     seg = SegmentRecord(index=2, job_name="t", job_id="12", submitted_at=t, action=Action.STOP_AND_ALERT,
-                        cause=cause, reason=reason, evidence=[Evidence(**e) for e in evidence])  # type: ignore[arg-type]
+                        cause=cause, reason=reason, evidence=[Evidence.model_validate(e) for e in evidence])
     return RunState(run="t", created_at=t, updated_at=t, segments=[seg], status=RunStatus.STOPPED,
                     stop_reason=reason)
 
@@ -184,7 +185,8 @@ def test_diagnose_reads_a_compressed_log_as_its_text(tmp_path: Path, suffix: str
 
     one = BLIND / "node-failure-node023-slurm-out" / "logs" / "slurm-771234.out"
     packed = tmp_path / f"{one.name}{suffix}"
-    packed.write_bytes({".gz": gzip.compress, ".xz": lzma.compress, ".bz2": bz2.compress}[suffix](one.read_bytes()))
+    compress: dict[str, Callable[[bytes], bytes]] = {".gz": gzip.compress, ".xz": lzma.compress, ".bz2": bz2.compress}
+    packed.write_bytes(compress[suffix](one.read_bytes()))
     res = CliRunner().invoke(app, ["diagnose", str(packed)], catch_exceptions=False)
     assert res.exit_code == 0 and "cause: node_fail  culprits: node023" in res.output, res.output
     assert f"read {packed.name} decompressed" in res.output
