@@ -42,11 +42,15 @@ def progressed(seg: SegmentRecord) -> bool:
 
 
 def no_progress_streak(segments: list[SegmentRecord], current_infra: bool = False) -> int:
-    """Consecutive segments without progress, newest first; infrastructure failures are skipped
-    (they neither break nor extend it)."""
+    """Consecutive segments that did not move the run forward, newest first: none trained past
+    the furthest iteration an earlier segment reached (a job that resumes at 20 and dies at 25
+    every time makes no progress, although each segment trained 5 steps). Infrastructure failures
+    are skipped (they neither break nor extend it)."""
     n = 0
     for i, seg in enumerate(reversed(segments)):
-        if progressed(seg):
+        earlier = segments[:len(segments) - 1 - i]
+        frontier = max((s.end_iteration or 0 for s in earlier), default=0)
+        if progressed(seg) and (seg.end_iteration or 0) > frontier:
             break
         if current_infra if i == 0 else infra_segment(seg):
             continue

@@ -211,7 +211,8 @@ def _no_progress(state: RunState, verdict: Verdict, policy: Policy, goal: Goal,
                  blame_hard: tuple[tuple[str, ...], bool], clean_exit: bool) -> Decision | None:
     """No progress across max_no_progress_segments (infrastructure failures skipped)."""
     blame, hard = blame_hard
-    streak = budget.no_progress_streak(state.segments, budget.infra_verdict(verdict))
+    streak = budget.no_progress_streak([s for s in state.segments if s.index > state.scratch_after],
+                                       budget.infra_verdict(verdict))
     if streak < policy.max_no_progress_segments:
         return None
     return _stop(blame, hard, "no_progress", (

@@ -104,3 +104,15 @@ def test_on_cause_names_only_known_causes(tmp_path: object) -> None:
     cfg.write_text(cfg.read_text().replace("ncl_timeout: stop", "any: never"))
     with pytest.raises(ConfigError):
         load_settings(cfg, parse_overrides([]))
+
+
+def test_a_job_that_dies_past_its_checkpoint_at_the_same_step_makes_no_progress() -> None:
+    """Each segment resumes at 20 and dies at 25: five steps trained every time, but the run never gets past
+    iteration 25; the no-progress breaker counts the segments that did not pass the furthest point reached."""
+    from orchestrator.budget import no_progress_streak
+
+    crash = [seg(i, 20, 25, Action.RESUBMIT, Cause.UNKNOWN) for i in range(2, 5)]
+    assert no_progress_streak([seg(1, 0, 25), *crash]) == 3
+    assert no_progress_streak([seg(1, 0, 25), *crash, seg(5, 20, 26)]) == 0  # past the frontier: progress
+    stop = decide(state(seg(1, 0, 25), *crash), v(Cause.UNKNOWN), Policy(max_no_progress_segments=3), G, NOW)
+    assert stop.action == Action.STOP_AND_ALERT and stop.rule == "no_progress"
