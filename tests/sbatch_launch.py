@@ -42,10 +42,19 @@ SRUN = f"""#!{sys.executable}
 # a helper srun step run locally: drop the options, run the command
 import os, sys
 VALUE = {{"-N", "-n", "-c", "-w", "-o", "-e", "-J", "-p", "-t", "--nodes", "--ntasks", "--ntasks-per-node",
-          "--nodelist", "--output", "--error", "--jobid"}}
+          "--nodelist", "--output", "--error", "--jobid", "--container-image", "--container-mounts",
+          "--container-workdir", "--container-name", "--container-env"}}
 args, i = sys.argv[1:], 0
+tasks = 1
 while i < len(args) and args[i].startswith("-"):
+    if args[i].startswith("--ntasks="):
+        tasks = int(args[i].split("=", 1)[1])
     i += 2 if args[i] in VALUE else 1
+if args[i:i + 1] == ["/bin/sh"] and "orch-rank" in args[i:]:  # the launch's own srun (a container's): its tasks
+    import subprocess
+    # one after another: srun keeps each task's lines whole, a shared pipe would not
+    sys.exit(max(subprocess.call(args[i:], env={{**os.environ, "SLURM_LOCALID": str(t), "SLURM_PROCID": str(t)}})
+                 for t in range(tasks)))
 try:
     os.execvp(args[i], args[i:])
 except FileNotFoundError:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.agent import dump, nodefacts, preflight, profile, reaper
+from orchestrator.agent import dump, nodefacts, preflight, profile, rankstep, reaper
 from orchestrator.agent.taskenv import flight_env, node_identity, srun_task_env, training_argv
 from orchestrator.contract import (
     CANNOT_START_EXIT,
@@ -189,7 +189,8 @@ class NodeAgent:
     def _dump(self, request: str) -> None:
         # the facts beside the stacks: a slow fact source must not delay the stacks that name a hang
         threading.Thread(target=self.facts.report, args=("dump",), daemon=True).start()
-        records = dump.dump_processes([p.pid for p in self.procs if p.poll() is None])
+        records = dump.dump_processes([p.pid for p in self.procs if p.poll() is None]
+                                      + rankstep.outside_ranks())
         write_record(self.paths.dump(self.node),
                      DumpRecord(node=self.node, time=_now(), request=request, processes=records))
         for r in records:
@@ -199,7 +200,8 @@ class NodeAgent:
     def _profile(self, request: str) -> None:
         """Where every rank spends its time for a few seconds (the controller saw a slowdown)."""
         records, dropped = profile.profile_processes([p.pid for p in self.procs
-                                                      if p.poll() is None])
+                                                      if p.poll() is None]
+                                                     + rankstep.outside_ranks())
         write_record(self.paths.profile(self.node), DumpRecord(
             node=self.node, time=_now(), request=request, processes=records, left_out=dropped))
 
@@ -260,6 +262,9 @@ class NodeAgent:
         if reaper.IS_SUBREAPER and (left := reaper.leftovers()):
             self.emit("agent", f"ORCH-AGENT stopping {len(left)} left running (a container's)")
             reaper.stop_each(left)
+        if outside := rankstep.outside_ranks():  # the launch's own step outlived its srun
+            self.emit("agent", f"ORCH-AGENT stopping {len(outside)} ranks of the launch's own step")
+            reaper.stop_each(outside)
 
     def _exit_record(self, code: int, codes: list[int], results: list[CheckRecord]) -> None:
         signals = [signal.Signals(-c).name for c in codes if c < 0

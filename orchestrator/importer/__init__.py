@@ -19,6 +19,7 @@ from typing import Any
 
 from orchestrator.importer import ckptconf
 from orchestrator.importer import launch as launch_mod
+from orchestrator.importer.container import containers, pyxis
 from orchestrator.importer.names import (
     SAVE_FLAGS,
     assignments,
@@ -61,6 +62,7 @@ from orchestrator.importer.script import (
     with_array_id,
     with_array_task,
     with_launch,
+    with_rank_step,
 )
 from orchestrator.importer.yamlout import dump_config
 
@@ -69,27 +71,6 @@ __all__ = ["Refused", "dump_config", "import_sbatch"]
 POSITIONAL = re.compile(r"(?m)^[^#\n]*(?<!\\)\$(\{#?)?[1-9@*#]")
 ORDER = ["name", "run_dir", "workdir", "command", "env", "resources", "checkpoint", "policy",
          "backend"]
-
-
-def _containers(found: launch_mod.Launch, env: dict[str, str], cfg: dict[str, Any],
-                notes: list[str]) -> None:
-    """The launch's pyxis/enroot options carried into backend.slurm.srun_args, with notes."""
-    try:
-        containers = launch_mod.container_options(found, env)
-    except ValueError:  # unbalanced quotes in an expansion: said by the note below
-        containers = [w for w in found.dropped if w.startswith("--container-")]
-    containers, refused = launch_mod.without_shell(containers, cfg.get("workdir"))
-    if containers:
-        cfg["_srun_args"] = containers
-        notes.append(f"CONTAINER: {' '.join(containers)[:300]} carried into "
-                     "backend.slurm.srun_args: the agents run inside the image, so the "
-                     "orchestrator (and submitit) must be installed in it; if it is not, remove "
-                     "them there and start the container in the launch itself")
-    if refused:
-        notes.append(f"CONTAINER NOT CARRIED: {' '.join(refused)[:300]}: the value needs the shell "
-                     "(a variable the script does not set, or a command), and srun_args reach srun "
-                     "without one; write the value out in backend.slurm.srun_args, or the training "
-                     "runs outside its image")
 
 
 def _refuse_launch(text: str, found: launch_mod.Launch, env: dict[str, str], nodes: int) -> None:
@@ -101,6 +82,23 @@ def _refuse_launch(text: str, found: launch_mod.Launch, env: dict[str, str], nod
     het_launch([*found.dropped, *found.segment.texts(text)[found.program_at:]], line)
     on_some_nodes([resolve(w, env) for w in found.dropped], nodes, line)
     first_node_only(found.launcher, found.kind, nodes, line)
+
+
+def _launch_edit(found: launch_mod.Launch, text: str, env: dict[str, str], cfg: dict[str, Any],
+                 notes: list[str]) -> tuple[int, int, str, bool]:
+    """(start, end, replacement, ranks in a pyxis image): the edit that puts the agent in the
+    launch's place. A launch whose srun starts its ranks in a container keeps that srun for each
+    node's ranks (the agents stay on the host)."""
+    r = cfg["resources"]
+    in_image = found.launcher == "srun" and pyxis(found, env)
+    if in_image:
+        start, end, repl, more = launch_mod.rank_step(found, text, r.get("tasks_per_node", 1))
+        r["tasks_per_node"] = 1
+    else:
+        start, end, repl, more = launch_mod.rewrite(found, text, r.get("nodes", 1) > 1)
+        containers(found, env, cfg, notes)
+    notes.extend(more)
+    return start, end, repl, in_image
 
 
 def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str) -> str:
@@ -120,9 +118,7 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
                      "check it")
         return passing_bash_n(tidy(text, source), notes)
     _refuse_launch(text, found, env, r.get("nodes", 1))
-    start, end, repl, more = launch_mod.rewrite(found, text, r.get("nodes", 1) > 1)
-    notes.extend(more)
-    _containers(found, env, cfg, notes)
+    start, end, repl, in_image = _launch_edit(found, text, env, cfg, notes)
     if found.kind != "srun" and r.get("tasks_per_node", 1) != 1:
         notes.append(f"--ntasks-per-node={r['tasks_per_node']} is not used: the launch is not "
                      "under srun, so the agent starts it once per node (tasks_per_node: 1)")
@@ -148,7 +144,8 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
         notes.append(f"{flag} {value} now reads ${{{var}:-{value}}}: {what}, the original value on "
                      "the first segment")
     _checkpoint(text, env, cfg, notes, [f for f, _, _ in resumes])
-    return passing_bash_n(tee_once(tidy(script, source), notes), notes)
+    script = tee_once(tidy(script, source), notes)
+    return passing_bash_n(with_rank_step(script) if in_image else script, notes)
 
 
 def _checkpoint(text: str, env: dict[str, str], cfg: dict[str, Any], notes: list[str],

@@ -258,3 +258,21 @@ def rewrite(launch: Launch, text: str, multinode: bool) -> tuple[int, int, str, 
                      "script; the agent now runs it on every node: check that it is told its node "
                      "rank ($SLURM_NODEID)")
     return seg.words[c][0], seg.words[c][0], "", notes
+
+
+def rank_step(launch: Launch, text: str, tasks: int) -> tuple[int, int, str, list[str]]:
+    """The edit for a launch whose srun starts its ranks in a pyxis/enroot container: that srun
+    stays, its options as the script wrote them (the script's shell evaluates them, as under
+    sbatch), and runs this node's `tasks` ranks in a step of their own (`__orch_rank_step`, the
+    script's header); the agent stays on the host. (start, end, replacement, notes)."""
+    seg = launch.segment
+    c = _command_index(seg.texts(text))
+    options = text[seg.words[c + 1][0]:seg.words[launch.program_at - 1][1]]
+    note = (f"CONTAINER: the launch's own srun, with its container options as the script wrote "
+            f"them ({' '.join(launch.dropped)[:200]}), starts each node's {tasks} rank(s) in the "
+            "image, in a step of its own on that node (`__orch_rank_step`); the agents stay on "
+            "the host, so nothing of the orchestrator is needed in the image (only /bin/sh), and "
+            "each rank is told its place in the whole job (SLURM_PROCID, SLURM_NODEID, RANK, "
+            "WORLD_SIZE) as the one srun would have told it")
+    return (seg.words[c][0], seg.words[launch.program_at][0],
+            f"__orch_rank_step {tasks} {options} -- ", [note])

@@ -183,3 +183,36 @@ def passing_bash_n(script: str, notes: list[str]) -> str:
                      "there too): commented out in the launch script")
         script = "\n".join(lines)
     return script
+
+
+# A launch whose srun puts its ranks in a container (pyxis/enroot: --container-image, ...): that
+# srun is kept, options as the script wrote them (the shell evaluates them, as under sbatch), for
+# this node's ranks only, in a step of their own. The agent and this body stay on the host; the
+# ranks run in the image, which needs nothing but /bin/sh. The wrapper tells each rank its place in
+# the whole job, as the script's one srun would have (a step of one node says SLURM_PROCID 0..N-1),
+# and marks it for the agent (ORCH_AGENT_PID, ORCH_RANK_STEP: its dumps and its stop find it).
+RANK_STEP = r"""__orch_rank_step() {  # orchestrator: the launch's own srun, for this node's ranks
+  local tasks=$1 opts=(); shift
+  while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do opts+=("$1"); shift; done
+  [ "$#" -gt 0 ] && shift
+  local nnodes=${ORCH_NNODES:-1} node_rank=${ORCH_NODE_RANK:-0}
+  local nodes=${SLURM_STEP_NODELIST:-${SLURM_JOB_NODELIST:-}}
+  command srun "${opts[@]}" --overlap --nodes=1 --ntasks="$tasks" --ntasks-per-node="$tasks" \
+    --nodelist="${ORCH_NODE_NAME:?}" /bin/sh -c "$__ORCH_RANK_ENV" orch-rank \
+    "$((node_rank * tasks))" "$((nnodes * tasks))" "$node_rank" "$nnodes" "$nodes" \
+    "${ORCH_AGENT_PID:-}" "$tasks" "$@"
+}
+__ORCH_RANK_ENV='r=$(($1 + ${SLURM_LOCALID:-0})); export SLURM_PROCID=$r RANK=$r ORCH_RANK=$r \
+LOCAL_RANK=${SLURM_LOCALID:-0} ORCH_LOCAL_RANK=${SLURM_LOCALID:-0} SLURM_NTASKS=$2 SLURM_NPROCS=$2 \
+SLURM_STEP_NUM_TASKS=$2 WORLD_SIZE=$2 ORCH_WORLD_SIZE=$2 SLURM_NODEID=$3 SLURM_NNODES=$4 \
+SLURM_STEP_NUM_NODES=$4 SLURM_STEP_NODELIST=$5 SLURM_NODELIST=$5 ORCH_AGENT_PID=$6 \
+ORCH_RANK_STEP=1 SLURM_NTASKS_PER_NODE=$7 SLURM_STEP_TASKS_PER_NODE="$7(x$4)" \
+SLURM_TASKS_PER_NODE="$7(x$4)"; shift 7; exec "$@"'
+"""
+
+
+def with_rank_step(script: str) -> str:
+    """The launch's kept srun (`__orch_rank_step TASKS OPTIONS -- PROGRAM`), defined in the
+    header."""
+    at = script.index("\n", script.index(HEADER_END)) + 1 if HEADER_END in script else 0
+    return script[:at] + RANK_STEP + script[at:]

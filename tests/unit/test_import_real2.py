@@ -3,7 +3,7 @@ by a helper for containers, run-once lines, arrays and exclude/node lists, with 
 written from the scripts alone before the orchestrator first ran on them.
 
 Imported and run (setup once, then the real agent on two virtual nodes, stub launchers, recorded mkdir/cat):
-container options reach srun_args or are refused with a loud note (never passed on with a shell expansion),
+container options stay on the launch's own srun (the ranks' step, evaluated by the script's shell),
 run-once lines run once on the batch host and never on a node, the array id is the first task's, the
 script's --exclude is resources.exclude and its --nodelist is kept."""
 
@@ -43,13 +43,13 @@ def test_the_answer_keys_features_are_carried(tmp_path: Path, name: str) -> None
         assert whole.value.line and "--array" in text.split("\n")[whole.value.line - 1]
     cfg, notes = import_sbatch(text, Path(name).stem, str(tmp_path), args, array_task(label))
     slurm = cfg["backend"].get("slurm", {})
-    carried = {a.split("=", 1)[0] for a in slurm.get("srun_args", [])}
-    refused = " ".join(n for n in notes if n.startswith("CONTAINER NOT CARRIED:"))
+    # a pyxis launch keeps its own srun for the ranks, options as written (the script's shell evaluates them, as
+    # under sbatch): nothing goes to the agents' srun, which would need the orchestrator inside the image
+    script = cfg["command"][2]
+    launch = next((ln for ln in script.splitlines() if ln.lstrip().startswith("__orch_rank_step ")), "")
     for opt in label["container_options"]:
-        assert opt in carried or opt in refused, (opt, carried, refused)
-    assert not any("$" in a or "`" in a for a in slurm.get("srun_args", []))
-    if label["container_values_literal"]:
-        assert carried == set(label["container_options"]) and not refused
+        assert launch and opt in script, (opt, launch)
+    assert "srun_args" not in slurm
     setup = "\n".join(slurm.get("setup", []))
     for once in label["run_once"]:
         assert once["contains"] in setup, (once, notes)

@@ -231,45 +231,68 @@ def test_copies_of_the_same_work_side_by_side_are_refused(array: str, said: str)
         import_sbatch(script, "arr")
 
 
+def _launch_srun(cfg: dict[str, Any], tmp_path: Path, env: dict[str, str] | None = None) -> list[str]:
+    """The argv the per-node script gives srun for its launch, run as the agent runs it on node vn2 of 2 (a
+    recording srun on PATH; the program is not run)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / "srun").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/srun.args\n')
+    (bindir / "srun").chmod(0o755)
+    run_env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "ORCH_NODE_NAME": "vn2", "ORCH_NNODES": "2",
+               "ORCH_NODE_RANK": "1", "ORCH_AGENT_PID": "77", "SLURM_STEP_NODELIST": "vn[1-2]", **(env or {})}
+    subprocess.run(cfg["command"][:3], cwd=tmp_path, env=run_env, timeout=10, check=False, capture_output=True)
+    return (tmp_path / "srun.args").read_text().splitlines()
+
+
 @pytest.mark.parametrize("script", [
     "#!/bin/bash\n#SBATCH -N 2\nsrun --container-image=nvcr.io/nvidia/pytorch:24.05-py3 "
     "--container-mounts /data:/data,/ckpt:/ckpt --container-workdir=/work python train.py\n",
     "#!/bin/bash\n#SBATCH -N 2\nARGS=(--container-image nvcr.io/nvidia/pytorch:24.05-py3 "
     "--container-mounts=/data:/data,/ckpt:/ckpt --container-workdir /work)\nsrun \"${ARGS[@]}\" python train.py\n",
 ])
-def test_container_options_reach_the_agents_srun_with_a_loud_note(tmp_path: Path, script: str) -> None:
-    """Issue 23: pyxis/enroot options were dropped with the srun line: the training would run outside its image."""
+def test_a_pyxis_launch_keeps_its_srun_for_the_ranks_and_the_agents_stay_on_the_host(tmp_path: Path,
+                                                                                     script: str) -> None:
+    """Issue 36: the pyxis options were carried into the agents' srun, so the agents had to run inside the image
+    (`<venv>/bin/python -m ...` there: a path that does not exist). The launch's own srun now starts each node's
+    ranks in the image, in a step of its own; the agents' srun has no container option."""
     cfg, notes = import_sbatch(script, "ctr")
-    assert cfg["backend"]["slurm"]["srun_args"] == ["--container-image=nvcr.io/nvidia/pytorch:24.05-py3",
-                                                    "--container-mounts=/data:/data,/ckpt:/ckpt",
-                                                    "--container-workdir=/work"]
-    assert any(n.startswith("CONTAINER:") and "must be installed in it" in n for n in notes)
+    assert "srun_args" not in cfg["backend"].get("slurm", {})
+    assert any(n.startswith("CONTAINER:") and "nothing of the orchestrator is needed in the image" in n
+               for n in notes)
+    got = _launch_srun(cfg, tmp_path)
+    options = " ".join(got[:got.index("/bin/sh")])
+    for want in ("nvcr.io/nvidia/pytorch:24.05-py3", "/data:/data,/ckpt:/ckpt", "/work", "--overlap",
+                 "--nodes=1", "--ntasks=1", "--nodelist=vn2"):
+        assert want in options, (want, got)
+    # the wrapper: rank base, world, node rank, nodes, the step's node list, the agent's pid, tasks; the program
+    assert got[got.index("orch-rank") + 1:] == ["1", "2", "1", "2", "vn[1-2]", "77", "1", "python", "train.py"]
     written = tmp_path / "c.yaml"
     written.write_text(dump_config(cfg, notes, "ctr").replace("CHANGE-ME", str(tmp_path / "ckpt")))
-    assert load_settings(written).backend.slurm.srun_args[0].startswith("--container-image=")
+    assert load_settings(written).backend.slurm.srun_args == []
 
 
-@pytest.mark.parametrize(("line", "image"), [
-    ("srun --container-image=$(pwd)/img.sqsh --container-mounts $PWD/results/:/model python train.py",
-     "--container-image=/home/u/img.sqsh"),
-    ("srun --container-image `pwd`/img.sqsh --no-container-entrypoint --container-mounts ${PWD}/results/:/model "
-     "python train.py", "--container-image=/home/u/img.sqsh"),
+@pytest.mark.parametrize("line", [
+    "srun --container-image=$(pwd)/img.sqsh --container-mounts $PWD/results/:/model python train.py",
+    "srun --container-image `pwd`/img.sqsh --no-container-entrypoint --container-mounts ${PWD}/results/:/model "
+    "python train.py",
 ])
-def test_the_current_directory_in_a_container_option_becomes_the_workdir(line: str, image: str) -> None:
-    """srun_args reach srun as argv: `$(pwd)` left in them would be a literal path that exists nowhere."""
-    cfg, notes = import_sbatch(f"#!/bin/bash\n#SBATCH -N 2\n{line}\n", "ctr", workdir="/home/u")
-    args = cfg["backend"]["slurm"]["srun_args"]
-    assert args[0] == image and "--container-mounts=/home/u/results/:/model" in args
-    assert not any("$" in a or "`" in a for a in args)
-    assert ("--no-container-entrypoint" in args) == ("--no-container-entrypoint" in line)
+def test_a_container_option_with_the_current_directory_is_evaluated_where_sbatch_would(tmp_path: Path,
+                                                                                       line: str) -> None:
+    """`$(pwd)` in a container option: the script's own shell evaluates it in the run's workdir, as sbatch's."""
+    cfg, _ = import_sbatch(f"#!/bin/bash\n#SBATCH -N 2\n{line}\n", "ctr", workdir=str(tmp_path))
+    got = _launch_srun(cfg, tmp_path)
+    assert f"{tmp_path}/img.sqsh" in " ".join(got) and f"{tmp_path}/results/:/model" in got
+    assert ("--no-container-entrypoint" in got) == ("--no-container-entrypoint" in line)
 
 
-def test_a_container_option_that_needs_the_shell_is_refused_loudly_not_passed_literally() -> None:
+def test_a_container_option_from_the_environment_is_evaluated_by_the_scripts_shell(tmp_path: Path) -> None:
+    """`--container-image=$IMAGE` (set by the user's environment at sbatch time) was refused from srun_args: argv
+    words with no shell. The script's own shell now expands it on the node, as sbatch's did."""
     script = "#!/bin/bash\n#SBATCH -N 2\nsrun --container-image=$IMAGE --container-mounts=/d:/d python train.py\n"
-    cfg, notes = import_sbatch(script, "ctr", workdir="/home/u")
-    assert cfg["backend"]["slurm"]["srun_args"] == ["--container-mounts=/d:/d"]
-    refused = [n for n in notes if n.startswith("CONTAINER NOT CARRIED:")]
-    assert refused and "--container-image=$IMAGE" in refused[0]
+    cfg, notes = import_sbatch(script, "ctr", workdir=str(tmp_path))
+    assert not any(n.startswith("CONTAINER NOT CARRIED:") for n in notes)
+    got = _launch_srun(cfg, tmp_path, {"IMAGE": "/images/pt.sqsh"})
+    assert "--container-image=/images/pt.sqsh" in got and "--container-mounts=/d:/d" in got
 
 
 @pytest.mark.parametrize(("line", "want"), [
