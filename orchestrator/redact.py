@@ -55,11 +55,24 @@ def redacted(text: str, urls: tuple[str, ...] = ()) -> str:
 
 
 _USERINFO = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]{0,30}://[^/@:?#]*):[^/@?#]+@")
+# a user with no password: often the token itself (`https://ghp_TOKEN@github.com/...`)
+_USER_ONLY = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]{0,30}://)[^/@:?#]+@")
+# `--password=X`, `--hf-token X`, `--api_key=X`: an argument whose name says it holds a secret (a
+# whole part of the name: `--tokenizer_name` holds none)
+_FLAG = re.compile(r"(--?([A-Za-z][\w.-]*)(?:=|\s+|\",\s*\"))(?!-)([^\s'\"]+)")  # a JSON argv too
+_SECRET_WORDS = re.compile(r"(?i)(?:^|[-_.])(?:password|passwd|token|secret|api[-_]?key|"
+                           r"access[-_]?key|credentials?)(?:$|[-_.])")
+
+
+def _masked_flag(m: re.Match[str]) -> str:
+    return f"{m.group(1)}***" if _SECRET_WORDS.search(m.group(2)) else m.group(0)
 
 
 def _masked_url(url: str) -> str:
-    """One URL whole but its password (`user:***@`) and its query values (`?token=***`)."""
+    """One URL whole but its password (`user:***@`), a user with no password (`***@`: a token
+    there) and its query values (`?token=***`)."""
     url = _USERINFO.sub(lambda m: f"{m.group('head')}:***@", url)
+    url = _USER_ONLY.sub(lambda m: f"{m.group('head')}***@", url)
     base, sep, query = url.partition("?")
     if not sep:
         return url
@@ -73,4 +86,4 @@ def masked_text(text: str) -> str:
     """`text` (a command line, an environment value) as the dry run prints it: every URL in it
     whole but its password and its query values, where credentials sit in a URL someone pastes
     into an argument or a variable."""
-    return _URLISH.sub(lambda m: _masked_url(m.group(0)), text)
+    return _FLAG.sub(_masked_flag, _URLISH.sub(lambda m: _masked_url(m.group(0)), text))

@@ -163,6 +163,17 @@ def test_the_dry_run_masks_url_credentials_in_the_environment_and_the_command(tm
     assert "s3://bucket/data?versionId=***" in res.output
 
 
+def test_the_dry_run_masks_a_token_as_a_urls_user_and_an_argument_named_for_a_secret(tmp_path: Path) -> None:
+    """The fifth re-probe (X1): `https://ghp_TOKEN@github.com/...` (a token as the user, no password) and
+    `--password=X` were printed in clear. A name that only contains such a word (`--tokenizer_name`) is no secret."""
+    cfg = base_config(tmp_path, env={"GIT_URL": "https://ghp_SECRETGH1@github.com/x/y"})
+    cfg["command"] = [*cfg["command"], "--password=SECRETARG", "--hf-token", "SECRETHF", "--tokenizer_name", "gpt2"]
+    res = CliRunner().invoke(app, ["run", str(write_config(tmp_path, cfg)), "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "SECRET" not in res.output, [ln for ln in res.output.splitlines() if "SECRET" in ln]
+    assert "https://***@github.com/x/y" in res.output and "--tokenizer_name gpt2" in res.output
+
+
 @pytest.mark.parametrize("value", ["slack://SECRETA/SECRETB/SECRETC", "https://user:SECRETPW@x.invalid/"])
 def test_validate_never_echoes_a_url_given_where_a_section_or_a_number_goes(tmp_path: Path, value: str) -> None:
     """The re-probe (E3): a URL pasted where `notify:`'s mapping goes (one lost indent), or into a number,
