@@ -170,10 +170,13 @@ def _child(job: dict[str, Any]) -> None:
         run_setup({**cfg, "workdir": str(work)}, env, tmp)
     except AssertionError as exc:
         print("setup failed:", str(exc)[-300:])
+    # the same cap on a pyxis launch's own srun (the copies per node are its literal: `__orch_rank_step N ...`)
+    command = tuple(re.sub(r"__orch_rank_step (\d+) ", lambda m: f"__orch_rank_step {min(int(m.group(1)), 2)} ", c)
+                    for c in cfg["command"])
     for rank, host in enumerate(hosts):
         spec = SegmentSpec(run_name="t", index=1, job_name="t.seg0001", nodes=nodes,
                            tasks_per_node=min(cfg["resources"].get("tasks_per_node", 1), 2), gpus_per_node=0,
-                           time_limit_min=5, command=tuple(cfg["command"]), env=tuple(sorted(env.items())),
+                           time_limit_min=5, command=command, env=tuple(sorted(env.items())),
                            workdir=str(work), run_dir=str(tmp / "run"),
                            segment_dir=str(tmp / "run" / "segments" / "0001"), progress_regex=PROGRESS_REGEX)
         NodeAgent(spec, host, rank, nodes, "4242").run()
@@ -246,8 +249,12 @@ def judge(tree: Path, script: Path, key: dict[str, Any], tmp: Path) -> dict[str,
         if bad and once not in setup:
             silent.append(f"run-once line on every node: {once[:60]}")
     if any(la["in_container"] == "pyxis" for la in key["launches"]):
-        (said if "CONTAINER" in joined else silent).append("pyxis: the agents run inside the image "
-                                                            "(the orchestrator must be in it)")
+        agents_srun = cfg.get("backend", {}).get("slurm", {}).get("srun_args", [])
+        if any(a.startswith("--container-") for a in agents_srun):  # the agents' srun: they run in the image
+            (said if "CONTAINER" in joined else silent).append("pyxis: the agents run inside the image "
+                                                                "(the orchestrator must be in it)")
+        elif "__orch_rank_step" not in per_node:  # neither the agents' srun nor the ranks' own: outside the image
+            silent.append("pyxis: the container options reach no srun")
     nodes = key["nodes"] if key["nodes"] and key["nodes"] < 2 else 2
     entries = [e.removeprefix("./") for la in key["launches"] if not (e := la["entry_point"]).startswith(("-m ", "/"))
                and "$" not in e and "`" not in e and not e.endswith(".py")]
