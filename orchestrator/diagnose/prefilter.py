@@ -53,10 +53,35 @@ _MAX_COMPILED = 16
 
 
 def _plain(pattern: str) -> str:
-    """Drop group names and a leading anchor: the prefilter looks for the pattern anywhere in a
-    line."""
-    p = _NAMED.sub("(", pattern)
-    return p[1:] if p.startswith("^") else p
+    """Drop group names and every start anchor: the prefilter looks for the pattern anywhere in a
+    line, and sees the line with its prefix (`0: `, `[rank3]: `) where a signature sees the text
+    after it; an anchor at the start of a later alternative (`...|^Killed$`) would under-report."""
+    return _unanchored(_NAMED.sub("(", pattern))
+
+
+def _unanchored(pattern: str) -> str:
+    """`pattern` without its `^` anchors (escaped carets and a class's negation stay)."""
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]" or (out[-1] in ("[", "[^"))
+        elif c == "[":
+            in_class = True
+            if pattern[i + 1:i + 2] == "^":
+                out.append("[^")
+                i += 2
+                continue
+        elif c == "^":
+            i += 1
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def _database(patterns: tuple[tuple[str, bool], ...], memory: Compiled,

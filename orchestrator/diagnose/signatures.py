@@ -270,7 +270,10 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + (
               r"NaN|non-finite loss|loss scale already at minimum", C.USER_BUG),
     Signature(
         "python_exception",
-        r"^(?:[\w.]+\.)?(?:[A-Z]\w*)?(?:Error|Exception)(?::.*)?$",
+        # a module-qualified exception of any name (`huggingface_hub.errors.OfflineModeIsEnabled:`)
+        # (Python prints a warning as `path:line: Category: text`, which this never matches)
+        r"^(?:(?:[\w.]+\.)?(?:[A-Z]\w*)?(?:Error|Exception)(?::.*)?|"
+        r"(?:[a-z_]\w*\.)+[A-Z][a-z]\w*: \S.*)$",
         C.USER_BUG,
         ignore_case=False,
     ),

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -285,3 +286,24 @@ def test_a_node_that_exits_non_zero_after_the_printed_end_is_said() -> None:
     d = decide(RunState(run="r", created_at=now, updated_at=now, segments=[seg]), v, Policy(),
                Goal(target_iteration=40), now)
     assert d.action == Action.DONE and "n2 exited 1 after the training printed its end" in d.reason
+
+
+def test_a_prefixed_line_reaches_a_signature_anchored_in_a_later_alternative() -> None:
+    """The prefilter sees a line with its prefix (`[rank0]: `, `0: `) where a signature sees the text after it: a
+    `^` at the start of a later alternative (`...|^Killed$`) made it skip the line (blind10 case-035: a
+    `huggingface_hub.errors.OfflineModeIsEnabled` on every rank read as nothing)."""
+    pf = Prefilter([("nothing here|^Killed$", False)])
+    data = b"[rank0]: step 1\n[rank0]: Killed\n"
+    assert [data[a:b] for a, b in pf.lines(data)] == [b"[rank0]: Killed"]
+
+
+def test_an_exception_of_any_name_qualified_by_its_module_is_the_programs_error(tmp_path: Path) -> None:
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    for host in ("gpu4-17", "gpu4-18"):
+        (tmp_path / f"{host}.out").write_text(
+            "[rank0]: Traceback (most recent call last):\n[rank0]:   File \"sft.py\", line 9, in <module>\n"
+            "[rank0]: huggingface_hub.errors.OfflineModeIsEnabled: Cannot reach https://huggingface.co/api/models/"
+            "x/refs: offline mode is enabled.\n")
+    got = diagnose_dir(tmp_path)
+    assert (got["cause"], got["action"]) == ("user_bug", "stop_and_alert"), got
