@@ -67,8 +67,10 @@ EVENTS: tuple[Signature, ...] = (
               r"finished|\btrain_runtime\b|Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` "
               r"reached|Saving (?:the )?final (?:model|checkpoint)|saved final "
               r"(?:model|checkpoint)|Model weights saved in \S*final|Exiting after successful "
-              r"completion|\[after training is done\]|Done training\b", C.SUCCESS, kind="done",
-              source="torchtitan, HF Trainer, Lightning, Megatron, submitit end-of-training lines"),
+              r"completion|\[after training is done\]|Done training\b"
+              r"|End time of running main|\blast_model_checkpoint: \S", C.SUCCESS, kind="done",
+              source="torchtitan, HF Trainer, Lightning, Megatron, submitit, ms-swift "
+                     "end-of-training lines"),
     # The framework stopped itself ahead of the wall time: not a failure, not the end of the
     # training.
     Signature("framework_time_stop",

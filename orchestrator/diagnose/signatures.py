@@ -83,6 +83,17 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + (
         source="srun(1) messages",
     ),
     Signature(
+        "srun_launch_failed_on_node",
+        r"srun: error: Task launch for StepId=\S+ failed on node (?P<node>[\w.-]+): (?:Job prolog "
+        r"failed|Communication connection failure|Zero Bytes were transmitted or received|Socket "
+        r"timed out|Unexpected missing socket error|Slurmd could not)",
+        C.NODE_FAIL,
+        blame=True,
+        node_group="node",
+        source="srun(1): 'Task launch for StepId=J.S failed on node N: Job prolog failed' (slurmd "
+               "drains the node: 'Prolog error')",
+    ),
+    Signature(
         "srun_task_oom",
         r"srun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Out Of Memory",
         C.HOST_OOM,

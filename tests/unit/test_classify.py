@@ -307,3 +307,32 @@ def test_an_exception_of_any_name_qualified_by_its_module_is_the_programs_error(
             "x/refs: offline mode is enabled.\n")
     got = diagnose_dir(tmp_path)
     assert (got["cause"], got["action"]) == ("user_bug", "stop_and_alert"), got
+
+
+@pytest.mark.parametrize("reason", ["Job prolog failed", "Communication connection failure",
+                                    "Zero Bytes were transmitted or received"])
+def test_a_task_launch_that_failed_on_one_node_names_that_node(tmp_path: Path, reason: str) -> None:
+    """srun's `Task launch for StepId=J.S failed on node N: REASON` (slurmd drains a node whose prolog failed): the
+    step never started, the node is at fault, whatever host printed the line (blind10 case-028)."""
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    (tmp_path / "slurm-918273.out").write_text(
+        f"srun: error: Task launch for StepId=918273.0 failed on node hpc-g7-031: {reason}\n"
+        f"srun: error: Application launch failed: {reason}\nsrun: Job step aborted\n")
+    got = diagnose_dir(tmp_path)
+    assert (got["cause"], got["culprit_nodes"], got["action"]) == ("node_fail", ["hpc-g7-031"], "resubmit_exclude")
+
+
+@pytest.mark.parametrize("end", ["[INFO:swift] End time of running main: 2025-09-11 16:21:05.118233",
+                                 "[INFO:swift] last_model_checkpoint: /out/v3-20250911/checkpoint-74"])
+def test_ms_swifts_end_of_training_then_aborts_in_teardown_is_a_success(tmp_path: Path, end: str) -> None:
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    for host in ("h20-11", "h20-12"):
+        (tmp_path / f"{host}.log").write_text(
+            "Train: 100%|##########| 74/74 [1:02:11<00:00, 50.42s/it]\n" + end + "\n"
+            "[rank1]:[E911 16:21:17.1 ProcessGroupNCCL.cpp:1895] [PG ID 0 PG GUID 0(default_pg) Rank 1] Process "
+            "group watchdog thread terminated with exception: NCCL error: remote process exited or there was a "
+            "network error\nexitcode  : -6 (pid: 470)\ntraceback : Signal 6 (SIGABRT) received by PID 470\n")
+    got = diagnose_dir(tmp_path)
+    assert (got["cause"], got["action"]) == ("success", "done"), got
