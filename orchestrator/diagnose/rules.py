@@ -95,6 +95,10 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
     if cause == Cause.USER_BUG and one_rank_cuda_crash(best, culprits, nodes, ctx):
         return cause, culprits, Owner.NODE_SUSPECT, "one_rank_cuda_crash", f"one rank's CUDA \
 crash on {culprits[0]} after progress, no hardware message: a strike: {best.text[:120]}"
+    if best.signature == "container_start_failed" and culprits:  # the same image elsewhere started
+        return Cause.NODE_FAIL, culprits, Owner.NODE_SUSPECT, "container_failed_on_some_nodes", (
+            f"the container could not start on {','.join(culprits)} only: a strike: "
+            f"{best.text[:120]}")
     if cause in (Cause.USER_BUG, Cause.HOST_OOM):
         rule = "program_error" if cause == Cause.USER_BUG else "job_memory"
         return cause, [], Owner.JOB, rule, ""

@@ -277,6 +277,16 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + (
               r"evaluation_loop|validation_step) \(",
               C.UNKNOWN, kind="phase", source="PyTorch/HF/Lightning/DeepSpeed training-loop frames "
                                               "in tracebacks"),
+    # The task's container could not start (the image, its name, a bind, a mount): the job's set-up
+    # when every node says it, one node's when only it does (the symmetry rule decides).
+    Signature("container_start_failed",
+              r"pyxis: (?:failed to (?:import docker image|create container filesystem|start "
+              r"container)|couldn't start container)|FATAL:\s+(?:container creation failed|could "
+              r"not open image|Unable to handle \S+ uri|While (?:making image from|pulling))"
+              r"|enroot(?:-\w+)?: \[ERROR\]|Error: (?:crun|runc|OCI runtime)[^\n]*(?:no such file|"
+              r"not found|permission denied)", C.USER_BUG,
+              source="pyxis (spank_pyxis: 'failed to import docker image', 'couldn't start "
+                     "container'), Apptainer ('FATAL: container creation failed'), enroot, podman"),
     Signature("nan", r"loss is nan|nan loss|Detected (?:inf|nan)|FloatingPointError|found "
               r"NaN|non-finite loss|loss scale already at minimum", C.USER_BUG),
     Signature(

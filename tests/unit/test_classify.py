@@ -336,3 +336,39 @@ def test_ms_swifts_end_of_training_then_aborts_in_teardown_is_a_success(tmp_path
             "network error\nexitcode  : -6 (pid: 470)\ntraceback : Signal 6 (SIGABRT) received by PID 470\n")
     got = diagnose_dir(tmp_path)
     assert (got["cause"], got["action"]) == ("success", "done"), got
+
+
+APPTAINER_BIND = ("FATAL:   container creation failed: mount hook function failure: mount /var/apptainer/mnt/session/"
+                  "mmfs1->/mmfs1 error: while mounting /var/apptainer/mnt/session/mmfs1: destination /mmfs1 doesn't "
+                  "exist in container")
+
+
+def test_a_container_that_cannot_start_on_every_node_is_the_jobs_set_up(tmp_path: Path) -> None:
+    """Apptainer's `FATAL: container creation failed` (a bind whose destination the image lacks) on every task, and
+    pyxis's `failed to import docker image`: the job's set-up, it stops (blind9 case-027, case-028)."""
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "slurm-4120955.out").write_text(
+        "".join(f"{t}: {APPTAINER_BIND}\n" for t in range(3))
+        + "".join(f"srun: error: r05g0{t + 1}: task {t}: Exited with exit code 255\n" for t in range(3)))
+    got = diagnose_dir(tmp_path / "a")
+    assert (got["cause"], got["action"]) == ("user_bug", "stop_and_alert"), got
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "slurm-88107.out").write_text(
+        "slurmstepd: error: pyxis: child 1022281 failed with error code: 1\n"
+        "slurmstepd: error: pyxis: failed to import docker image\n"
+        "slurmstepd: error: pyxis: couldn't start container\n"
+        "slurmstepd: error: spank: required plugin spank_pyxis.so: task_init_privileged() failed with rc=-1\n")
+    got = diagnose_dir(tmp_path / "b")
+    assert (got["cause"], got["action"]) == ("user_bug", "stop_and_alert"), got
+
+
+def test_a_container_that_cannot_start_on_one_node_only_does_not_stop_the_run(tmp_path: Path) -> None:
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    (tmp_path / "slurm-7.out").write_text(
+        "".join(f"{t}: iteration 10/ 100 | lm loss 2.0\n" for t in (0, 1)) + f"2: {APPTAINER_BIND}\n"
+        "srun: error: r05g03: task 2: Exited with exit code 255\n")
+    got = diagnose_dir(tmp_path)
+    assert got["action"] != "stop_and_alert", got
