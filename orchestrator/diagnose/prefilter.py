@@ -37,7 +37,7 @@ SPECIAL = (
      r"successfully", False),
     (r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using|NCCL INFO comm \S+ rank \d+ ", False),
     (r"srun: error: \S+: tasks? \d|^\s*(?:host|rank)\s+: |--node-ip-address|Local node IP: |"
-     r"scontrol show hostnames", False), (ALLOC_START_RE, False),
+     r"scontrol show hostnames|scontrol requeue\b", False), (ALLOC_START_RE, False),
     (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|hread 0x[0-9a-f]+ \(most recent call first|Failed "
      r"to suspend process|py-spy timed out", False),
     (r"base lid:|port_lid:|instance[-_ ]?id|My host id: ", True),  # a host's own names (lines.py)

@@ -36,6 +36,8 @@ from orchestrator.evidence import Match
 from orchestrator.settings.run import not_training
 
 TEARDOWN = timedelta(minutes=5)
+# a job script's own requeue (`scontrol requeue $SLURM_JOB_ID`, as `set -x` prints it)
+REQUEUE = re.compile(r"^\+* *scontrol requeue\b")
 # printed by the rank that drives the job, not quoted
 QUOTED_OK = frozenset({"ray_node_dead", "ray_node_died_ip", "sigkill"})
 TEARDOWN_LINES, MAX_MATCHES, MAX_TEXT = 200, 400, 500
@@ -181,6 +183,10 @@ class NodeScan:
             # submitit's always do
             if am and (am.group("sjob") or (p.task is None and p.rank is None)):
                 self._new_allocation()
+        if REQUEUE.search(body) and p.rank is None and p.task is None:
+            # the job script requeued itself: what starts next is the next allocation
+            self._ended, self._ended_line = True, line_no
+            self._ended_at = p.ts or self.last_ts
         if ALLOC_START.search(body) and (self._ended or self._restarted(body, p)):
             self._new_allocation()
         self.host_map.learn(body, p.task)

@@ -372,3 +372,24 @@ def test_a_container_that_cannot_start_on_one_node_only_does_not_stop_the_run(tm
         "srun: error: r05g03: task 2: Exited with exit code 255\n")
     got = diagnose_dir(tmp_path)
     assert got["action"] != "stop_and_alert", got
+
+
+def test_a_script_that_requeues_itself_starts_the_next_allocation_in_the_same_file(tmp_path: Path) -> None:
+    """`+ scontrol requeue $SLURM_JOB_ID` ends an allocation: the same timeout after the same iteration on other nodes
+    in the next one is the job's own problem (blind9 case-014); read as one allocation it was resubmitted."""
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    def alloc(nodes: list[str], start: int) -> str:
+        lines = ["+ srun -l python pretrain_gpt.py --train-iters 250000 --load /ckpt --save /ckpt\n"]
+        lines += [f"0:  [2024-05-02 20:0{i}:00] iteration {start + 20 * i:8d}/  250000 | lm loss: 2.3E+00 |\n"
+                  for i in range(1, 4)]
+        lines += [f"{t}: [rank{t}]:[E0502 21:06:23.0 ProcessGroupNCCL.cpp:616] [Rank {t}] Watchdog caught collective "
+                  f"operation timeout: WorkNCCL(SeqNum=3001488, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                  f"Timeout(ms)=1200000) ran for 1200036 milliseconds before timing out.\n" for t in range(len(nodes))]
+        lines += [f"srun: error: {n}: task {t}: Exited with exit code 1\n" for t, n in enumerate(nodes)]
+        return "".join(lines)
+
+    (tmp_path / "slurm-881234.out").write_text(
+        alloc(["jwb0112", "jwb0113"], 37180) + "+ scontrol requeue 881234\n" + alloc(["jwb0201", "jwb0202"], 37180))
+    got = diagnose_dir(tmp_path)
+    assert got["action"] == "stop_and_alert", got
