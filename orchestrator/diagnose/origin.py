@@ -22,7 +22,10 @@ PREFIX = re.compile(
 HOST = r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)[A-Za-z][\w-]*\d[\w.-]*"
 # "host: " (pdsh, after an optional "[tag] "), or "[host] " / "[tag host] " (an epilog or a wrapper
 # naming the host)
-HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?)?(?P<h>{HOST}): (?=\S)|^\[(?:\w+ )?(?P<b>{HOST})\] ?")
+# a Python exception's name is no host (`boto3.exceptions.S3UploadFailedError: ...`, `E1Error: ...`)
+EXCEPTION_NAME = r"(?:[\w-]+\.)+[A-Z]\w*|[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit)"
+HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?)?(?!(?:{EXCEPTION_NAME}): )(?P<h>{HOST}): (?=\S)"
+                         rf"|^\[(?:\w+ )?(?P<b>{HOST})\] ?")
 # NCCL's "host:pid:tid [dev]" is distinctive enough to take a host name without digits from it
 HOST_IN_LINE = re.compile(rf"(?:^|\s)(?P<h>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL"
                           rf"|(?:^|\s)(?P<k>{HOST}) kernel: ")

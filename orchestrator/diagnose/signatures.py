@@ -177,6 +177,18 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + (
         r"responding|did not answer a stat within", C.FILESYSTEM,
         source="errno strings ESTALE/ENOTCONN/EIO/EROFS",
     ),
+    # The object store (S3, GCS, Azure Blob) throttled or failed the job's uploads: the shared
+    # storage's passing fault, as an NFS server that does not answer.
+    Signature(
+        "object_store_throttled",
+        r"\((?:SlowDown|ServiceUnavailable|RequestLimitExceeded|ThrottlingException|"
+        r"TooManyRequestsException|InternalError)\) when calling the \w+ operation"
+        r"|Please reduce your request rate|503 Slow Down|429 Too Many Requests.*storage\.googleapis"
+        r"|rateLimitExceeded"
+        r"|ServerBusy.*(?:blob|storage)|The server is busy", C.FILESYSTEM,
+        source="botocore ClientError '(SlowDown) when calling the PutObject operation: Please "
+               "reduce your request rate' (S3), GCS 429 rateLimitExceeded, Azure ServerBusy",
+    ),
     Signature(
         "watchdog_stuck",
         r"Heartbeat monitor timed out|watchdog thread (?:got|is|was) stuck|watchdog got stuck",

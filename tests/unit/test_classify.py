@@ -393,3 +393,33 @@ def test_a_script_that_requeues_itself_starts_the_next_allocation_in_the_same_fi
         alloc(["jwb0112", "jwb0113"], 37180) + "+ scontrol requeue 881234\n" + alloc(["jwb0201", "jwb0202"], 37180))
     got = diagnose_dir(tmp_path)
     assert got["action"] == "stop_and_alert", got
+
+
+def test_an_exception_name_with_a_digit_is_not_read_as_a_host_prefix() -> None:
+    """`boto3.exceptions.S3UploadFailedError: ...` looked like `host: line` (a name with a digit): the line lost the
+    exception's name and no signature saw it (blind9 case-042). A pdsh host prefix still is one."""
+    from orchestrator.diagnose.origin import parse_line
+
+    p = parse_line("1: boto3.exceptions.S3UploadFailedError: Failed to upload /tmp/x to b/ep1.pt")
+    assert p.host is None and p.body.startswith("boto3.exceptions.S3UploadFailedError: ")
+    assert parse_line("E1Error: bad").host is None
+    assert parse_line("gpu-a017: iteration 5").host == "gpu-a017"
+
+
+@pytest.mark.parametrize("text", [
+    "boto3.exceptions.S3UploadFailedError: Failed to upload /tmp/t/ep1-ba400-rank1.pt to bkt/ep1-ba400-rank1.pt: An "
+    "error occurred (SlowDown) when calling the CreateMultipartUpload operation (reached max retries: 4): Please "
+    "reduce your request rate.",
+    "botocore.exceptions.ClientError: An error occurred (ServiceUnavailable) when calling the PutObject operation "
+    "(reached max retries: 4): Please reduce your request rate.",
+])
+def test_an_object_store_that_throttles_the_uploads_is_the_shared_storages_passing_fault(tmp_path: Path,
+                                                                                         text: str) -> None:
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    (tmp_path / "slurm-7711.out").write_text(
+        "0: Uploading checkpoint ep1-ba400-rank0.pt to s3://bkt/ckpt\n"
+        f"1: {text}\n3: {text}\nsrun: error: mosaic-1: task 1: Exited with exit code 1\n"
+        "srun: error: mosaic-3: task 3: Exited with exit code 1\n")
+    got = diagnose_dir(tmp_path)
+    assert (got["cause"], got["action"]) == ("filesystem", "wait_and_resubmit"), got
