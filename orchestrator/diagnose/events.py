@@ -68,15 +68,17 @@ EVENTS: tuple[Signature, ...] = (
               r"reached|Saving (?:the )?final (?:model|checkpoint)|saved final "
               r"(?:model|checkpoint)|Model weights saved in \S*final|Exiting after successful "
               r"completion|\[after training is done\]|Done training\b"
-              r"|End time of running main|\blast_model_checkpoint: \S", C.SUCCESS, kind="done",
+              r"|End time of running main|\blast_model_checkpoint: \S"
+              r"|validation results at the end of training", C.SUCCESS, kind="done",
               source="torchtitan, HF Trainer, Lightning, Megatron, submitit, ms-swift "
                      "end-of-training lines"),
     # The framework stopped itself ahead of the wall time: not a failure, not the end of the
     # training.
     Signature("framework_time_stop",
               r"exiting program after (?:[\d.]+ minutes|receiving SIG(?:TERM|USR\d))"
-              r"|Time limit reached\. Elapsed time "
-              r"is|Signaling Trainer to stop|exit(?:ing)? (?:early )?(?:due to|because of) (?:the "
+              r"|Time limit reached\. Elapsed time is"
+              r"|Time limit of \S+ reached\.? Stopping training"
+              r"|Signaling Trainer to stop|exit(?:ing)? (?:early )?(?:due to|because of) (?:the "
               r")?(?:time|wall ?clock|walltime) limit|Job has timed out\. Ran \d+ minutes out of "
               r"requested|Stopping training due to cumulative_training_time: [\d.]+ > "
               r"stop_time_hours", C.TIMELIMIT, kind="stop",

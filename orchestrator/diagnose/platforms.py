@@ -16,6 +16,12 @@ PLATFORMS: tuple[Signature, ...] = (
               blame=True, kind="hw",
               source="NVIDIA Xid catalog 144-150; 'Xid 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link "
                      "01' (leptonai/gpud#1160, NVIDIA/open-gpu-kernel-modules#1150)"),
+    # The NVSwitch driver's own fatal errors (SXid): an NVLink fabric fault on this node.
+    Signature("nvswitch_fatal",
+              r"nvidia-nvswitch\d*: SXid \([^)]*\): \d+, (?:Fatal|Non-fatal.*Link \d+ (?:down|"
+              r"LTSSM))", C.GPU_LOST, blame=True, kind="hw",
+              source="nvswitch driver: 'nvidia-nvswitch2: SXid (PCI:...): 20034, Fatal, Link 14 "
+                     "LTSSM Fault Up' (NVIDIA/open-gpu-kernel-modules, src/common/nvswitch)"),
     # CUDA cannot start work until the node's fabric manager has set the NVSwitches up (error 802).
     Signature("fabric_not_ready",
               r"system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY"

@@ -136,11 +136,27 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + (
               "unavailable. Node IP: X, node ID: Y' (normal_task_submitter.cc; one line or two)"),
     Signature("ray_node_dead",
               r"The node with node id: \w+ and (?:ip|address): (?P<node>[\w.-]+)(?: and node name: "
-              r"\S+)? has been marked dead|has been marked dead because the detector has missed"
-              r"|NodeDiedError|node (?:\S+ )?(?:has )?died unexpectedly",
+              r"\S+)? has been marked dead",
               C.NODE_FAIL, blame=True, node_group="node",
               source="Ray GCS: 'The node with node id ... has been marked dead because the "
               "detector has missed too many heartbeats' (ray-project/ray#15128)"),
+    # the same report without the dead node's address: a symptom on the reporter, never its fault
+    # (the node that went silent is the one)
+    Signature("ray_node_dead_unnamed",
+              r"has been marked dead because the (?:detector|monitor) has missed|NodeDiedError"
+              r"|node (?:\S+ )?(?:has )?died unexpectedly",
+              C.NODE_FAIL, cascade=True,
+              source="Ray: 'The node with client ID ... has been marked dead because the monitor "
+                     "has missed too many heartbeats from it' (older Ray), NodeDiedError"),
+    # Ray's wrappers of a worker that is gone: what ended it is elsewhere (a dead node, a kill, an
+    # OOM); a RayTaskError(ValueError) carries the program's own error and is not one of them
+    Signature("ray_worker_gone",
+              r"ray\.exceptions\.(?:RayActorError|ActorDiedError|WorkerCrashedError|"
+              r"ActorUnavailableError|OwnerDiedError)\b"
+              r"|The actor died unexpectedly before finishing"
+              r"|TrainingFailedError: The Ray Train run failed", C.UNKNOWN, cascade=True,
+              source="ray.exceptions (RayActorError: 'The actor died unexpectedly before finishing "
+                     "this task'), ray.train TrainingFailedError"),
     Signature("job_node_fail", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ DUE TO NODE "
                                r"FAILURE", C.NODE_FAIL,
               cascade=True, source="slurmstepd job cancel banner"),

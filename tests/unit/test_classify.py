@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -423,3 +424,49 @@ def test_an_object_store_that_throttles_the_uploads_is_the_shared_storages_passi
         "srun: error: mosaic-3: task 3: Exited with exit code 1\n")
     got = diagnose_dir(tmp_path)
     assert (got["cause"], got["action"]) == ("filesystem", "wait_and_resubmit"), got
+
+
+def _two_nodes(tmp_path: Path, first: str, second: str, dmesg: str = "") -> dict[str, Any]:
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    (tmp_path / "n-01.log").write_text(first)
+    (tmp_path / "n-02.log").write_text(second)
+    if dmesg:
+        (tmp_path / "n-02.dmesg").write_text(dmesg)
+    return diagnose_dir(tmp_path)
+
+
+TIMEOUT = ("[rank0]:[E819 04:08:12.1 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
+           "WorkNCCL(SeqNum=88213, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600041 "
+           "milliseconds before timing out.\n")
+
+
+def test_an_nvswitch_fatal_sxid_in_one_nodes_kernel_log_names_it_behind_a_collective_timeout(tmp_path: Path) -> None:
+    """The NVSwitch driver's `SXid (...): 20034, Fatal, Link 14 LTSSM Fault Up` (blind11 case-012)."""
+    got = _two_nodes(tmp_path, "iteration 10/ 100 | lm loss 2.0\n" + TIMEOUT, "iteration 10/ 100 | lm loss 2.0\n"
+                     + TIMEOUT, "[Wed Aug 19 03:58:12 2026] nvidia-nvswitch2: SXid (PCI:0000:86:00.0): 20034, Fatal, "
+                     "Link 14 LTSSM Fault Up (First)\n")
+    assert (got["cause"], got["culprit_nodes"], got["action"]) == ("gpu_lost", ["n-02"], "resubmit_exclude"), got
+
+
+@pytest.mark.parametrize(("line", "cause", "action"), [
+    ("Time limit of 23h reached. Stopping training.", "timelimit", "resubmit"),  # blind11 case-028
+    (" validation results at the end of training for val data | lm_loss value: 1.893514E+00 |", "success", "done"),
+])
+def test_a_frameworks_own_end_or_time_stop_then_an_exit(tmp_path: Path, line: str, cause: str, action: str) -> None:
+    body = f"iteration 142980/ 143000 | lm loss 1.9\n{line}\nSegmentation fault (core dumped)\n"
+    got = _two_nodes(tmp_path, body, body)
+    assert (got["cause"], got["action"]) == (cause, action), got
+
+
+def test_rays_report_of_a_dead_node_it_cannot_name_does_not_blame_the_reporter(tmp_path: Path) -> None:
+    """`The node with client ID ... has been marked dead because the monitor has missed too many heartbeats`, then
+    `RayActorError: The actor died unexpectedly`: the reporter is not the dead node, nor is it the job's bug (blind11
+    case-031: it excluded the reporter, then it stopped the run)."""
+    report = ("2027-06-02 09:41:17,551\tWARNING worker.py:2061 -- The node with client ID 6c4e19b52f0d4e2f7d9b has "
+              "been marked dead because the monitor has missed too many heartbeats from it.\n"
+              "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"
+              "ray.train.base_trainer.TrainingFailedError: The Ray Train run failed. Please inspect the previous error "
+              "messages for a cause.\n")
+    got = _two_nodes(tmp_path, "step 10: loss 2.0\n" + report, "step 10: loss 2.0\n")
+    assert "n-01" not in got["culprit_nodes"] and got["action"] != "stop_and_alert", got
