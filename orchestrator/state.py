@@ -1,5 +1,4 @@
-"""The run ledger (RunState, SegmentRecord) and its store on disk: atomic replace, fsync, private
-permissions."""
+"""The run ledger (RunState, SegmentRecord), its store on disk: atomic, fsync, private (0600)."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ class Ledger(BaseModel):
         return self.model_validate({**dict(self), **changes})
 
     def model_copy(self, *, update: Any = None, deep: bool = False) -> Self:
-        raise TypeError(f"{type(self).__name__} is part of the run ledger: it changes only in "
-                        "loop.advance")
+        raise TypeError(f"{type(self).__name__} is the run ledger's: it changes in loop.advance")
 
 
 class SlowNodeRecord(Ledger):
@@ -208,17 +206,15 @@ class StateStore:
     """Owns the state file: atomic replace with fsync, a .bak of the previous version, 0600."""
     def __init__(self, run_dir: Path, failpoint: Callable[[str], None] | None = None,
                  start_over: bool = False):
-        """`start_over`: a missing state.json in a directory with traces of a run starts a new
-        ledger (an explicit operator choice, `orchestrator run --start-over`); otherwise it is an
-        error."""
+        """`start_over`: a missing state.json beside traces of a run starts a new ledger (`run
+        --start-over`, an operator's choice); otherwise that is an error."""
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / STATE_FILE
         self.failpoint = failpoint or failpoints.hit
         self.start_over = start_over
 
     def load(self) -> RunState | None:
-        """The run's state; None only for a run directory with no trace of a run (or with
-        start_over)."""
+        """The run's state; None only where no run left a trace (or with start_over)."""
         try:
             data = read_regular(self.path, MAX_STATE_BYTES + 1)
             # years of segments are a few MB; gigabytes are not a state file
@@ -239,14 +235,12 @@ class StateStore:
                     "start the ledger over on purpose, run with --start-over") from None
             return None
         except (OSError, UnicodeDecodeError) as exc:  # a directory there, unreadable, not UTF-8
-            raise StateError(f"{self.path}: cannot read the run state ({exc}); restore it from "
-                             f"{self.path}.bak", passing=getattr(exc, "errno", None) in PASSING) \
-                from None
+            raise self._bad(f"cannot read the run state ({exc})",
+                            getattr(exc, "errno", None) in PASSING) from None
         try:
             parsed = json.loads(raw)
         except (json.JSONDecodeError, RecursionError) as exc:
-            raise StateError(f"{self.path}: not valid JSON ({str(exc)[:120]}); restore it from "
-                             f"{self.path}.bak") from None
+            raise self._bad(f"not valid JSON ({str(exc)[:120]})") from None
         version = parsed.get("schema_version") if isinstance(parsed, dict) else None
         if version == 1:
             parsed = read_v1(parsed)
@@ -259,8 +253,14 @@ class StateStore:
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}"
                                  for e in exc.errors()[:3])
             more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
-            raise StateError(f"{self.path}: not a valid run state: {problems[:300]}{more}; restore "
-                             f"it from {self.path}.bak") from None
+            raise self._bad(f"not a valid run state: {problems[:300]}{more}") from None
+
+    def _bad(self, what: str, passing: bool = False) -> StateError:
+        """The file is there and cannot be used: how a person goes on (the backup only if it is)."""
+        bak = self.run_dir / BACKUP_FILE
+        how = (f"restore it (cp -p {bak} {self.path})" if bak.is_file() else "restore it from a "
+               "backup, or move it aside and give --start-over")
+        return StateError(f"{self.path}: {what}; {how}", passing=passing)
 
     def save(self, state: RunState) -> None:
         """Atomic: on any failure (full disk, read-only or immutable file, a directory in its place)

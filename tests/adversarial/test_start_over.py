@@ -97,3 +97,17 @@ def test_a_run_whose_state_is_gone_or_garbled_exits_3_so_the_unit_does_not_loop(
     assert res.exit_code == 3 and "not valid JSON" in res.output, res.output
     assert not list(run_dir.glob("segments/0002"))
     assert StateError("x", passing=True).passing and not StateError("x").passing
+
+
+def test_a_garbled_state_names_the_backup_only_where_there_is_one(tmp_path: Path) -> None:
+    """The fifth re-probe (X2): a garbled state.json with no .bak advised `restore it from .../state.json.bak`, a file
+    that does not exist, and never said how to start over. Moved aside, --start-over does start over."""
+    (tmp_path / "state.json").write_text("{garbled")
+    with pytest.raises(StateError) as no_backup:
+        StateStore(tmp_path).load()
+    assert ".bak" not in str(no_backup.value) and "move it aside and give --start-over" in str(no_backup.value)
+    (tmp_path / "state.json.bak").write_text("{}")
+    with pytest.raises(StateError, match=r"restore it \(cp -p .*state\.json\.bak .*state\.json\)"):
+        StateStore(tmp_path).load()
+    (tmp_path / "state.json").rename(tmp_path / "state.json.garbled")
+    assert StateStore(tmp_path, start_over=True).load() is None
