@@ -92,13 +92,8 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
         cause = Cause.NCCL_TIMEOUT if cause == Cause.HANG else cause
         return (cause, [], Owner.NOBODY, "same_on_every_node",
                 f"the same {cause.value} on every node: nobody stands out")
-    if cause == Cause.USER_BUG and one_rank_cuda_crash(best, culprits, nodes, ctx):
-        return cause, culprits, Owner.NODE_SUSPECT, "one_rank_cuda_crash", f"one rank's CUDA \
-crash on {culprits[0]} after progress, no hardware message: a strike: {best.text[:120]}"
-    if best.signature == "container_start_failed" and culprits:  # the same image elsewhere started
-        return Cause.NODE_FAIL, culprits, Owner.NODE_SUSPECT, "container_failed_on_some_nodes", (
-            f"the container could not start on {','.join(culprits)} only: a strike: "
-            f"{best.text[:120]}")
+    if (weak := weak_node_error(cause, best, culprits, nodes, ctx)) is not None:
+        return weak
     if cause in (Cause.USER_BUG, Cause.HOST_OOM):
         rule = "program_error" if cause == Cause.USER_BUG else "job_memory"
         return cause, [], Owner.JOB, rule, ""
@@ -107,6 +102,19 @@ crash on {culprits[0]} after progress, no hardware message: a strike: {best.text
     if cause == Cause.HANG:
         return cause, culprits, Owner.NODE, "stuck_process", ""
     return cause, culprits, Owner.NODE_SUSPECT, "one_off_crash", ""
+
+
+def weak_node_error(cause: Cause, best: Match, culprits: list[str], nodes: list[NodeEvidence],
+                    ctx: Context) -> Judged | None:
+    """What looks like the job's but is one node's, not the job's, and weak: a strike."""
+    if cause == Cause.USER_BUG and one_rank_cuda_crash(best, culprits, nodes, ctx):
+        return cause, culprits, Owner.NODE_SUSPECT, "one_rank_cuda_crash", f"one rank's CUDA \
+crash on {culprits[0]} after progress, no hardware message: a strike: {best.text[:120]}"
+    if best.signature == "container_start_failed" and culprits:  # the same image elsewhere started
+        return Cause.NODE_FAIL, culprits, Owner.NODE_SUSPECT, "container_failed_on_some_nodes", (
+            f"the container could not start on {','.join(culprits)} only: a strike: "
+            f"{best.text[:120]}")
+    return None
 
 
 def one_rank_cuda_crash(best: Match, culprits: list[str], nodes: list[NodeEvidence],

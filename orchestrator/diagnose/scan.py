@@ -24,6 +24,7 @@ from orchestrator.diagnose.lines import (
     PYSPY_FRAME,
     PYSPY_STUCK,
     PYSPY_THREAD,
+    REQUEUE,
     own_names,
     peer_name,
 )
@@ -36,8 +37,6 @@ from orchestrator.evidence import Match
 from orchestrator.settings.run import not_training
 
 TEARDOWN = timedelta(minutes=5)
-# a job script's own requeue (`scontrol requeue $SLURM_JOB_ID`, as `set -x` prints it)
-REQUEUE = re.compile(r"^\+* *scontrol requeue\b")
 # printed by the rank that drives the job, not quoted
 QUOTED_OK = frozenset({"ray_node_dead", "ray_node_died_ip", "sigkill"})
 TEARDOWN_LINES, MAX_MATCHES, MAX_TEXT = 200, 400, 500
@@ -46,8 +45,7 @@ MATCH_CHARS = 8 * 1024  # signatures look at a line's first 8 KB: crafted monste
 
 @dataclass
 class NodeScan:
-    """Owns the incremental scan of one output file: matches, progress, tail, allocations,
-    py-spy frames and what the file says about hosts. Keeps no whole file in memory."""
+    """One output file's incremental scan: matches, progress, tail, allocations, py-spy, hosts."""
     node: str
     file: str
     signatures: tuple[Signature, ...]
@@ -117,8 +115,7 @@ class NodeScan:
             self.tail.append((line_no, text[:MAX_TEXT]))
 
     def _known_nccl(self, data: bytes, start: int, end: int) -> bool:
-        """An `NCCL INFO comm ... rank N` line whose prefixes (srun task, host:pid:tid) were seen:
-        it adds nothing (an NCCL INFO line is never evidence, only who runs where)."""
+        """An `NCCL INFO comm ... rank N` line whose prefixes were seen: nothing to add."""
         at = data.find(b"NCCL INFO comm ", start, end)
         if at < 0 or self._ended or self._frame_next:
             return False
@@ -183,10 +180,8 @@ class NodeScan:
             # submitit's always do
             if am and (am.group("sjob") or (p.task is None and p.rank is None)):
                 self._new_allocation()
-        if REQUEUE.search(body) and p.rank is None and p.task is None:
-            # the job script requeued itself: what starts next is the next allocation
-            self._ended, self._ended_line = True, line_no
-            self._ended_at = p.ts or self.last_ts
+        if REQUEUE.search(body) and p.rank is None and p.task is None:  # the script's own
+            self._ended, self._ended_line, self._ended_at = True, line_no, p.ts or self.last_ts
         if ALLOC_START.search(body) and (self._ended or self._restarted(body, p)):
             self._new_allocation()
         self.host_map.learn(body, p.task)
