@@ -102,6 +102,8 @@ configs/example.yaml
 
 
 def _show(result: dict[str, Any], as_json: bool) -> None:
+    for e in result["evidence"]:  # a job-wide file's name is no host: no node, as the text says
+        e["node"] = None if _job_wide_label(e["node"], e["file"]) else e["node"]
     if as_json:
         print(json.dumps(result, indent=2))
         return
@@ -118,7 +120,7 @@ def _show(result: dict[str, Any], as_json: bool) -> None:
                         "the file itself to read it)"), markup=False, highlight=False, emoji=False)
     for e in result["evidence"][:15]:
         src = " (node)" if e.get("source") == "node" else ""
-        node = "-" if _job_wide_label(e["node"], e["file"]) else e["node"]
+        node = e["node"] or "-"
         out.print(clean(f"  [{e['role']}{src}] {node} {Path(e['file']).name}:{e['line']}: ")
                   + cut(e["text"], 160), markup=False, highlight=False, emoji=False)
 

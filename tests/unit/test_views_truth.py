@@ -220,3 +220,31 @@ def test_a_narrow_terminal_wraps_every_value_and_cuts_none(tmp_path: Path, colum
     assert max(len(line) for line in res.stdout.splitlines()) <= columns
     flat = " ".join(res.stdout.replace("│", " ").split())
     assert "nodes node[1-3]" in flat and "action stop_and_alert" in flat and "cause user_bug" in flat, flat
+
+
+def test_diagnose_knows_a_compressed_log_by_its_bytes_and_says_what_it_cannot_read(tmp_path: Path) -> None:
+    """The fifth re-probe (X3): a gzip under another name (`renamed.log`) and a zstd log gave a confident `unknown`
+    read from the compressed bytes. The gzip is read as its text; the zstd is one error line saying what to do."""
+    import gzip
+
+    one = BLIND / "node-failure-node023-slurm-out" / "logs" / "slurm-771234.out"
+    renamed = tmp_path / "renamed.log"
+    renamed.write_bytes(gzip.compress(one.read_bytes()))
+    res = CliRunner().invoke(app, ["diagnose", str(renamed)], catch_exceptions=False)
+    assert res.exit_code == 0 and "cause: node_fail  culprits: node023" in res.output, res.output
+    zst = tmp_path / "slurm-771234.out.zst"
+    zst.write_bytes(b"(\xb5/\xfd" + b"\x00" * 64)
+    res = CliRunner().invoke(app, ["diagnose", str(zst)], catch_exceptions=False)
+    assert res.exit_code != 0 and "zst-compressed: decompress it first (zstd -d slurm-771234.out.zst)" in res.output
+    assert "cause:" not in res.output
+
+
+def test_diagnose_json_never_gives_a_job_wide_files_name_as_a_node(tmp_path: Path) -> None:
+    """The fifth re-probe (X4): the text said no node, `--json` still gave `"node": "slurm-77"` for the line."""
+    import json
+
+    log = tmp_path / "slurm-77.out"
+    log.write_text("gpu-b: [Thu Jan  1 00:00:00 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off "
+                   "the bus.\n")
+    got = json.loads(CliRunner().invoke(app, ["diagnose", str(log), "--json"], catch_exceptions=False).output)
+    assert got["evidence"] and all(e["node"] != "slurm-77" for e in got["evidence"]), got["evidence"]
