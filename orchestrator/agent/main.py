@@ -46,8 +46,7 @@ def _now() -> str:
 
 
 class NodeAgent:
-    """Owns one node's part of a segment: pre-flight, the training ranks and their output (teed to
-    the node's log), heartbeats, dumps on request, and the exit record."""
+    """One node's part of a segment: pre-flight, ranks, their output, heartbeats, dumps, exit."""
     def __init__(self, spec: SegmentSpec, node: str, node_rank: int, nnodes: int, job_id: str):
         self.spec, self.node, self.node_rank = spec, node, node_rank
         self.nnodes, self.job_id = nnodes, job_id
@@ -190,7 +189,7 @@ class NodeAgent:
         # the facts beside the stacks: a slow fact source must not delay the stacks that name a hang
         threading.Thread(target=self.facts.report, args=("dump",), daemon=True).start()
         records = dump.dump_processes([p.pid for p in self.procs if p.poll() is None]
-                                      + rankstep.outside_ranks())
+                                      + self._outside())
         write_record(self.paths.dump(self.node),
                      DumpRecord(node=self.node, time=_now(), request=request, processes=records))
         for r in records:
@@ -199,9 +198,8 @@ class NodeAgent:
 
     def _profile(self, request: str) -> None:
         """Where every rank spends its time for a few seconds (the controller saw a slowdown)."""
-        records, dropped = profile.profile_processes([p.pid for p in self.procs
-                                                      if p.poll() is None]
-                                                     + rankstep.outside_ranks())
+        live = [p.pid for p in self.procs if p.poll() is None]
+        records, dropped = profile.profile_processes(live + self._outside())
         write_record(self.paths.profile(self.node), DumpRecord(
             node=self.node, time=_now(), request=request, processes=records, left_out=dropped))
 
@@ -262,9 +260,13 @@ class NodeAgent:
         if reaper.IS_SUBREAPER and (left := reaper.leftovers()):
             self.emit("agent", f"ORCH-AGENT stopping {len(left)} left running (a container's)")
             reaper.stop_each(left)
-        if outside := rankstep.outside_ranks():  # the launch's own step outlived its srun
+        if outside := self._outside():  # the launch's own step outlived its srun
             self.emit("agent", f"ORCH-AGENT stopping {len(outside)} ranks of the launch's own step")
             reaper.stop_each(outside)
+
+    def _outside(self) -> list[int]:
+        """The ranks of a pyxis launch's own step, looked for only when the command has one."""
+        return rankstep.outside_ranks() if rankstep.uses_rank_step(self.spec.command) else []
 
     def _exit_record(self, code: int, codes: list[int], results: list[CheckRecord]) -> None:
         signals = [signal.Signals(-c).name for c in codes if c < 0

@@ -16,6 +16,7 @@ from pathlib import Path
 from orchestrator.timeout import call_with_timeout
 
 READ_TIMEOUT_S = 2.0
+RANK_STEP_CALL = "__orch_rank_step "  # the per-node script's call (importer/script.py)
 
 
 def _environ(pid: int) -> bytes | None:
@@ -43,6 +44,11 @@ def marked(agent_pid: int, exclude: set[int], proc: Path = Path("/proc"),
         if b"\0ORCH_RANK_STEP=1\0" in env and b"\0" + mark in env:
             found.append(int(d.name))
     return sorted(found)
+
+
+def uses_rank_step(command: tuple[str, ...]) -> bool:
+    """The command launches its ranks in a step of their own (`__orch_rank_step` in its script)."""
+    return any(RANK_STEP_CALL in word for word in command)
 
 
 def outside_ranks() -> list[int]:

@@ -47,3 +47,11 @@ def test_a_mark_that_only_begins_like_the_agents_pid_is_not_its_own(tmp_path: Pa
     (proc / "self").mkdir()
     got = marked(4242, set(), proc=proc, environ=lambda pid: (proc / str(pid) / "environ").read_bytes())
     assert got == [11]
+
+
+def test_only_a_command_with_the_launchs_own_step_looks_for_its_ranks() -> None:
+    """Every other run reads no other process's environment."""
+    from orchestrator.agent.rankstep import uses_rank_step
+
+    assert uses_rank_step(("bash", "-c", "x=1\n__orch_rank_step 8 --container-image=$IMG -- python t.py\n"))
+    assert not uses_rank_step(("bash", "-c", "srun python t.py\n")) and not uses_rank_step(("python", "t.py"))
