@@ -196,11 +196,15 @@ RANK_STEP = r"""__orch_rank_step() {  # orchestrator: the launch's own srun, for
   while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do opts+=("$1"); shift; done
   [ "$#" -gt 0 ] && shift
   local nnodes=${ORCH_NNODES:-1} node_rank=${ORCH_NODE_RANK:-0}
-  local nodes=${SLURM_STEP_NODELIST:-${SLURM_JOB_NODELIST:-}}
-  command srun "${opts[@]}" --overlap --nodes=1 --ntasks="$tasks" --ntasks-per-node="$tasks" \
-    --nodelist="${ORCH_NODE_NAME:?}" /bin/sh -c "$__ORCH_RANK_ENV" orch-rank \
-    "$((node_rank * tasks))" "$((nnodes * tasks))" "$node_rank" "$nnodes" "$nodes" \
-    "${ORCH_AGENT_PID:-}" "$tasks" "$@"
+  local nodes=${SLURM_STEP_NODELIST:-${SLURM_JOB_NODELIST:-}} cpus=${SLURM_CPUS_PER_TASK:-}
+  (  # each task's CPUs, as sbatch's environment gave the script's srun (the agent holds them all)
+    unset SLURM_TRES_PER_TASK
+    [ -z "$cpus" ] || export SLURM_CPUS_PER_TASK=$(( cpus / tasks > 0 ? cpus / tasks : 1 ))
+    exec srun "${opts[@]}" --overlap --nodes=1 --ntasks="$tasks" --ntasks-per-node="$tasks" \
+      --nodelist="${ORCH_NODE_NAME:?}" /bin/sh -c "$__ORCH_RANK_ENV" orch-rank \
+      "$((node_rank * tasks))" "$((nnodes * tasks))" "$node_rank" "$nnodes" "$nodes" \
+      "${ORCH_AGENT_PID:-}" "$tasks" "$@"
+  )
 }
 __ORCH_RANK_ENV='r=$(($1 + ${SLURM_LOCALID:-0})); export SLURM_PROCID=$r RANK=$r ORCH_RANK=$r \
 LOCAL_RANK=${SLURM_LOCALID:-0} ORCH_LOCAL_RANK=${SLURM_LOCALID:-0} SLURM_NTASKS=$2 SLURM_NPROCS=$2 \

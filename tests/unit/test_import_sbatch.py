@@ -236,7 +236,8 @@ def _launch_srun(cfg: dict[str, Any], tmp_path: Path, env: dict[str, str] | None
     recording srun on PATH; the program is not run)."""
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
-    (bindir / "srun").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/srun.args\n')
+    env_line = f'echo "${{SLURM_CPUS_PER_TASK:-}}/${{SLURM_TRES_PER_TASK:-}}" > {tmp_path}/srun.env\n'
+    (bindir / "srun").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/srun.args\n{env_line}')
     (bindir / "srun").chmod(0o755)
     run_env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "ORCH_NODE_NAME": "vn2", "ORCH_NNODES": "2",
                "ORCH_NODE_RANK": "1", "ORCH_AGENT_PID": "77", "SLURM_STEP_NODELIST": "vn[1-2]", **(env or {})}
@@ -293,6 +294,18 @@ def test_a_container_option_from_the_environment_is_evaluated_by_the_scripts_she
     assert not any(n.startswith("CONTAINER NOT CARRIED:") for n in notes)
     got = _launch_srun(cfg, tmp_path, {"IMAGE": "/images/pt.sqsh"})
     assert "--container-image=/images/pt.sqsh" in got and "--container-mounts=/d:/d" in got
+
+
+def test_a_pyxis_launchs_srun_asks_each_task_its_share_of_the_cpus(tmp_path: Path) -> None:
+    """The agent's task holds the node's CPUs (`--cpus-per-task=12` x 8 tasks = 96); the script's srun under sbatch saw
+    SLURM_CPUS_PER_TASK=12, and a step of 8 tasks asking 96 each would not start. SLURM_TRES_PER_TASK (Slurm 23.11+,
+    the same request) is not passed on."""
+    script = ("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=8\n#SBATCH --cpus-per-task=12\n"
+              "srun --container-image=/i.sqsh python train.py\n")
+    cfg, _ = import_sbatch(script, "ctr", workdir=str(tmp_path))
+    assert cfg["resources"]["cpus_per_task"] == 96 and cfg["resources"]["tasks_per_node"] == 1
+    got = _launch_srun(cfg, tmp_path, {"SLURM_CPUS_PER_TASK": "96", "SLURM_TRES_PER_TASK": "cpu=96"})
+    assert "--ntasks=8" in got and (tmp_path / "srun.env").read_text().strip() == "12/"
 
 
 @pytest.mark.parametrize(("line", "want"), [
