@@ -9,7 +9,10 @@ virtual nodes with stub launchers on PATH (python, torchrun, deepspeed, accelera
 
 - `as-sbatch`: every launch the key lists started its entry point, with its arguments, on the nodes the key says,
   as many copies per node (capped at 2); the run-once lines are out of the per-node script; a resubmission of
-  the script itself is taken out; nothing the key calls a hetjob or a per-host loop ran.
+  the script itself is taken out; nothing the key calls a hetjob ran. A per-host loop's launch (the key's
+  `per_host_loop`) is judged as any launch: on the nodes the key says, as many copies per node; a launch on part
+  of the job (`8` of 9 nodes, `1`) must run on exactly one of the harness's 2 nodes (changed 2026-12-07: before,
+  any per-host loop imported counted as silent and a launch on part of the job as silent without running it).
 - `refused`: import-sbatch said why in one `error:` line and wrote nothing.
 - `differs-said`: it runs with a difference a note names (the orchestrator needed in a pyxis image, a launch that
   ran on the first node now on every node, a line bash rejects commented out, a dependency dropped).
@@ -34,7 +37,32 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-EXTRA_STUBS = ("mpirun", "mpiexec")
+EXTRA_STUBS = ("mpirun", "mpiexec", "composer", "trl")  # launchers of the images the key names
+# The srun of a container step (`--container-image`/`--container-name`): the image's own shell scripts
+# (`/workspace/bert/run_and_time.sh`, `/opt/paxml/.../run_pile_multinode.sh`) are not on this host; each absolute
+# `*.sh` path the step names that the host lacks becomes a stand-in under $ORCH_TEST_IMAGE_ROOT (a script handed a
+# command line as its first argument runs it, MLPerf's `run_and_time.sh "$CMD"`; any other is the launch itself and
+# records its argv like the stub launchers). Then the shared stub srun runs the step. (Added 2026-12-07.)
+IMAGE_SRUN = r"""#!/usr/bin/env python3
+import os, re, sys
+here = os.path.dirname(os.path.abspath(sys.argv[0]))
+root, args = os.environ["ORCH_TEST_IMAGE_ROOT"], sys.argv[1:]
+STANDIN = '#!/bin/bash\ncase "$1" in *" "*) eval "$1"; exit ;; esac\nexec %s/python "$0" "$@"\n' % here
+
+def standin(m):
+    path = m.group(0)
+    if os.path.exists(path):
+        return path
+    os.makedirs(os.path.dirname(root + path), exist_ok=True)
+    with open(root + path, "w") as f:
+        f.write(STANDIN)
+    os.chmod(root + path, 0o755)
+    return root + path
+
+if any(a.startswith(("--container-image", "--container-name")) for a in args):
+    args = [re.sub(r"(?<![\w.])/[\w./-]+\.sh\b", standin, a) for a in args]
+os.execv(os.path.join(here, "srun.stub"), [os.path.join(here, "srun.stub"), *args])
+"""
 SITE_BASHRC = ('cd() { builtin cd "$@" 2>/dev/null || true; }\n'
                'pushd() { builtin pushd "$@" >/dev/null 2>&1 || true; }\n'
                'popd() { builtin popd >/dev/null 2>&1 || true; }\n'
@@ -118,12 +146,23 @@ def _child(job: dict[str, Any]) -> None:
     notes = json.loads((tmp / "notes.json").read_text())
     work, bindir = tmp / "work", tmp / "bin"
     write_stubs(bindir, work)
+    # a container step sees the image's files: its shell scripts are stand-ins under tmp/image
+    (bindir / "srun").rename(bindir / "srun.stub")
+    (bindir / "srun").write_text(IMAGE_SRUN.replace("/usr/bin/env python3", sys.executable))
+    (bindir / "srun").chmod(0o755)
+    os.environ["ORCH_TEST_IMAGE_ROOT"] = str(tmp / "image")
     for name in EXTRA_STUBS:
         (bindir / name).write_text(STUB)
         (bindir / name).chmod(0o755)
     for name in ("apptainer", "singularity", "docker", "podman", "enroot", "nvidia-docker"):
         (bindir / name).write_text(CONTAINER.replace("/usr/bin/env python3", sys.executable))
         (bindir / name).chmod(0o755)
+    # the harness's virtual hosts (vn1, vn2) resolve, as a cluster's node names do
+    (bindir / "getent").write_text('#!/bin/sh\ncase "$1 $2" in "hosts vn"*) echo "127.0.0.1 $2"; exit 0;; esac\n'
+                                   'exec /usr/bin/getent "$@"\n')
+    (bindir / "getent").chmod(0o755)
+    (bindir / "sudo").write_text("#!/bin/sh\nexit 0\n")  # a site's `sudo sysctl vm.drop_caches=3`: allowed there
+    (bindir / "sudo").chmod(0o755)
     for name in ("pdm", "poetry", "uv", "pixi", "hatch"):  # `pdm run CMD ...`: CMD runs
         (bindir / name).write_text('#!/bin/bash\n[ "$1" = run ] && shift\nexec "$@"\n')
         (bindir / name).chmod(0o755)
@@ -230,8 +269,9 @@ def judge(tree: Path, script: Path, key: dict[str, Any], tmp: Path) -> dict[str,
     # a one-node job whose whole script runs on its node, as the batch host ran it: loops and run-once lines
     # run there once, as under sbatch
     whole = "the whole script runs on the job's one node" in joined
-    if any(la["per_host_loop"] for la in key["launches"]) and not whole:
-        silent.append("a per-host loop imported")
+    # one node, one copy of the per-node script: it runs there once, as the batch script ran (changed 2026-12-07)
+    whole = whole or (key["nodes"] == 1 and cfg["resources"].get("tasks_per_node", 1) == 1
+                      and "__orch_rank_step" not in per_node)
     if not key["launches"]:
         (said if re.search(r"syntax error|bash -n|commented out", joined) else silent).append(
             "a script that launches nothing under sbatch (it stops first) was imported")
@@ -262,8 +302,6 @@ def judge(tree: Path, script: Path, key: dict[str, Any], tmp: Path) -> dict[str,
     if "_error" in logs:
         silent.append(f"the agent run failed: {logs['_error'][-200:]}")
     for la in key["launches"]:
-        if la["per_host_loop"]:
-            continue
         entry = la["entry_point"]
         if ("$" in entry or "`" in entry) and not entry.startswith("-m "):
             entry = re.split(r"[/)\"]", entry)[-1] or entry
@@ -276,7 +314,7 @@ def judge(tree: Path, script: Path, key: dict[str, Any], tmp: Path) -> dict[str,
                 silent.append(f"{entry} not started on {missing}")
                 continue
             cap = 1 if la["launcher"] not in ("srun", "mpirun") else min(2, la["copies_per_node"])
-            counts = {h: len(s) for h, s in started.items()}
+            counts = {h: min(len(s), 2) for h, s in started.items()}  # capped at 2, as the key is
             if any(c != cap for c in counts.values()) and la["launcher"] in ("srun", "mpirun"):
                 silent.append(f"{entry}: {counts} copies per node, sbatch {cap} (capped at 2)")
         elif where == "first":
@@ -284,9 +322,12 @@ def judge(tree: Path, script: Path, key: dict[str, Any], tmp: Path) -> dict[str,
             if extra:
                 (said if "ran once, on the first node" in joined else silent).append(
                     f"{entry} ran on the first node under sbatch, now on every node")
-        # a launch on some nodes only ("1", "8" of a split job): the orchestrator runs one command per node
+        # a launch on some nodes only ("1", "8" of a split job; on this harness's 2 nodes: one of them)
         elif where.isdigit() and int(where) < (key["nodes"] or 2):
-            silent.append(f"{entry} ran on {where} node(s) under sbatch, now on every node")
+            on = [h for h, s in started.items() if s]
+            if len(on) != 1:
+                silent.append(f"{entry} ran on {where} of {key['nodes']} node(s) under sbatch, here on {on} of "
+                              f"{nodes}")
     outcome = "differs-silent" if silent else "differs-said" if said else "as-sbatch"
     if os.environ.get("ORCH_BLIND_DEBUG"):
         print("NOTES:", *notes, sep="\n  ")

@@ -63,7 +63,7 @@ except FileNotFoundError:
     print("stub srun: in the container image:", *args[i:], flush=True)  # a program of the image, not of this host
 """
 SCONTROL = """#!/bin/bash
-if [ "$1 $2" = "show hostnames" ]; then
+if [ "$1 $2" = "show hostnames" ] || [ "$1 $2" = "show hostname" ]; then  # scontrol takes either
   list="${3:-$SLURM_JOB_NODELIST}"
   tr ',' '\\n' <<< "$list"  # one write, as scontrol's: `| head -n 1` under pipefail must not see SIGPIPE
 fi
@@ -127,6 +127,10 @@ def _suffix_match(arg: str, entry: str) -> bool:
 def starts_entry(launch: dict[str, Any], entry: str, must: list[str]) -> bool:
     """The launch's argv holds the entry point (by suffix, or `-m module`), followed by every must-have arg."""
     argv: list[str] = launch["argv"]
+    if " " in entry and not entry.startswith("-m "):  # a program's subcommand: `trl vllm-serve`
+        prog, sub = entry.split(" ", 1)
+        return launch.get("prog") == prog and argv[:1] == [sub] and all(
+            m in argv[1:] or any(a.startswith(m + "=") for a in argv[1:]) for m in must)
     if entry.startswith("-m "):
         idx = [i for i in range(len(argv) - 1) if argv[i] == "-m" and argv[i + 1] == entry[3:]]
         pos = idx[0] + 2 if idx else None
@@ -148,6 +152,9 @@ def fill_env(notes: list[str], tmp: Path, script: str) -> dict[str, str]:
             for name in n.split(": ", 1)[1].split(", "):
                 if name not in KEEP_UNSET:
                     env[name] = str(tmp / "site" / name)
+    # a name the script counts with (`$(( SLURM_JOB_NUM_NODES * DGXNGPU ))`) is a number, as a site's config gives it
+    counted = {n for expr in re.findall(r"\$\(\((.*?)\)\)", script) for n in re.findall(r"[A-Za-z_]\w*", expr)}
+    env.update({name: "2" for name in env if name in counted})
     env["HOME"] = str(tmp / "home")
     for rel in re.findall(r">\s*([A-Za-z_][\w.-]*(?:/[\w.-]+)*)/[\w.-]+", script):
         (tmp / "work" / rel).mkdir(parents=True, exist_ok=True)  # the script's repository has its own folders

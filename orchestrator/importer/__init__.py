@@ -29,11 +29,13 @@ from orchestrator.importer.names import (
     rewrite_resume,
     undefined,
 )
+from orchestrator.importer.nodes import listed
 from orchestrator.importer.once import LOAD_ENV, once_after, split_once
 from orchestrator.importer.options import resources, sbatch_options
 from orchestrator.importer.refuse import (
     Array,
     Refused,
+    backgrounded,
     bash_rejects,
     enclosing_loop,
     first_node_only,
@@ -73,14 +75,23 @@ ORDER = ["name", "run_dir", "workdir", "command", "env", "resources", "checkpoin
          "backend"]
 
 
-def _refuse_launch(text: str, found: launch_mod.Launch, env: dict[str, str], nodes: int) -> None:
-    """Raises Refused for a launch the orchestrator cannot run as sbatch runs it: in a loop, an MPMD
-    step, on chosen nodes, or run from the batch script alone in a job of several nodes."""
+def _refuse_launch(text: str, found: launch_mod.Launch, env: dict[str, str], nodes: int,
+                   notes: list[str]) -> None:
+    """Raises Refused for a launch the orchestrator cannot run as sbatch runs it: sent to the
+    background in a loop (one launch per item, placed by Slurm), an MPMD step, on nodes Slurm
+    picks, or run from the batch script alone in a job of several nodes. A launch on nodes the
+    script names (`-w $host`) runs on those nodes only; a loop's launch on every node runs on
+    every node, pass by pass."""
     line = line_of(text, found.segment.words[0][0])
-    if (loop := enclosing_loop(text, found.segment)) is not None:
-        raise in_loop(loop, line)
+    named = found.kind == "srun" and listed(found.dropped)
+    if (loop := enclosing_loop(text, found.segment)) is not None and nodes > 1 and not named:
+        if backgrounded(text, found.segment):
+            raise in_loop(loop, line)
+        notes.append(f"the training launch is inside a `{loop.word}` loop (line {loop.line}): "
+                     "every node runs the loop, and each pass starts this node's part of the "
+                     "launch, as each pass of the batch script's loop started it on every node")
     het_launch([*found.dropped, *found.segment.texts(text)[found.program_at:]], line)
-    on_some_nodes([resolve(w, env) for w in found.dropped], nodes, line)
+    on_some_nodes([resolve(w, env) for w in found.dropped], nodes, line, named)
     first_node_only(found.launcher, found.kind, nodes, line)
 
 
@@ -90,15 +101,17 @@ def _launch_edit(found: launch_mod.Launch, text: str, env: dict[str, str], cfg: 
     launch's place. A launch whose srun starts its ranks in a container keeps that srun for each
     node's ranks (the agents stay on the host)."""
     r = cfg["resources"]
+    named = found.kind == "srun" and listed(found.dropped)
     in_image = found.launcher == "srun" and pyxis(found, env)
-    if in_image:
-        start, end, repl, more = launch_mod.rank_step(found, text, r.get("tasks_per_node", 1))
+    if in_image or named:
+        start, end, repl, more = launch_mod.rank_step(found, text, r.get("tasks_per_node", 1),
+                                                      in_image)
         r["tasks_per_node"] = 1
     else:
         start, end, repl, more = launch_mod.rewrite(found, text, r.get("nodes", 1) > 1)
         containers(found, env, cfg, notes)
     notes.extend(more)
-    return start, end, repl, in_image
+    return start, end, repl, in_image or named
 
 
 def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str) -> str:
@@ -117,7 +130,7 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
                      "recognised: the whole script runs on the job's one node, as under sbatch; "
                      "check it")
         return passing_bash_n(tidy(text, source), notes)
-    _refuse_launch(text, found, env, r.get("nodes", 1))
+    _refuse_launch(text, found, env, r.get("nodes", 1), notes)
     start, end, repl, in_image = _launch_edit(found, text, env, cfg, notes)
     if found.kind != "srun" and r.get("tasks_per_node", 1) != 1:
         notes.append(f"--ntasks-per-node={r['tasks_per_node']} is not used: the launch is not "

@@ -29,10 +29,11 @@ def containers(found: launch_mod.Launch, env: dict[str, str], cfg: dict[str, Any
 
 
 def pyxis(found: launch_mod.Launch, env: dict[str, str]) -> bool:
-    """The launch's srun starts its ranks in a pyxis/enroot container (`--container-image`, also
-    inside an expansion such as `"${ARGS[@]}"`)."""
+    """The launch's srun starts its ranks in a pyxis/enroot container (`--container-image`, or
+    `--container-name` of one an earlier step made; also inside an expansion such as
+    `"${ARGS[@]}"`)."""
     try:
         options = launch_mod.container_options(found, env)
     except ValueError:
         options = found.dropped
-    return any(w.startswith("--container-image") for w in options)
+    return any(w.startswith(("--container-image", "--container-name")) for w in options)

@@ -132,6 +132,8 @@ def _score(launch: Launch, text: str, env: dict[str, str]) -> tuple[int, int]:
     rest = resolve(" ".join(unquote(w) for w in launch.segment.texts(text)[launch.program_at:]),
                    env)
     training = 2 if LAUNCH_WORDS.search(rest) else 1 if TRAINING_WORDS.search(rest) else 0
+    if _PYTHON_C.match(rest):  # `srun python -c "import x; x.cleanup()"`: an inline helper
+        training = 0
     return (2 if launch.kind == "srun" and training else 0) + training, launch.segment.words[0][0]
 
 
@@ -260,19 +262,24 @@ def rewrite(launch: Launch, text: str, multinode: bool) -> tuple[int, int, str, 
     return seg.words[c][0], seg.words[c][0], "", notes
 
 
-def rank_step(launch: Launch, text: str, tasks: int) -> tuple[int, int, str, list[str]]:
-    """The edit for a launch whose srun starts its ranks in a pyxis/enroot container: that srun
-    stays, its options as the script wrote them (the script's shell evaluates them, as under
-    sbatch), and runs this node's `tasks` ranks in a step of their own (`__orch_rank_step`, the
-    script's header); the agent stays on the host. (start, end, replacement, notes)."""
+def rank_step(launch: Launch, text: str, tasks: int,
+              in_image: bool = True) -> tuple[int, int, str, list[str]]:
+    """The edit for a launch whose srun starts its ranks in a pyxis/enroot container, or on nodes
+    the script names (`-w $host`): that srun stays, its options as the script wrote them (the
+    script's shell evaluates them, as under sbatch), and runs this node's ranks (`tasks`, or its
+    share of the named nodes' step) in a step of their own (`__orch_rank_step`, the script's
+    header); the agent stays on the host. (start, end, replacement, notes)."""
     seg = launch.segment
     c = _command_index(seg.texts(text))
     options = text[seg.words[c + 1][0]:seg.words[launch.program_at - 1][1]]
-    note = (f"CONTAINER: the launch's own srun, with its container options as the script wrote "
-            f"them ({' '.join(launch.dropped)[:200]}), starts each node's {tasks} rank(s) in the "
-            "image, in a step of its own on that node (`__orch_rank_step`); the agents stay on "
+    shown = " ".join(launch.dropped)[:200]
+    what = (f"CONTAINER: the launch's own srun, with its container options as the script wrote "
+            f"them ({shown}), starts each node's {tasks} rank(s) in the image"
+            if in_image else f"NODES NAMED: the launch's own srun ({shown}) runs on the nodes it "
+                             "names only, each node starting its own part of the step")
+    note = (f"{what}, in a step of its own on that node (`__orch_rank_step`); the agents stay on "
             "the host, so nothing of the orchestrator is needed in the image (only /bin/sh), and "
-            "each rank is told its place in the whole job (SLURM_PROCID, SLURM_NODEID, RANK, "
+            "each rank is told its place in the step (SLURM_PROCID, SLURM_NODEID, RANK, "
             "WORLD_SIZE) as the one srun would have told it")
     return (seg.words[c][0], seg.words[launch.program_at][0],
             f"__orch_rank_step {tasks} {options} -- ", [note])

@@ -17,7 +17,8 @@ ENV_ALWAYS = re.compile(
     r"LC_\w+|TMPDIR|LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|MANPATH|PYTHONPATH|CUDA_VISIBLE_DEVICES|"
     r"CUDA_HOME|CONDA_\w+|VIRTUAL_ENV|MODULEPATH|BASH\w*|RANDOM|LINENO|SECONDS|PPID|UID|EUID|IFS|"
     r"PS\d|HOSTTYPE|OSTYPE|RANK|LOCAL_RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|NODE_RANK|OMPI_\w+|"
-    r"PMI\w*|SINGULARITY\w*|APPTAINER\w*")
+    r"PMI\w*|SINGULARITY\w*|APPTAINER\w*|PIPESTATUS|FUNCNAME|GROUPS|DIRSTACK|EPOCHSECONDS|"
+    r"EPOCHREALTIME|SRANDOM|OPTIND|OPTARG|REPLY|COLUMNS|LINES|MACHTYPE")
 DECLARE = ("export", "declare", "typeset", "readonly", "local")
 
 
@@ -115,7 +116,10 @@ def undefined(text: str) -> list[str]:
 
 def _self_assigned(name: str, line: str) -> bool:
     """`X=${X}` / `X="$X"` (no default): the value is what the environment gave, or nothing."""
-    return re.search(rf"(?<![\w$]){name}=[\"']?\$\{{?{name}\}}?(?![\w:-])", line) is not None
+    # at a command's start (not `echo "X=$X"`)
+    return re.search(rf"(?:^\s*(?:[A-Za-z_]\w*=\S*\s+)*|[;&]\s*|"
+                     rf"(?:export|declare|typeset|readonly|local)\s+(?:-\w+\s+)*)"
+                     rf"{name}=[\"']?\$\{{?{name}\}}?(?![\w:-])", line) is not None
 
 
 SAVE_FLAGS = {"--save": "megatron", "--save-dir": "megatron", "--save_dir": "megatron",

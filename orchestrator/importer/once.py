@@ -199,6 +199,9 @@ GATE = ('if [ "${SLURM_PROCID:-0}" = 0 ]; then  # orchestrator: ran once under s
 # what every task must still do after the launch: wait for a launch sent to the background, exit
 # with the launch's code
 _EVERY_TASK = re.compile(r"\b(wait|exit|return)\b")
+# an srun on chosen nodes (-w/--nodelist): the first of those nodes starts it (the per-node script's
+# `srun`), so it is not gated to the first task
+_LISTED_SRUN = re.compile(r"(?m)^[^#\n]*\bsrun\b(?:[^\n]|\\\n)*\s(-w|--nodelist\b)")
 
 
 def once_after(script: str, notes: list[str]) -> str:
@@ -217,7 +220,8 @@ def once_after(script: str, notes: list[str]) -> str:
                          "function): they run on every node; move work that must run once to "
                          "after the controller, or guard it with SLURM_PROCID=0")
         return script
-    once = [u for u in found if u.kind == "once" and not _EVERY_TASK.search(_body(tail, u))]
+    once = [u for u in found if u.kind == "once" and not _EVERY_TASK.search(_body(tail, u))
+            and not _LISTED_SRUN.search(_body(tail, u))]
     for u in reversed(once):
         body = _body(tail, u)
         tail = tail[:u.start] + GATE + body + "\nfi" + tail[u.start + len(body):]

@@ -121,12 +121,16 @@ _SOME_NODES = re.compile(r"(-w|--nodelist|-r|--relative|-x|--exclude)(=.*|(?<=^-
 _COUNT = re.compile(r"(-N|--nodes|-n|--ntasks)(?:=(.*)|(?<=^-[Nn])(\d+))?")
 
 
-def on_some_nodes(dropped: list[str], nodes: int, line: int) -> None:
-    """The launch's srun runs on chosen nodes (`-w $NODE`, `--nodes=8` of 9, `-n1`): the agent runs
-    one launch on every node of the step, so a job split between launches cannot run as written."""
+def on_some_nodes(dropped: list[str], nodes: int, line: int, named: bool = False) -> None:
+    """The launch's srun runs on nodes Slurm picks (`--nodes=8` of 9, `-n1`) or excludes some
+    (`-x`, `-r`): the agent runs one launch on every node of the step, so a job split between
+    launches that way cannot run as written. Nodes the script names (`-w $NODE`, `named`) run their
+    own part of it."""
     words = [unquote(w) for w in dropped]
     for i, w in enumerate(words):
         m = _SOME_NODES.fullmatch(w)
+        if named and (m is None or m.group(1) in ("-w", "--nodelist")):
+            continue
         if m:
             raise Refused(line, f"the training launch's srun runs on chosen nodes ({w}"
                                 f"{'' if m.group(2) or i + 1 >= len(words) else ' ' + words[i + 1]}"
@@ -162,11 +166,17 @@ def no_launch_no_nodes() -> Refused:
 
 def in_loop(loop: _Open, launch_line: int) -> Refused:
     return Refused(launch_line,
-                   f"the training launch is inside a `{loop.word}` loop (line {loop.line}): "
-                   "sbatch starts it once per host or per item, the orchestrator starts one "
-                   "launch per node and cannot repeat a loop's launches faithfully; write the "
-                   "config by hand with the loop's body as the per-node command (SLURM_NODEID "
-                   "tells a node its index), see docs/TUTORIAL.md")
+                   f"the training launch is inside a `{loop.word}` loop (line {loop.line}) and "
+                   "sent to the background without the nodes it runs on: sbatch starts one step "
+                   "per item where Slurm finds room, the orchestrator starts one launch per node "
+                   "and cannot place them so; name each pass's nodes (`srun -w $host ...`), or "
+                   "write the config by hand (SLURM_NODEID tells a node its index), see "
+                   "docs/TUTORIAL.md")
+
+
+def backgrounded(text: str, launch: Segment) -> bool:
+    """The launch is sent to the background (`srun ... &`)."""
+    return re.match(r"[ \t]*&(?!&)", text[launch.words[-1][1]:]) is not None
 
 
 _TASK_ID = re.compile(r"\$\{?SLURM_ARRAY_TASK_ID\b")

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import tempfile
 
+from orchestrator.importer.nodes import NODE_HELPERS
 from orchestrator.importer.scan import line_end
 
 HEADER = """\
@@ -16,8 +17,15 @@ HEADER = """\
 this under bash
 # on every node (resources.tasks_per_node copies), in the place of the training srun. Edit it \
 like the original.
-# Other srun calls (helper steps) share the agent's allocation:
-srun() {{ command srun --overlap "$@"; }}
+{nodes}# Other srun calls (helper steps) share the agent's allocation; one on chosen nodes (-w) is
+# started once, by the first of them, as the batch script started it once:
+srun() {{
+  local list; list=$(__orch_srun_opt -w --nodelist "$@")
+  if [ -n "$list" ] && [ -n "${{ORCH_NODE_NAME:-}}" ]; then
+    [ "$(__orch_here "$list")" = 0 ] && [ "${{SLURM_LOCALID:-0}}" = 0 ] || return 0
+  fi
+  command srun --overlap "$@"
+}}
 # Under sbatch this body ran once, on the batch host: `hostname` and $HOSTNAME named that host \
 (rendezvous
 # endpoints are built from them). The agent exports it as ORCH_BATCH_HOST.
@@ -32,6 +40,9 @@ hostname() {{
   esac
 }}
 [ -z "${{ORCH_BATCH_HOST:-}}" ] || HOSTNAME=$ORCH_BATCH_HOST
+# $RANDOM (`MASTER_PORT=$((RANDOM + 10000))`) draws the same on every node, as the batch script drew
+# it once:
+RANDOM=$(( ${{SLURM_JOB_ID:-0}} % 32768 ))
 """
 _SBATCH = re.compile(r"\s*#SBATCH\b")
 _BARE = re.compile(r"\s*([A-Z][A-Z0-9_]*)\s*")
@@ -123,7 +134,7 @@ def tidy(text: str, source: str) -> str:
     if text.startswith("#!"):
         text = text[text.find("\n") + 1:] if "\n" in text else ""
     text = _TRAILING.sub("", _SBATCH_LINES.sub("", text).replace("\t", "    "))
-    return HEADER.format(source=source) + text.lstrip("\n").rstrip("\n") + "\n"
+    return HEADER.format(source=source, nodes=NODE_HELPERS) + text.lstrip("\n").rstrip("\n") + "\n"
 
 
 def syntax_error(script: str) -> tuple[int, str] | None:
@@ -197,6 +208,18 @@ RANK_STEP = r"""__orch_rank_step() {  # orchestrator: the launch's own srun, for
   [ "$#" -gt 0 ] && shift
   local nnodes=${ORCH_NNODES:-1} node_rank=${ORCH_NODE_RANK:-0}
   local nodes=${SLURM_STEP_NODELIST:-${SLURM_JOB_NODELIST:-}} cpus=${SLURM_CPUS_PER_TASK:-}
+  local list n; list=$(__orch_srun_opt -w --nodelist "${opts[@]}")
+  if [ -n "$list" ]; then  # a step on chosen nodes: this node's part of it, if it is one of them
+    node_rank=$(__orch_here "$list"); [ "$node_rank" -ge 0 ] || return 0
+    nodes=$(__orch_hosts "$list" | paste -sd, -); nnodes=$(( $(tr -cd , <<< "$nodes" | wc -c) + 1 ))
+  fi
+  # the step's tasks a node, as its own options say once the shell has evaluated them
+  n=$(__orch_srun_opt '' --ntasks-per-node "${opts[@]}")
+  if [ -z "$n" ]; then
+    n=$(__orch_srun_opt -n --ntasks "${opts[@]}")
+    case $n in ''|*[!0-9]*) n= ;; *) n=$(( n / nnodes )) ;; esac
+  fi
+  case $n in ''|*[!0-9]*|0) ;; *) tasks=$n ;; esac
   (  # each task's CPUs, as sbatch's environment gave the script's srun (the agent holds them all)
     unset SLURM_TRES_PER_TASK
     [ -z "$cpus" ] || export SLURM_CPUS_PER_TASK=$(( cpus / tasks > 0 ? cpus / tasks : 1 ))

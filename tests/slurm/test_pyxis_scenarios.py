@@ -13,7 +13,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -83,37 +85,41 @@ srun --container-image=$IMAGE --container-mounts=$MOUNTS --container-workdir={RE
   python3 scripts/demo_train.py --iters=200 --ckpt-every=10 --ckpt-dir={tmp_path}/run/checkpoints \\
   --resume="$ORCH_RESUME_FROM" --sync-dir="$ORCH_SEGMENT_DIR/sync" --step-time=0.1 --collective-timeout=600
 """)
-    out = tmp_path / "imported.yaml"
-    res = subprocess.run([sys.executable, "-m", "orchestrator", "import-sbatch", str(script),
-                          "-o", str(out)], capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert res.returncode == 0, res.stderr
-    assert "nothing of the orchestrator is needed in the image" in res.stderr, res.stderr
-    cfg = yaml.safe_load(out.read_text())
+    run, cfg = imported_demo_run(tmp_path, script, "nothing of the orchestrator is needed in the image", 200)
     assert "__orch_rank_step 1 --container-image=$IMAGE" in cfg["command"][2]
-    cfg.update(run_dir=str(tmp_path / "run"), checkpoint={"dir": str(tmp_path / "run" / "checkpoints"),
-                                                          "preset": "megatron"},
-               env={"OMP_NUM_THREADS": "1"}, goal={"target_iteration": 200}, watch=HANG_WATCH,
-               policy={"max_segments": 6, "max_no_progress_segments": 2}, name=uniq("pyx"))
-    cfg["backend"] = {"kind": "slurm", "slurm": {"command_timeout_s": 20}}
-    run = tmp_path / "run.yaml"
-    run.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return run
 
 
-def test_a_rank_frozen_in_a_pyxis_image_is_named_and_the_run_resumes(cluster: None, image: str,  # noqa: F811
-                                                                     rootfs: Path, tmp_path: Path) -> None:
-    cfg = _imported(tmp_path, image)
-    bindir = tmp_path / "pyxis-bin"
-    bindir.mkdir()
-    (bindir / "srun").write_text(PYXIS_STANDIN)
-    (bindir / "srun").chmod(0o755)
-    env = {**slurm_env(), "PATH": f"{bindir}:{os.environ['PATH']}", "ORCH_TEST_ROOTFS": str(rootfs)}
-    log = tmp_path / "ctl.log"
+def imported_demo_run(tmp_path: Path, script: Path, said: str, target: int) -> tuple[Path, dict[str, Any]]:
+    """`script` imported by `orchestrator import-sbatch` as a user would (its notes must say `said`), then pointed
+    at this test's directories (the run's checkpoints are the demo's, Megatron-style): the run's config file."""
+    out = tmp_path / "imported.yaml"
+    res = subprocess.run([sys.executable, "-m", "orchestrator", "import-sbatch", str(script), "-o", str(out)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 0, res.stderr
+    assert said in res.stderr, res.stderr
+    cfg: dict[str, Any] = yaml.safe_load(out.read_text())
+    cfg.update(run_dir=str(tmp_path / "run"), checkpoint={"dir": str(tmp_path / "run" / "checkpoints"),
+                                                          "preset": "megatron"},
+               env={"OMP_NUM_THREADS": "1"}, goal={"target_iteration": target}, watch=HANG_WATCH,
+               policy={"max_segments": 6, "max_no_progress_segments": 2}, name=uniq(script.stem[:8]))
+    cfg["backend"] = {"kind": "slurm", "slurm": {"command_timeout_s": 20}}
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return run, cfg
+
+
+def freeze_a_rank_on_node2_and_see_the_run_resume(cfg: Path, env: dict[str, str], log: Path,
+                                                  during: Callable[[], None] | None = None) -> None:
+    """Runs the controller; once segment 1 makes progress (and `during` has looked at it), a rank on node2 is frozen:
+    the hang is named on node2, node2 is excluded, and the run resumes to its end."""
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(cfg)],
                             stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env, cwd=REPO)
     try:
-        wait_until(lambda: progressing(cfg, 20), 240, "segment 1 to make progress inside the image")
+        wait_until(lambda: progressing(cfg, 20), 240, "segment 1 to make progress")
+        if during is not None:
+            during()
         sh(str(TESTBED), "freeze-rank", "node2", "demo_train")
         assert proc.wait(timeout=500) == 0, log.read_text()[-3000:]
     finally:
@@ -124,6 +130,17 @@ def test_a_rank_frozen_in_a_pyxis_image_is_named_and_the_run_resumes(cluster: No
     assert s1["cause"] == "hang" and s1["culprit_nodes"] == ["node2"], (s1, log.read_text()[-3000:])
     assert all("node2" not in s["nodes"] for s in st["segments"][1:])
     assert st["segments"][1]["start_iteration"] > 0 and st["state"] == "done"
+
+
+def test_a_rank_frozen_in_a_pyxis_image_is_named_and_the_run_resumes(cluster: None, image: str,  # noqa: F811
+                                                                     rootfs: Path, tmp_path: Path) -> None:
+    cfg = _imported(tmp_path, image)
+    bindir = tmp_path / "pyxis-bin"
+    bindir.mkdir()
+    (bindir / "srun").write_text(PYXIS_STANDIN)
+    (bindir / "srun").chmod(0o755)
+    env = {**slurm_env(), "PATH": f"{bindir}:{os.environ['PATH']}", "ORCH_TEST_ROOTFS": str(rootfs)}
+    freeze_a_rank_on_node2_and_see_the_run_resume(cfg, env, tmp_path / "ctl.log")
     seg1 = tmp_path / "run" / "segments" / "0001"
     assert "pyxis stand-in" in (seg1 / "logs" / "node1.log").read_text()  # the ranks ran in the image
     # the ranks of the launch's own step (children of its slurmstepd, not of the agent) were found by their mark and

@@ -1,5 +1,6 @@
 """Issue 36: what import-sbatch cannot run as sbatch runs it is refused with one line naming the script's line
-and what to do (a hetjob, an MPMD step, a launch inside a per-host loop, a script with no launch it knows), and
+and what to do (a hetjob, an MPMD step, one background step per item of a loop with no nodes named, a script with
+no launch it knows), and
 what the script does once per job stays once per job (its own resubmission taken out, `| tee` of the launch, the
 commands after the launch)."""
 
@@ -25,14 +26,15 @@ HEAD = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --time=10\n"
     ("srun -n1 python server.py : -n8 python train.py\n", 4, "heterogeneous .MPMD. srun step"),
     ("srun --het-group=0,1 python train.py\n", 4, "heterogeneous .MPMD. srun step"),
     ("srun --pack-group=1 python train.py\n", 4, "heterogeneous .MPMD. srun step"),
-    ("i=0\nfor host in $(scontrol show hostnames); do\n  srun -N1 -n1 -w $host python3 train.py --id $i &\n"
-     "  i=$((i+1))\ndone\nwait\n", 6, r"inside a `for` loop \(line 5\)"),
-    ("while read -r host; do\n  srun -w \"$host\" python train.py &\ndone < hosts.txt\nwait\n", 5,
+    # one step per item, sent to the background without its nodes: Slurm placed each where it found room
+    ("for cfg in a b c; do\n  srun python3 train.py --cfg $cfg &\ndone\nwait\n", 5,
+     r"inside a `for` loop \(line 4\) and sent to the background without the nodes"),
+    ("while read -r cfg; do\n  srun python train.py $cfg &\ndone < cfgs.txt\nwait\n", 5,
      r"inside a `while` loop \(line 4\)"),
     ("mkdir -p out\necho starting\nmy_site_launcher --nodes 2\n", None, "no training launch recognised"),
     ("#SBATCH --nodes=9\nsrun --nodes=8 python train.py &\nsrun --nodes=1 -w $HEAD trl vllm-serve &\nwait\n", 5,
      "asks for --nodes 8 in a job of 9 nodes"),
-    ("NODE=gpu1\nsrun --nodelist=${NODE} --ntasks=1 composer train.py\n", 5, r"chosen nodes \(--nodelist=gpu1\)"),
+    ("srun --exclude=gpu1 python train.py\n", 4, r"chosen nodes \(--exclude=gpu1\)"),
     ("srun -n1 python train.py\n", 4, "asks for -n 1 in a job of 2 nodes"),
     # no srun: under sbatch these run once, on the first node (Lightning's minimal multi-node demo)
     ("export MASTER_PORT=12345\npython minimal_multi_node_demo.py\n", 5, "`python` has no srun in a job of 2 nodes"),
