@@ -4,6 +4,8 @@ report, a lone crashed rank, every rank killed at once."""
 
 from __future__ import annotations
 
+import re
+
 from orchestrator.diagnose.culprits import (
     all_hosts,
     origin,
@@ -30,6 +32,8 @@ def killed_everywhere(nodes: list[NodeEvidence], secondary: list[NodeMatch], kin
                                                    or "CANCELLED AT" in m.text
                                                    for _, m in secondary):
         return None
+    if _step_torn_down(nodes):
+        return None
     hosts = {h for n, m in kills if (h := origin(n, m))}
     everyone = all_hosts(nodes)
     if len(everyone) > 1 and hosts >= everyone:
@@ -37,6 +41,19 @@ def killed_everywhere(nodes: list[NodeEvidence], secondary: list[NodeMatch], kin
                         "every rank was killed (SIGKILL) at once with no error of its own: the OOM "
                         "killer", "killed_everywhere", Owner.JOB)
     return None
+
+
+# srun ends the step once a task failed otherwise (--kill-on-bad-exit): the others' `Killed` that
+# follows is that teardown, not the OOM killer
+_STEP_ABORTED = re.compile(r"srun: Job step aborted: Waiting up to \d+ seconds")
+_TASK_FAILED = re.compile(r"srun: error: \S+: tasks? [\d,-]+: (?!Killed)(Aborted|Exited with exit "
+                          r"code [1-9]|Segmentation fault|Bus error|Floating point exception)")
+
+
+def _step_torn_down(nodes: list[NodeEvidence]) -> bool:
+    lines = [text for n in nodes for _, text in n.tail]
+    return (any(_STEP_ABORTED.search(t) for t in lines)
+            and any(_TASK_FAILED.search(t) for t in lines))
 
 
 def cascade_cause(secondary: list[NodeMatch]) -> Cause:

@@ -470,3 +470,25 @@ def test_rays_report_of_a_dead_node_it_cannot_name_does_not_blame_the_reporter(t
               "messages for a cause.\n")
     got = _two_nodes(tmp_path, "step 10: loss 2.0\n" + report, "step 10: loss 2.0\n")
     assert "n-01" not in got["culprit_nodes"] and got["action"] != "stop_and_alert", got
+
+
+@pytest.mark.parametrize("first", ["srun: error: gx-n042: task 11: Aborted (core dumped)",
+                                   "srun: error: gx-n042: task 3: Segmentation fault (core dumped)",
+                                   "srun: error: gx-n042: tasks 8-9: Exited with exit code 134"])
+def test_every_other_task_killed_after_srun_aborted_the_step_is_its_teardown_not_the_oom_killer(
+        tmp_path: Path, first: str) -> None:
+    """blind12 case-009: one task failed, srun ended the step (`Job step aborted: Waiting up to 32 seconds`) and the
+    other tasks were SIGKILLed by it; read as every rank killed at once by the OOM killer, the run was stopped. The
+    kills are that teardown; with no task failing first they are still the OOM killer's."""
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    body = "".join(f" 0: iteration {i}/100 | loss 2.5\n" for i in range(1, 30))
+    torn = (f"{first}\nsrun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n"
+            "slurmstepd: error: *** STEP 2291734.0 ON gx-n041 CANCELLED AT 2026-02-03T01:02:33 ***\n"
+            "srun: error: gx-n041: tasks 0-7: Killed\nsrun: error: gx-n043: tasks 16-23: Killed\n"
+            "srun: error: gx-n042: tasks 8-10,12-15: Killed\n")
+    (tmp_path / "slurm-2291734.out").write_text(body + torn)
+    assert diagnose_dir(tmp_path)["cause"] != "host_oom"
+    every = "".join(f"srun: error: gx-n04{i}: tasks {8 * i}-{8 * i + 7}: Killed\n" for i in (1, 2, 3))
+    (tmp_path / "slurm-2291734.out").write_text(body + every)
+    assert diagnose_dir(tmp_path)["cause"] == "host_oom"
