@@ -89,6 +89,10 @@ EVENTS: tuple[Signature, ...] = (
               r"[Ww]arning)?|instance-action.*(?:terminate|stop)|[Pp]reemption notice|[Ii]nstance "
               r"(?:was|is being) preempted|received (?:a )?preemption "
               r"(?:signal|notice)|spot/instance-action -> 200|\{\s*\"action\": "
-              r"\"(?:terminate|stop|hibernate)\", \"time\"|\"EventType\": ?\"Preempt\"",
-              C.PREEMPTED, cascade=True, source="AWS spot interruption notice, GCE preemption"),
+              r"\"(?:terminate|stop|hibernate)\", \"time\"|\"EventType\": ?\"Preempt\""
+              # GCE: the metadata server's instance/preempted key turning TRUE; its operation type
+              r"|instance/preempted\b.{0,20}\bTRUE\b|compute\.instances\.preempted",
+              C.PREEMPTED, cascade=True,
+              source="AWS spot interruption notice, GCE preemption (metadata instance/preempted, "
+                     "the operation), Azure Scheduled Events"),
 )

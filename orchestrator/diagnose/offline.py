@@ -13,6 +13,7 @@ from typing import Any
 from orchestrator.diagnose.classify import Context, classify, infer_job_state
 from orchestrator.diagnose.history import decide_with_history, split_allocations
 from orchestrator.diagnose.nodes import scan_file
+from orchestrator.diagnose.owner import job_id, without_foreign_kills
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.signatures import Signature, build_table
 from orchestrator.model import EvidenceSource, JobState, JobStatus, Verdict
@@ -91,6 +92,7 @@ def diagnose_dir(directory: Path, progress_regex: str = DEFAULT_PROGRESS,
              f in enumerate(files)]
     # the last allocation is judged; earlier ones (older job ids, appended runs) are its history
     history, nodes = split_allocations(scans)
+    nodes = without_foreign_kills(nodes, job_id([f.name for f in files], nodes))
     stalled = any(n.top_frames or n.stuck_detail for n in nodes)
     known = JobStatus(state=job_state) if job_state not in (None, JobState.UNKNOWN) else None
     v = classify(known or infer_job_state(nodes), nodes, Context(stalled=stalled))

@@ -492,3 +492,33 @@ def test_every_other_task_killed_after_srun_aborted_the_step_is_its_teardown_not
     every = "".join(f"srun: error: gx-n04{i}: tasks {8 * i}-{8 * i + 7}: Killed\n" for i in (1, 2, 3))
     (tmp_path / "slurm-2291734.out").write_text(body + every)
     assert diagnose_dir(tmp_path)["cause"] == "host_oom"
+
+
+@pytest.mark.parametrize("line", [
+    "Train Epoch: 3 [1280/60000 (2%)]\tLoss: 0.301245",  # pytorch/examples mnist/main.py
+    "[1,0]<stdout>:Train Epoch: 12 [3072000/3072000 (100%)]\tLoss: 1.560000",  # Horovod's examples under mpirun
+])
+def test_the_pytorch_examples_epoch_line_is_progress(line: str) -> None:
+    """blind12 case-040: Horovod's `Train Epoch: N [x/y (p%)]` lines were not progress, so a CUDA OOM after six
+    epochs read as one at start-up (a poisoned GPU, excluded and resubmitted) instead of the job's own memory."""
+    from orchestrator.settings import PROGRESS_REGEX
+
+    m = re.search(PROGRESS_REGEX, line)
+    assert m is not None and int(m.group(1)) == int(re.findall(r"Epoch: (\d+)", line)[0])
+    assert re.search(PROGRESS_REGEX, "Train Epoch: 3 finished, starting evaluation") is None
+
+
+@pytest.mark.parametrize(("line", "preempted"), [
+    ("[preempt-watch a3-spot-1 2026-03-04 11:37:10] curl -s -H 'Metadata-Flavor: Google' "
+     "http://metadata.google.internal/computeMetadata/v1/instance/preempted -> TRUE", True),
+    ("instance/preempted: TRUE", True),
+    ("Operation type compute.instances.preempted on instance a3-spot-1", True),
+    ("computeMetadata/v1/instance/preempted -> FALSE", False),
+])
+def test_a_gce_preemption_read_from_its_metadata_server_is_a_preemption(line: str, preempted: bool) -> None:
+    """blind12 case-023: GCE's metadata key `instance/preempted` turned TRUE, then the VM went away (`Node
+    failure on ...`): read as a node failure, the healthy spot node excluded."""
+    from orchestrator.diagnose.signatures import build_table
+
+    spot = next(s for s in build_table() if s.name == "spot_termination")
+    assert (re.search(spot.pattern, line) is not None) == preempted

@@ -73,3 +73,41 @@ def test_the_agent_prints_a_context_line_that_no_signature_reads_instead_of_the_
     # a rank killed by a signal the agent did not send: the kill stays evidence
     killed = _facts(tmp_path, [100, 101], [-9, 0])._kernel()
     assert any("Killed process 26134" in f.text and f.severity == "abnormal" for f in killed)
+
+
+def _job(tmp_path: Path, job_wide: bool, kernel: list[str]) -> dict[str, Any]:
+    """Two hosts whose every rank raised the same KeyError before its first step; the second host's kernel log (the
+    real lines of this machine's dmesg, `kernel_lines`) holds an OOM kill, its cgroup as given. One job-wide
+    `slurm-4242.out` (pdsh-style host prefixes), or one file per host that names no job."""
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    tmp_path.mkdir(parents=True)
+    bug = ("[rank{r}]: Traceback (most recent call last):\n[rank{r}]:   File \"train.py\", line 88, in collate\n"
+           "[rank{r}]: KeyError: 'label_ids'\n")
+    text = {host: "".join(bug.format(r=r) for r in range(4)) for host in ("cpu-gpu-31", "cpu-gpu-32")}
+    text["cpu-gpu-32"] += "".join(f"Feb 12 09:00:00 cpu-gpu-32 kernel: {ln}\n" for ln in kernel)
+    if job_wide:
+        (tmp_path / "slurm-4242.out").write_text("".join(f"{h}: {ln}\n" for h, t in text.items()
+                                                         for ln in t.splitlines()))
+    else:
+        for host, t in text.items():
+            (tmp_path / f"{host}.log").write_text(t)
+    return diagnose_dir(tmp_path)
+
+
+def test_offline_an_oom_kill_in_another_jobs_cgroup_is_context_not_the_verdict(tmp_path: Path) -> None:
+    """blind12 case-030: every rank's KeyError in the data collator, and in one node's kernel log the OOM kill of
+    another job's process (its cgroup job_8830211): read as the job's host OOM. Its own cgroup's kill stays one."""
+    other = [ln.replace("/orchhog", "/slurm/uid_40188/job_8830211") for ln in LINES]
+    got = _job(tmp_path / "a", True, other)
+    assert (got["cause"], got["action"]) == ("user_bug", "stop_and_alert"), got
+    mine = [ln.replace("/orchhog", "/slurm/uid_1000/job_4242") for ln in LINES]
+    assert _job(tmp_path / "b", True, mine)["cause"] == "host_oom"
+
+
+def test_offline_without_the_jobs_id_a_kill_of_a_process_none_of_the_jobs_is_context(tmp_path: Path) -> None:
+    """Per-host logs name no job: a victim that is none of a training job's processes (java here, python3 in the
+    real dmesg) while no rank on that node was killed is another workload's."""
+    java = [ln.replace("python3", "java") for ln in LINES]
+    assert _job(tmp_path / "a", False, java)["cause"] == "user_bug"
+    assert _job(tmp_path / "b", False, LINES)["cause"] == "host_oom"
