@@ -47,9 +47,10 @@ JOB_END = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT|DUE TO JOB REQUEUE")
 ALLOC_START = re.compile(ALLOC_START_RE)
 # printed once by a job script as it starts: a second one in the same file is the next allocation
 JOB_START = re.compile(r"SLURM_JOB_ID=\d|SLURM_RESTART_COUNT\b")
-# a job script's own requeue (`+ scontrol requeue $SLURM_JOB_ID`): what starts next is another
-# allocation
-REQUEUE = re.compile(r"^\+* *scontrol requeue\b")
+# a job script's own requeue (`+ scontrol requeue $SLURM_JOB_ID`), or srun ending the training step
+# after a task failed: what starts next is another attempt
+ATTEMPT_END = re.compile(r"^\+* *scontrol requeue\b|"
+                         r"^srun: Job step aborted: Waiting up to \d+ seconds")
 # `scontrol show hostnames $SLURM_JOB_NODELIST` in a job script prints the job's hosts, one a line
 HOSTNAMES_CMD = re.compile(r"scontrol show hostnames")
 BARE_HOST = re.compile(r"^[A-Za-z][\w.-]*\d[\w.-]*$")

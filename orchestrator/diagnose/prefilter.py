@@ -28,7 +28,7 @@ ENGINE_AVAILABLE = hyperscan is not None
 ALLOC_START_RE = (r"NCCL INFO NCCL version \d|Starting elastic_operator|Initializing distributed: "
                   r"GLOBAL_RANK|initializing torch distributed|loading checkpoint from|"
                   r"SLURM_RESTART_COUNT\b|SLURM_JOB_ID=\d|"
-                  r"\b(?:loaded|resum(?:ed|ing) from) checkpoint|\*{5} "
+                  r"\b(?:loaded|resum(?:ed|ing) from) checkpoint|Training starts at step \d|\*{5} "
                   r"Running training \*{5}|^\+ (?:srun|torchrun|deepspeed|accelerate|python)\b")
 # Lines the scanner handles besides signatures: allocation markers, NCCL addresses, completion,
 # py-spy thread headers and failures.
@@ -37,7 +37,8 @@ SPECIAL = (
      r"successfully", False),
     (r"NCCL INFO (?:NET/\w+|Bootstrap) ?: Using|NCCL INFO comm \S+ rank \d+ ", False),
     (r"srun: error: \S+: tasks? \d|^\s*(?:host|rank)\s+: |--node-ip-address|Local node IP: |"
-     r"scontrol show hostnames|scontrol requeue\b", False), (ALLOC_START_RE, False),
+     r"scontrol show hostnames|scontrol requeue\b|srun: Job step aborted", False),
+    (ALLOC_START_RE, False),
     (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|hread 0x[0-9a-f]+ \(most recent call first|Failed "
      r"to suspend process|py-spy timed out", False),
     (r"base lid:|port_lid:|instance[-_ ]?id|My host id: ", True),  # a host's own names (lines.py)

@@ -13,6 +13,7 @@ from orchestrator.diagnose.linear import bytes_twin
 from orchestrator.diagnose.lines import (
     ALLOC_MARK,
     ALLOC_START,
+    ATTEMPT_END,
     COMPLETED,
     HOSTNAMES_CMD,
     JOB_END,
@@ -24,7 +25,6 @@ from orchestrator.diagnose.lines import (
     PYSPY_FRAME,
     PYSPY_STUCK,
     PYSPY_THREAD,
-    REQUEUE,
     own_names,
     peer_name,
 )
@@ -180,7 +180,7 @@ class NodeScan:
             # submitit's always do
             if am and (am.group("sjob") or (p.task is None and p.rank is None)):
                 self._new_allocation()
-        if REQUEUE.search(body) and p.rank is None and p.task is None:  # the script's own
+        if ATTEMPT_END.search(body) and p.rank is None and p.task is None:  # the script's own
             self._ended, self._ended_line, self._ended_at = True, line_no, p.ts or self.last_ts
         if ALLOC_START.search(body) and (self._ended or self._restarted(body, p)):
             self._new_allocation()

@@ -32,6 +32,7 @@ def allocation(job: int, hosts: list[str], start: int, stop: int, crash: list[st
 
 
 def write(tmp_path: Path, files: dict[str, str]) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     return tmp_path
@@ -128,3 +129,37 @@ def test_a_second_job_start_line_without_a_banner_begins_the_next_allocation(tmp
     second = allocation(440575, ["y1", "y2", "y3"], 12000, 12850, crash, "y2").replace("SLURM_JOB_ID=440575", start)
     got = diagnose_dir(write(tmp_path, {"slurm-440575.out": first.replace("*** STEP", "STEP") + second}))
     assert (got["culprit_nodes"], got["action"]) == ([], "stop_and_alert")
+
+
+ILLEGAL = ["[rank21]: RuntimeError: CUDA error: an illegal memory access was encountered",
+           "srun: error: {host}: task 21: Aborted (core dumped)"]
+
+
+def attempt(hosts: list[str], start: int, stop: int, crash: list[str], bad: str) -> str:
+    """One attempt of a torchtitan job in a site's job-wide file: no job id line of its own; srun ends the step
+    after the crash (`Job step aborted`) and the next attempt starts as torchtitan starts."""
+    lines = [f"### job nodes={','.join(hosts)}",
+             f" 0: [titan] 2026-02-27 13:00:40,021 - root - INFO - Training starts at step {start}."]
+    lines += [f" 0: [titan] 2026-02-27 13:01:00,000 - root - INFO - step: {i}  loss:  2.51  memory: 61.2GiB"
+              for i in range(start, stop + 1, 50)]
+    lines += [c.format(host=bad) for c in crash]
+    lines.append("srun: Job step aborted: Waiting up to 32 seconds for job step to finish.")
+    lines += [f"srun: error: {h}: tasks 0-7: Killed" for h in hosts if h != bad]
+    return "\n".join(lines) + "\n"
+
+
+def test_attempts_appended_after_srun_aborted_the_step_are_the_runs_history(tmp_path: Path) -> None:
+    """blind12 case-006 and case-002: attempts told apart only by srun's `Job step aborted` and the framework's start
+    line were one allocation, so the same crash at the same step on other nodes was resubmitted with a strike, and
+    the same node crashing at different steps was struck again instead of excluded."""
+    a, b = ["a3m-0101", "a3m-0117"], ["a3m-0230", "a3m-0232"]
+    same = write(tmp_path / "same", {"slurm-4410982.out": attempt(a, 12001, 12850, ILLEGAL, "a3m-0117")
+                                     + attempt(b, 12001, 12850, ILLEGAL, "a3m-0232")})
+    got = diagnose_dir(same)
+    assert (got["action"], got["culprit_nodes"], got["policy_rule"]) == ("stop_and_alert", [],
+                                                                          "repeats_on_other_nodes"), got
+    hosts = ["lx-a11", "lx-a13"]
+    node = write(tmp_path / "node", {"slurm-8812040.out": attempt(hosts, 1, 4127, BUS, "lx-a13")
+                                     + attempt(hosts, 4001, 6012, BUS, "lx-a13")})
+    got = diagnose_dir(node)
+    assert (got["action"], got["culprit_nodes"]) == ("resubmit_exclude", ["lx-a13"]), got
