@@ -29,12 +29,12 @@ HOSTS=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
 cd {REPO}
 for i in "${{!HOSTS[@]}}"; do
   srun --nodes=1 --ntasks=1 -w "${{HOSTS[$i]}}" env ORCH_RANK=$i ORCH_WORLD_SIZE=${{#HOSTS[@]}} \\
-    python3 scripts/demo_train.py --iters=160 --ckpt-every=10 --ckpt-dir={tmp_path}/run/checkpoints \\
+    python3 scripts/demo_train.py --iters=600 --ckpt-every=10 --ckpt-dir={tmp_path}/run/checkpoints \\
     --resume="$ORCH_RESUME_FROM" --sync-dir="$ORCH_SEGMENT_DIR/sync" --step-time=0.1 --collective-timeout=600 &
 done
 wait
 """)
-    return imported_demo_run(tmp_path, script, "NODES NAMED", 160)[0]
+    return imported_demo_run(tmp_path, script, "NODES NAMED", 600)[0]
 
 
 def test_a_per_host_loop_runs_each_pass_on_its_host_and_a_frozen_rank_is_named(cluster: None, tmp_path: Path) -> None:
