@@ -38,23 +38,30 @@ def job_of(name: str) -> int | None:
 def split_allocations(scans: list[tuple[str, NodeScan]],
                       exit_codes: dict[str, int | None] | None = None
                       ) -> tuple[list[Allocation], Allocation]:
-    """(earlier allocations oldest first, the last one) from the scanned files (name, scan). Files
-    of older job ids and the allocations a file held before its last are history; files that name
+    """(earlier allocations oldest first, the last one) from the scanned files (name, scan). A
+    file's job is its name's (`slurm-<id>.out`), else the one its start line named (`==== job N
+    ====`, `SLURM_JOB_ID=N`); each part of a file an older job's start line began goes with that
+    job's files. Other parts a file held before its last are history by position; files that name
     no job belong to the last allocation."""
-    ids = sorted({j for name, _ in scans if (j := job_of(name)) is not None})
+    jobs = [(job_of(name) or s.job, s) for name, s in scans]
+    older = {p.job for _, s in scans for p in s.earlier if p.job is not None}
+    ids = sorted({j for j, _ in jobs if j is not None} | older)
     last_id = ids[-1] if ids else None
     history: list[Allocation] = []
     for job in ids[:-1]:
-        group = [s for name, s in scans if job_of(name) == job]
-        history += _earlier(group) + [[node_evidence(s) for s in group]]
-    current = [s for name, s in scans if job_of(name) in (None, last_id)]
-    history += _earlier(current)
+        parts = [p for j, s in jobs for p in s.earlier if p.job == job and j != job]
+        group = [s for j, s in jobs if j == job]
+        history += _earlier(group) + [[node_evidence(s) for s in [*parts, *group]]]
+    current = [s for j, s in jobs if j in (None, last_id)]
+    history += _earlier(current, set(ids[:-1]))
     return history, [node_evidence(s) for s in current]
 
 
-def _earlier(group: list[NodeScan]) -> list[Allocation]:
-    """The allocations the files of one job held before their last, by position."""
-    parts = zip_longest(*(s.earlier for s in group))
+def _earlier(group: list[NodeScan], elsewhere: frozenset[int] | set[int] = frozenset()
+             ) -> list[Allocation]:
+    """The allocations the files of one job held before their last, by position (those an older
+    job's start line began, `elsewhere`, went with that job's files)."""
+    parts = zip_longest(*([p for p in s.earlier if p.job not in elsewhere] for s in group))
     return [[node_evidence(s) for s in part if s is not None] for part in parts]
 
 

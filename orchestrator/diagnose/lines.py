@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from orchestrator.contract import EXIT_OK_RE, START_RE
-from orchestrator.diagnose.prefilter import ALLOC_START_RE
+from orchestrator.diagnose.prefilter import ALLOC_START_RE, JOB_BANNER
 
 # Our agent marks the start of every allocation in the per-node log; earlier ones are history.
 ALLOC_MARK = re.compile(
@@ -46,7 +46,14 @@ PYSPY_STUCK = re.compile(r"Error: Failed to suspend process|py-spy timed out")
 JOB_END = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT|DUE TO JOB REQUEUE")
 ALLOC_START = re.compile(ALLOC_START_RE)
 # printed once by a job script as it starts: a second one in the same file is the next allocation
-JOB_START = re.compile(r"SLURM_JOB_ID=\d|SLURM_RESTART_COUNT\b")
+JOB_START = re.compile(r"SLURM_JOB_ID=\d|SLURM_RESTART_COUNT\b|" + JOB_BANNER)
+_JOB_NAMED = re.compile(r"SLURM_JOB_ID=(\d+)|[Jj]ob(?: ?[Ii][Dd])?[ :=]*(\d+)")
+
+
+def job_named(line: str) -> int | None:
+    """The job id a job's start line names (`SLURM_JOB_ID=N`, `==== job N ====`)."""
+    m = _JOB_NAMED.search(line)
+    return int(m.group(1) or m.group(2)) if m else None
 # a job script's own requeue (`+ scontrol requeue $SLURM_JOB_ID`), or srun ending the training step
 # after a task failed: what starts next is another attempt
 ATTEMPT_END = re.compile(r"^\+* *scontrol requeue\b|"

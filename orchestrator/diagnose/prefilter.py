@@ -25,11 +25,14 @@ except ImportError:  # pragma: no cover - depends on the platform
 ENGINE_AVAILABLE = hyperscan is not None
 
 # The start of an allocation (used after Slurm printed a JOB-level end banner in the same file).
+# a site's prolog or wrapper heading each job's output (`==== job 9123017 ====`)
+JOB_BANNER = r"^[=#*-]{3,} *(?:[Ss]lurm )?[Jj]ob(?: ?[Ii][Dd])?[ :=]*\d+ *[=#*-]{3,}$"
 ALLOC_START_RE = (r"NCCL INFO NCCL version \d|Starting elastic_operator|Initializing distributed: "
                   r"GLOBAL_RANK|initializing torch distributed|loading checkpoint from|"
                   r"SLURM_RESTART_COUNT\b|SLURM_JOB_ID=\d|"
                   r"\b(?:loaded|resum(?:ed|ing) from) checkpoint|Training starts at step \d|\*{5} "
-                  r"Running training \*{5}|^\+ (?:srun|torchrun|deepspeed|accelerate|python)\b")
+                  r"Running training \*{5}|^\+ (?:srun|torchrun|deepspeed|accelerate|python)\b|"
+                  + JOB_BANNER)
 # Lines the scanner handles besides signatures: allocation markers, NCCL addresses, completion,
 # py-spy thread headers and failures.
 SPECIAL = (

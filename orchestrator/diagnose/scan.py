@@ -25,6 +25,7 @@ from orchestrator.diagnose.lines import (
     PYSPY_FRAME,
     PYSPY_STUCK,
     PYSPY_THREAD,
+    job_named,
     own_names,
     peer_name,
 )
@@ -62,7 +63,8 @@ class NodeScan:
     history: list[Match] = field(default_factory=list)
     earlier: list[NodeScan] = field(default_factory=list)  # earlier allocations, oldest first
     _at: tuple[bytes, int, int] | None = None  # the block, where its allocation began, the line
-    _job_starts: int = 0  # lines that start a job (SLURM_JOB_ID=...)
+    _job_starts: int = 0  # lines that start a job (SLURM_JOB_ID=...); `job`: the id the last named
+    job: int | None = None
     addresses: set[str] = field(default_factory=set)
     completed: bool = False
     nul_padding: bool = False
@@ -75,15 +77,13 @@ class NodeScan:
     stuck: str = ""
     _frame_next: bool = False
     _nccl_seen: set[bytes] = field(default_factory=set)  # NCCL INFO comm prefixes learnt from
-    # when the training was told to stop (SIGTERM, KeyboardInterrupt)
-    signalled_at: datetime | None = None
+    signalled_at: datetime | None = None  # when the training was told to stop (SIGTERM, ^C)
 
     def feed_bytes(self, first_line: int, data: bytes, prefilter: Prefilter,
                    newlines: int | None = None) -> None:
         """Scan a block of complete lines (only those the prefilter flags are decoded and matched);
         progress from the block's last progress line, the tail from its last lines."""
-        pos_line, pos = first_line, 0
-        last_alloc = -1
+        pos_line, pos, last_alloc = first_line, 0, -1
         # memchr first: the two-byte search is 60x slower
         if b"\x00" in data and b"\x00\x00" in data:
             self.nul_padding = True
@@ -182,8 +182,9 @@ class NodeScan:
                 self._new_allocation()
         if ATTEMPT_END.search(body) and p.rank is None and p.task is None:  # the script's own
             self._ended, self._ended_line, self._ended_at = True, line_no, p.ts or self.last_ts
-        if ALLOC_START.search(body) and (self._ended or self._restarted(body, p)):
+        if ALLOC_START.search(body) and (self._restarted(body, p) or self._ended):
             self._new_allocation()
+        self.job = job_named(body) if JOB_START.search(body) and p.rank is None else self.job
         self.host_map.learn(body, p.task)
         for name in own_names(body):
             self._address(name, host)
@@ -252,9 +253,8 @@ class NodeScan:
 
     def _teardown(self, ts: datetime | None, line_no: int) -> bool:
         """An error within minutes (or a few hundred lines) of Slurm's end banner: its teardown."""
-        if ts is not None and self._ended_at is not None:
-            return ts - self._ended_at < TEARDOWN
-        return line_no - self._ended_line < TEARDOWN_LINES
+        return (ts - self._ended_at < TEARDOWN if ts is not None and self._ended_at is not None
+                else line_no - self._ended_line < TEARDOWN_LINES)
 
     def _stack_line(self, body: str) -> bool:  # noqa: C901
         """py-spy dumps in the log: each thread dump's innermost frame, and failures to suspend."""

@@ -495,16 +495,18 @@ def test_every_other_task_killed_after_srun_aborted_the_step_is_its_teardown_not
 
 
 @pytest.mark.parametrize("line", [
-    "Train Epoch: 3 [1280/60000 (2%)]\tLoss: 0.301245",  # pytorch/examples mnist/main.py
+    "Train Epoch: 12 [1280/60000 (2%)]\tLoss: 0.301245",  # pytorch/examples mnist/main.py
     "[1,0]<stdout>:Train Epoch: 12 [3072000/3072000 (100%)]\tLoss: 1.560000",  # Horovod's examples under mpirun
+    "[rank0]: {'step': 12, 'loss': 2.2048, 'lr': 1.2e-04, 'tokens_per_sec': 41551}",  # a printed dict
+    '{"step": 12, "loss": 2.2048, "lr": 0.00012}',  # a JSON metrics line
 ])
-def test_the_pytorch_examples_epoch_line_is_progress(line: str) -> None:
+def test_the_pytorch_examples_epoch_line_and_a_printed_step_are_progress(line: str) -> None:
     """blind12 case-040: Horovod's `Train Epoch: N [x/y (p%)]` lines were not progress, so a CUDA OOM after six
     epochs read as one at start-up (a poisoned GPU, excluded and resubmitted) instead of the job's own memory."""
     from orchestrator.settings import PROGRESS_REGEX
 
     m = re.search(PROGRESS_REGEX, line)
-    assert m is not None and int(m.group(1)) == int(re.findall(r"Epoch: (\d+)", line)[0])
+    assert m is not None and int(m.group(1)) == 12
     assert re.search(PROGRESS_REGEX, "Train Epoch: 3 finished, starting evaluation") is None
 
 

@@ -163,3 +163,21 @@ def test_attempts_appended_after_srun_aborted_the_step_are_the_runs_history(tmp_
                                      + attempt(hosts, 4001, 6012, BUS, "lx-a13")})
     got = diagnose_dir(node)
     assert (got["action"], got["culprit_nodes"]) == ("resubmit_exclude", ["lx-a13"]), got
+
+
+def test_per_host_files_headed_by_their_job_are_grouped_by_job(tmp_path: Path) -> None:
+    """blind12 case-005: per-host files whose site prolog heads each job's part (`==== job N ====`); hosts of only
+    the first job, hosts of only the second, one host in both, failing on the same GPU at different steps. Read as
+    one allocation, the illegal access was the job's bug and the run stopped; grouped by job it is the node's."""
+    crash = ["[rank5]: RuntimeError: CUDA error: an illegal memory access was encountered"]
+
+    def part(job: int, start: int, stop: int, bad: bool, rank0: bool = False) -> str:
+        steps = [f"[rank0]: {{'step': {i}, 'loss': 2.2, 'lr': 1.2e-04}}" for i in range(start, stop + 1, 25)]
+        return "\n".join([f"==== job {job} ====", *(steps if rank0 else []), *(crash if bad else [])]) + "\n"
+
+    # rank 0 (the only one printing steps) on b01 in the first job, on b05 in the second
+    files = {"h200-b01.log": part(9120555, 25, 7350, False, True), "h200-b02.log": part(9120555, 25, 7350, False),
+             "h200-b03.log": part(9120555, 25, 7350, True) + part(9123017, 7025, 9825, True),
+             "h200-b05.log": part(9123017, 7025, 9825, False, True), "h200-b06.log": part(9123017, 7025, 9825, False)}
+    got = diagnose_dir(write(tmp_path, files))
+    assert (got["action"], got["culprit_nodes"]) == ("resubmit_exclude", ["h200-b03"]), got
