@@ -71,6 +71,11 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
                 f"the same {cause.value} line on every node at once, and no node's own hardware "
                 "report: hardware fails one node at a time, so the line is the job's own output "
                 "(or the fleet's): check what the training prints")
+        if cause == Cause.GPU_LOST and not explained and lone_launch_failure(best, culprits, nodes,
+                                                                             ctx):
+            return Cause.USER_BUG, culprits, Owner.NODE_SUSPECT, "one_rank_cuda_crash", (
+                f"one rank's CUDA launch failure on {culprits[0]} after progress, no hardware "
+                f"message: a strike: {best.text[:120]}")
         if cause == Cause.GPU_LOST and any(hw.get(h) == Cause.GPU_ECC for h in culprits):
             # a generic launch failure on a GPU whose own counters show uncorrectable ECC
             cause = Cause.GPU_ECC
@@ -123,6 +128,18 @@ def one_rank_cuda_crash(best: Match, culprits: list[str], nodes: list[NodeEviden
     that nothing explains is weak evidence against the node, not yet the job's (DECISIONS.md)."""
     progressed = max((n.last_iteration or 0 for n in nodes), default=0) > ctx.start_iteration
     return len(culprits) == 1 and progressed and bool(CUDA_CRASH.search(best.text))
+
+
+def lone_launch_failure(best: Match, culprits: list[str], nodes: list[NodeEvidence],
+                        ctx: Context) -> bool:
+    """CUDA's `unspecified launch failure` from one rank only, after progress: a kernel's own
+    crash, like an illegal access (several ranks of the node at once: the node)."""
+    if not one_rank_cuda_crash(best, culprits, nodes, ctx) or "launch failure" not in best.text:
+        return False
+    ranks = {m.rank for n in nodes for m in n.matches if "launch failure" in m.text}
+    hardware = any(m.cause in (Cause.GPU_LOST, Cause.GPU_ECC) and "launch failure" not in m.text
+                   for n in nodes for m in n.matches)  # a driver's, a kernel log's report
+    return len(ranks) == 1 and not hardware
 
 
 def judge_oom(cause: Cause, best: Match, culprits: list[str], symmetric: bool,

@@ -524,3 +524,26 @@ def test_a_gce_preemption_read_from_its_metadata_server_is_a_preemption(line: st
 
     spot = next(s for s in build_table() if s.name == "spot_termination")
     assert (re.search(spot.pattern, line) is not None) == preempted
+
+
+@pytest.mark.parametrize(("extra", "ranks", "want"), [
+    # NVIDIA's Xid 13 (an SM warp exception: the program's own out-of-range access) is no hardware fault
+    ("NVRM: Xid (PCI:0000:bb:00): 13, pid=3381207, name=python, Graphics SM Warp Exception on (GPC 4, TPC 1, SM 0): "
+     "Out Of Range Address", (22,), ("user_bug", "resubmit")),
+    ("NVRM: Xid (PCI:0000:bb:00): 79, pid=3381207, name=python, GPU has fallen off the bus.", (22,),
+     ("gpu_lost", "resubmit_exclude")),
+    ("", (20, 21, 22, 23), ("gpu_lost", "resubmit_exclude")),  # every rank of the node at once
+])
+def test_one_ranks_launch_failure_with_no_hardware_message_is_a_strike_not_an_exclusion(
+        tmp_path: Path, extra: str, ranks: tuple[int, ...], want: tuple[str, str]) -> None:
+    """blind12 case-029 (issue 38, DECISIONS.md): one rank's `CUDA error: unspecified launch failure` after 20000
+    iterations, its node's kernel log holding only Xid 13 for that process: a kernel's own crash, weak evidence
+    (a strike), not a lost GPU; with a hardware message, or on every rank of the node at once, it is the node's."""
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    steps = "".join(f"[rank0]: iteration {i}/50000 | loss 2.1\n" for i in range(19900, 20001, 20))
+    (tmp_path / "h1-r07-c2.log").write_text(steps)
+    crash = "".join(f"[rank{r}]: RuntimeError: CUDA error: unspecified launch failure\n" for r in ranks)
+    (tmp_path / "h1-r07-c3.log").write_text(crash + (f"h1-r07-c3 kernel: {extra}\n" if extra else ""))
+    got = diagnose_dir(tmp_path)
+    assert (got["cause"], got["action"], got["culprit_nodes"]) == (*want, ["h1-r07-c3"]), got
