@@ -96,6 +96,9 @@ def progress_stopped_early(nodes: list[NodeEvidence],
     end = max((t for _, m in secondary if m.signature == "job_timelimit"
                and (t := banner_time(m.text) or m.ts)), default=None)
     last = max((n.last_progress_ts for n in nodes if n.last_progress_ts), default=None)
+    if end is not None and last is None:  # progress lines without a time of their own
+        quiet = last_sign_of_life(nodes, end)
+        return end - quiet if quiet is not None and end - quiet > SILENT_GAP else None
     if end is None or last is None:
         return None
     signalled = [n.signalled_at for n in nodes if n.signalled_at]
@@ -105,6 +108,35 @@ def progress_stopped_early(nodes: list[NodeEvidence],
         return None
     gap = end - last
     return gap if gap > HANG_GAP else None
+
+
+# a date and time anywhere at a line's start (`[NeMo I 2026-03-05 14:27:00 ...]`, ISO stamps)
+_ANY_TS = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
+# a phase announced at a step (`Starting validation at step N`, a save): a sign of life, no progress
+_PHASE = re.compile(r"[Vv]alidat|[Ee]valuat|[Ss]aving|[Cc]heckpoint")
+# with no time on the progress lines, only a longer silence before the limit is read as a hang
+SILENT_GAP = timedelta(hours=1)
+
+
+def last_sign_of_life(nodes: list[NodeEvidence], end: datetime) -> datetime | None:
+    """The time of the last line before `end` that carries one and is no progress line, when no
+    progress line follows it in the node's tail (the job printed nothing after it until the
+    end)."""
+    from orchestrator.settings import PROGRESS_REGEX  # noqa: PLC0415 - the default progress lines
+
+    progress = re.compile(PROGRESS_REGEX)
+    latest: datetime | None = None
+    for n in nodes:
+        seen: datetime | None = None
+        for _, text in sorted(set(n.tail)):  # matched lines and the last lines, in line order
+            m = _ANY_TS.search(text[:80])
+            if progress.search(text) and not _PHASE.search(text):
+                seen = None  # progress after it: its time is the progress line's own, unread
+            elif m and (t := datetime.fromisoformat(f"{m.group(1)}T{m.group(2)}").replace(
+                    tzinfo=UTC)) < end:
+                seen = t
+        latest = max(latest, seen) if latest and seen else (latest or seen)
+    return latest
 
 
 def refine_oom(nodes: list[NodeEvidence], oom_nodes: list[str], recent_hardware: frozenset[str],

@@ -547,3 +547,21 @@ def test_one_ranks_launch_failure_with_no_hardware_message_is_a_strike_not_an_ex
     (tmp_path / "h1-r07-c3.log").write_text(crash + (f"h1-r07-c3 kernel: {extra}\n" if extra else ""))
     got = diagnose_dir(tmp_path)
     assert (got["cause"], got["action"], got["culprit_nodes"]) == (*want, ["h1-r07-c3"]), got
+
+
+@pytest.mark.parametrize(("silent_until", "want"), [("2026-03-06T02:04:02", "hang"),
+                                                    ("2026-03-05T14:41:00", "timelimit")])
+def test_silence_before_the_time_limit_after_untimed_progress_is_a_hang(tmp_path: Path, silent_until: str,
+                                                                         want: str) -> None:
+    """blind12 case-003: NeMo's progress lines carry no time; its `[NeMo I 2026-03-05 14:27:00 ...] Starting
+    validation` line does, and nothing followed for 11.5 hours until the time limit: a hang in the validation, not
+    the time limit. A short silence before the limit stays the time limit."""
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    steps = "".join(f"Training epoch 0, iteration {i}/100000 | lr: 0.00018 | global_step: {i} | "
+                    "reduced_train_loss: 1.9 | train_step_timing in s: 3.2\n" for i in range(41300, 41381, 20))
+    (tmp_path / "slurm-6121870.out").write_text(
+        steps + "[NeMo I 2026-03-05 14:27:00 nemo_logging:393] Starting validation at step 41380\n"
+        f"slurmstepd: error: *** JOB 6121870 ON dgx-g21 CANCELLED AT {silent_until} DUE TO TIME LIMIT ***\n"
+        "srun: error: dgx-g21: tasks 0-7: Terminated\nsrun: error: dgx-g22: tasks 8-15: Terminated\n")
+    assert diagnose_dir(tmp_path)["cause"] == want
