@@ -43,6 +43,9 @@ def killed_everywhere(nodes: list[NodeEvidence], secondary: list[NodeMatch], kin
     return None
 
 
+HEARTBEAT_LOST = re.compile(r"heartbeat timeout\. This indicates that the remote task has failed"
+                            r"|stopped sending heartbeats|missed \d+ heartbeats"
+                            r"|[Hh]eartbeat (?:lost|expired) (?:from|for) (?:task|node|worker)")
 # srun ends the step once a task failed otherwise (--kill-on-bad-exit): the others' `Killed` that
 # follows is that teardown, not the OOM killer
 _STEP_ABORTED = re.compile(r"srun: Job step aborted: Waiting up to \d+ seconds")
@@ -146,6 +149,11 @@ def silent_verdict(nodes: list[NodeEvidence], quiet: list[str],
                    secondary: list[NodeMatch]) -> Verdict:
     by = {n.node: n for n in nodes}
     dead = [h for h in quiet if h in by and by[h].abrupt_end]
+    # the peers' coordination lost its heartbeats: a process that hangs keeps sending them (JAX's
+    # and Ray's come from a thread of their own); the quiet node died
+    lost = any(HEARTBEAT_LOST.search(t) for t in [m.text for _, m in secondary]
+               + [t for n in nodes for _, t in n.tail])
+    dead = dead or (quiet if lost else [])
     cause = Cause.NODE_FAIL if dead else Cause.HANG
     names = dead or quiet
     return verdict(cause, names, True, 0.7, evs(secondary, Role.SECONDARY, 30),

@@ -565,3 +565,28 @@ def test_silence_before_the_time_limit_after_untimed_progress_is_a_hang(tmp_path
         f"slurmstepd: error: *** JOB 6121870 ON dgx-g21 CANCELLED AT {silent_until} DUE TO TIME LIMIT ***\n"
         "srun: error: dgx-g21: tasks 0-7: Terminated\nsrun: error: dgx-g22: tasks 8-15: Terminated\n")
     assert diagnose_dir(tmp_path)["cause"] == want
+
+
+@pytest.mark.parametrize(("coordinator", "want"), [
+    ("E0208 19:09:28.306330 1211 coordination_service.cc:440] UNAVAILABLE: Task /job:jax_worker/replica:0/task:2 "
+     "heartbeat timeout. This indicates that the remote task has failed, got preempted, or crashed unexpectedly.",
+     "node_fail"),
+    ("", "hang"),
+])
+def test_a_quiet_node_whose_heartbeats_the_coordination_lost_died(tmp_path: Path, coordinator: str,
+                                                                   want: str) -> None:
+    """blind12 case-041: XLA's coordination service lost task 2's heartbeats (sent from a thread of their own, so a
+    hung process keeps sending them) and the other tasks terminated: the quiet node died (node_fail), it did not
+    hang. Without that line the quiet node is a hang, as before."""
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    died = ("F0208 19:09:30.741552 48093 client.h:77] Terminating process because the JAX distributed service "
+            "detected fatal errors. This most likely indicates that another task died; see the other task logs for "
+            "more details.\n")
+    for i, host in enumerate(("jx-h100-20", "jx-h100-21", "jx-h100-22", "jx-h100-23")):
+        steps = "".join(f"I0208 18:{50 + s}:20.108676 139921 train.py:512] [{14800 + 200 * s}] train/loss=2.157\n"
+                        for s in range(3))
+        end = "" if i == 2 else (coordinator + "\n" if i == 0 and coordinator else "") + died
+        (tmp_path / f"{host}.log").write_text(steps + end)
+    got = diagnose_dir(tmp_path)
+    assert (got["cause"], got["culprit_nodes"]) == (want, ["jx-h100-22"]), got
