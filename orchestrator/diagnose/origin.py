@@ -24,11 +24,13 @@ HOST = r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)[A-Za-z][\w-]*\
 # naming the host)
 # a Python exception's name is no host (`boto3.exceptions.S3UploadFailedError: ...`, `E1Error: ...`)
 EXCEPTION_NAME = r"(?:[\w-]+\.)+[A-Z]\w*|[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit)"
-HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?)?(?!(?:{EXCEPTION_NAME}): )(?P<h>{HOST}): (?=\S)"
+HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?)?(?!(?:{EXCEPTION_NAME}): )(?P<h>{HOST}): +(?=\S)"
                          rf"|^\[(?:\w+ )?(?P<b>{HOST})\] ?")
 # NCCL's "host:pid:tid [dev]" is distinctive enough to take a host name without digits from it
 HOST_IN_LINE = re.compile(rf"(?:^|\s)(?P<h>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL"
-                          rf"|(?:^|\s)(?P<k>{HOST}) kernel: ")
+                          rf"|(?:^|\s)(?P<k>{HOST}) kernel: "
+                          # UCX's log prefix `[host:pid:thread(:tid)] file.c:N`
+                          rf"|^\[(?P<u>{HOST}):\d+:\d+(?::\d+)?\] \w+\.c:\d+ ")
 SRUN_TASK = re.compile(rf"srun: error: (?P<h>{HOST}): tasks? (?P<t>\d+)(?:-(?P<t2>\d+))?: ")
 # torchrun's ChildFailedError summary
 SUMMARY = re.compile(r"^\s*(?P<key>host|rank)\s+: (?P<val>\S.*)$")
@@ -95,8 +97,8 @@ def parse_line(raw: str) -> Prefixes:
                         p.rank if p.rank is not None else p2.rank, p2.body, hm.group("h")
                         or hm.group("b"))
     hm2 = HOST_IN_LINE.search(p.body)
-    return Prefixes(p.ts, p.task, p.rank, p.body, (hm2.group("h") or hm2.group("k")) if hm2
-                    else None)
+    return Prefixes(p.ts, p.task, p.rank, p.body, (hm2.group("h") or hm2.group("k")
+                                                   or hm2.group("u")) if hm2 else None)
 
 
 @dataclass

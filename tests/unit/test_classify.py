@@ -590,3 +590,24 @@ def test_a_quiet_node_whose_heartbeats_the_coordination_lost_died(tmp_path: Path
         (tmp_path / f"{host}.log").write_text(steps + end)
     got = diagnose_dir(tmp_path)
     assert (got["cause"], got["culprit_nodes"]) == (want, ["jx-h100-22"]), got
+
+
+@pytest.mark.parametrize("with_map", [True, False])
+def test_two_ucx_peers_naming_one_lid_name_the_host_the_jobs_ibstat_dump_maps_it_to(tmp_path: Path,
+                                                                                    with_map: bool) -> None:
+    """blind12 case-007: UCX's log prefix `[host:pid:thread:tid]` names the reporter, and the job's own `ibstat |
+    sed "s/^/$h: /"` dump (ibstat's indentation after the host) maps LID 1219 to cn-r3-16: two peers naming it are
+    strong evidence. Without the map nobody can be named."""
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    lids = "".join(f"{h}:                 Base lid: {lid}\n" for h, lid in
+                   (("cn-r3-14", 1187), ("cn-r3-15", 1203), ("cn-r3-16", 1219), ("cn-r3-17", 1236)))
+    steps = "".join(f"[1,0]<stdout>:Train Epoch: 3 [{i}/9000 (1%)]\tLoss: 1.2\n" for i in range(100, 600, 100))
+    errors = "".join(
+        f"[1,{r}]<stderr>:[{h}:{pid}:0:{pid}] ib_mlx5_log.c:177  Transport retry count exceeded on mlx5_0:1/IB "
+        f"(synd 0x15 vend 0x81 hw_synd 0/0)\n[1,{r}]<stderr>:[{h}:{pid}:0:{pid}] ib_mlx5_log.c:177  RC QP 0x2b1c "
+        f"wqe[58255]: SEND s-e [rqpn 0x51fa rlid 1219] [va 0x7fae26e90f len 8256 lkey 0x7e2ce]\n"
+        for r, h, pid in ((2, "cn-r3-14", 48211), (13, "cn-r3-17", 39904)))
+    (tmp_path / "slurm-3390417.out").write_text((lids if with_map else "") + steps + errors)
+    got = diagnose_dir(tmp_path)
+    assert got["cause"] == "network" and got["culprit_nodes"] == (["cn-r3-16"] if with_map else []), got
