@@ -179,7 +179,10 @@ def _node_down(f: Facts) -> Verdict | None:
 
 
 def _stalled(f: Facts) -> Verdict | None:
-    if f.roots or not (f.ctx.stalled or any(n.stuck_detail for n in f.nodes)):
+    # a SIGKILL with no error of its own (the hang's end: a monitor's or an operator's kill) is no
+    # root that explains the stall the stacks show
+    roots = [(n, m) for n, m in f.roots if m.kind != "killed"]
+    if roots or not (f.ctx.stalled or any(n.stuck_detail for n in f.nodes)):
         return None
     return who_stalled(f.nodes, evs(f.secondary, Role.SECONDARY), stuck_only=not f.ctx.stalled)
 

@@ -60,6 +60,12 @@ def progress_culprit(nodes: list[NodeEvidence]) -> list[str]:
     return behind if len(behind) < len(its) and max(its.values()) > low else []
 
 
+# A rank's innermost named frame is a collective of the framework's own API (py-spy prints
+# "barrier (torch/distributed/distributed_c10d.py:4166)"): it waits for its peers, it is not stuck
+COLLECTIVE_CALL = re.compile(r"^\w+ \((?:\S*/)?(?:torch/distributed/(?:distributed_c10d"
+                             r"|_functional_collectives)\b|deepspeed/comm/)")
+
+
 def stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
     """Nodes with a rank outside the frame where (strictly) most ranks wait: 'not in the
     collective'."""
@@ -68,7 +74,12 @@ def stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
         return [], ""
     (common, count), = frames.most_common(1)
     if count * 2 <= sum(frames.values()):
-        return [], ""
+        # no frame most ranks share (a dump or two in the log): a rank outside the framework's
+        # collective call where the other ranks wait, alone on its node
+        calls = sorted(f for f in frames if COLLECTIVE_CALL.search(f))
+        odd = [n.node for n in nodes if any(f and not COLLECTIVE_CALL.search(f)
+                                            for f in n.top_frames)]
+        return (odd, calls[0]) if calls and len(odd) == 1 and len(nodes) > 1 else ([], "")
     odd = [n.node for n in nodes if any(f and f != common for f in n.top_frames)]
     return (odd, common) if 0 < len(odd) < len(nodes) else ([], "")
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from orchestrator.contract import NODE_MARKER
 from orchestrator.diagnose.culprits import (
+    COLLECTIVE_CALL,
     all_hosts,
     as_hosts,
     origin,
@@ -23,7 +24,6 @@ from orchestrator.diagnose.judge import (
 )
 from orchestrator.diagnose.rules import (
     COLLECTIVE,
-    COLLECTIVE_CALL,
     DEVICE_FRAME,
     PROGRAM_WAIT,
     judge_root,

@@ -32,10 +32,6 @@ IN_BACKWARD = re.compile(r"_engine_run_backward|\bbackward \(torch/autograd")
 COLLECTIVE = re.compile(r"all_?reduce|barrier|broadcast|all_?gather|reduce_scatter|all_to_all|"
                         r"_?wait\b.*distributed|distributed_c10d|c10d|nccl|gloo|monitored_barrier|"
                         r"recv|send", re.IGNORECASE)
-# A rank's innermost named frame is a collective of the framework's own API (py-spy prints
-# "barrier (torch/distributed/distributed_c10d.py:4166)"): it waits for its peers, it is not stuck
-COLLECTIVE_CALL = re.compile(r"^\w+ \((?:\S*/)?(?:torch/distributed/(?:distributed_c10d"
-                             r"|_functional_collectives)\b|deepspeed/comm/)")
 DEVICE_FRAME = re.compile(r"cuda|synchron|nccl|cudnn|cublas|driver|ioctl|\.so\b|<native>|write|"
                           r"flush|fsync|read\b|open\b|stat\b|os\.|io\.|(?:^|\W)(?:print|emit|log)"
                           r"\w*", re.IGNORECASE)

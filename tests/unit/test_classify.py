@@ -611,3 +611,26 @@ def test_two_ucx_peers_naming_one_lid_name_the_host_the_jobs_ibstat_dump_maps_it
     (tmp_path / "slurm-3390417.out").write_text((lids if with_map else "") + steps + errors)
     got = diagnose_dir(tmp_path)
     assert got["cause"] == "network" and got["culprit_nodes"] == (["cn-r3-16"] if with_map else []), got
+
+
+@pytest.mark.parametrize(("stuck_frame", "named"), [
+    ("    cudaStreamSynchronize (libcudart.so.12)\n    item (torch/_tensor.py)\n    log_metrics (train.py:262)", True),
+    ("    wait (torch/distributed/distributed_c10d.py:2806)\n"
+     "    all_reduce (torch/distributed/distributed_c10d.py:2806)", False),
+])
+def test_a_rank_outside_the_collective_in_two_dumps_is_named_though_a_kill_ended_the_job(
+        tmp_path: Path, stuck_frame: str, named: bool) -> None:
+    """blind11 case-032: a hang monitor's two py-spy dumps on one node (one rank in cudaStreamSynchronize, its
+    neighbour waiting in all_reduce), then the job's tasks SIGKILLed. The kill, with no error of its own, blocked
+    the stacks' reading, and two dumps have no majority frame: the rank outside the collective call is the hang."""
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    steps = "".join(f"step {i} | loss 1.73 | lr 2.0e-04\n" for i in range(77000, 77101, 20))
+    (tmp_path / "dgx-h-117.log").write_text(steps + "srun: error: dgx-h-117: tasks 0-7: Killed\n")
+    dumps = (f'$ py-spy dump --native --pid 144905\nThread 144905 (active): "MainThread"\n{stuck_frame}\n\n'
+             '$ py-spy dump --pid 144903\nThread 144903 (idle): "MainThread"\n'
+             "    wait (torch/distributed/distributed_c10d.py:2806)\n"
+             "    all_reduce (torch/distributed/distributed_c10d.py:2806)\n")
+    (tmp_path / "dgx-h-118.log").write_text(steps + dumps + "srun: error: dgx-h-118: tasks 8-15: Killed\n")
+    got = diagnose_dir(tmp_path)
+    assert (got["cause"] == "hang" and got["culprit_nodes"] == ["dgx-h-118"]) == named, got
