@@ -37,6 +37,12 @@ SUMMARY = re.compile(r"^\s*(?P<key>host|rank)\s+: (?P<val>\S.*)$")
 NCCL_RANK = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\] NCCL INFO comm \S+ rank (?P<r>\d+) ")
 NCCL_PID = re.compile(r"^(?P<h>[A-Za-z][\w.-]*):(?P<p>\d+):\d+ \[\d+\] ")
 PID_IN_LINE = re.compile(r"\bpid[=: ]+(\d+)")
+# a line that is only `IP host` (or `host IP`) pairs, a tag first: `/etc/hosts`, `getent hosts`, a
+# job's own node map (`[nodes] 10.0.0.3 gpu-1 | 10.0.0.4 gpu-2`, `# nodes: gpu-1 10.0.0.3, ...`)
+_IP = r"\d{1,3}(?:\.\d{1,3}){3}"
+IP_HOST = re.compile(rf"({_IP})\s+({HOST})|({HOST})\s+({_IP})")
+IP_HOST_MAP = re.compile(rf"(?:\[[\w -]+\]:? |#\s*[\w -]+:\s*)?(?:(?:{_IP}\s+{HOST}|{HOST}\s+{_IP})"
+                         rf"\s*[|,;]?\s*)+")
 JOB_WIDE = re.compile(r"^(?:slurm|job|output|train|log|stdout|stderr)[-_.]?\d*(?:[-_.]\d+)*$",
                       re.IGNORECASE)
 MAX_TIES = 8192
@@ -129,6 +135,10 @@ class HostMap:
         nm = NCCL_RANK.match(body) if "NCCL INFO comm" in body else None
         if nm and task is not None:
             self.tasks.setdefault(task, nm.group("h"))
+            return
+        if IP_HOST_MAP.fullmatch(body):  # `10.0.0.3 gpu-1 | 10.0.0.4 gpu-2`: /etc/hosts, getent
+            for ip, host, host2, ip2 in IP_HOST.findall(body):
+                self.learn_address(ip or ip2, host or host2)
             return
         sm = SUMMARY.match(body)
         if sm and sm.group("key") == "host":

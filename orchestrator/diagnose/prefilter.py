@@ -45,6 +45,8 @@ SPECIAL = (
     (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|hread 0x[0-9a-f]+ \(most recent call first|Failed "
      r"to suspend process|py-spy timed out", False),
     (r"base lid:|port_lid:|instance[-_ ]?id|My host id: ", True),  # a host's own names (lines.py)
+    (r"\d\.\d{1,3}\s+[A-Za-z][\w-]*\d|[A-Za-z][\w-]*\d[\w.-]*\s+\d{1,3}\.\d{1,3}\.\d{1,3}\.\d",
+     False),  # `IP host` / `host IP` maps (origin.IP_HOST_MAP)
 )
 _NAMED = re.compile(r"\(\?P<\w+>")
 Compiled = dict[tuple[tuple[str, bool], ...], bytes]

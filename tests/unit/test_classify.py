@@ -634,3 +634,26 @@ def test_a_rank_outside_the_collective_in_two_dumps_is_named_though_a_kill_ended
     (tmp_path / "dgx-h-118.log").write_text(steps + dumps + "srun: error: dgx-h-118: tasks 8-15: Killed\n")
     got = diagnose_dir(tmp_path)
     assert (got["cause"] == "hang" and got["culprit_nodes"] == ["dgx-h-118"]) == named, got
+
+
+@pytest.mark.parametrize("node_map", [
+    "[ray-nodes] 10.72.56.2 ray-head-0 | 10.72.56.3 ray-gpu-1 | 10.72.56.4 ray-gpu-2",
+    "# nodes: ray-head-0 10.72.56.2, ray-gpu-1 10.72.56.3, ray-gpu-2 10.72.56.4",
+    "10.72.56.3      ray-gpu-1",  # getent hosts
+])
+def test_a_ray_node_marked_dead_by_address_is_named_through_the_jobs_node_map(tmp_path: Path, node_map: str) -> None:
+    """Ray names a dead node by its address only; the job printed its node map (IP host, or host IP, pairs on one
+    line): the dead node is named and excluded (corpus r3 and blind case-017, both unnamed before)."""
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    (tmp_path / "slurm-43751.out").write_text(
+        "".join(f"(RayTrainWorker pid=6420, ip=10.72.56.3) Epoch 2: {p}%|#   | {22 * p}/5000 [31:11<39:40, 1.18it/s]\n"
+                for p in (40, 42, 44))
+        + node_map + "\n"
+        "2024-04-11 16:38:16,464\tWARNING worker.py:2037 -- The node with node id: 677df2a9020c5db45e755b0078c469e2ce5"
+        "1e05ea093ed3b283505a0 and address: 10.72.56.3 and node name: 10.72.56.3 has been marked dead because the "
+        "detector has missed too many heartbeats from it. This can happen when a \t(1) raylet crashes unexpectedly "
+        "(OOM, etc.) \n(2) raylet has lagging heartbeats due to slow network or busy workload.\n"
+        "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n")
+    got = diagnose_dir(tmp_path)
+    assert (got["cause"], got["culprit_nodes"], got["action"]) == ("node_fail", ["ray-gpu-1"], "resubmit_exclude"), got
