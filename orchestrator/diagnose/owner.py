@@ -1,6 +1,7 @@
-"""Whose process the kernel's OOM killer took (offline): a kill in another job's cgroup, or of a
-process that is none of the job's while no rank of the job on that node was killed, is context
-about the node (another workload ran there), not the verdict. The agent judges the same live by its
+"""Whose process the kernel's OOM killer took, or whose GPU work an Xid failed (offline): a kill in
+another job's cgroup, or of a process that is none of the job's while no rank of the job on that
+node was killed, and an Xid naming such a process, are context about the node (another workload ran
+there), not the verdict. The agent judges the same live by its
 ranks' PIDs and cgroup (`agent/oomowner.py`); offline, the text is all there is: the job's id from
 its file names and Slurm's own lines, the victim's cgroup and name from the kernel's lines."""
 
@@ -15,6 +16,8 @@ from orchestrator.evidence import Match, NodeEvidence
 _JOB_ID = (re.compile(r"slurm-(\d+)(?:_\d+)?\.(?:out|err|log)"),  # the job's own output file
            re.compile(r"StepId=(\d+)\.|\*\*\* (?:JOB|STEP) (\d+)[. ]"))  # slurmstepd's lines
 _CGROUP_JOB = re.compile(r"(?:/job_|StepId=)(\d+)")
+# the driver names the process whose GPU work failed (`Xid (...): 79, pid=88214, name=vllm-serve`)
+_XID_PROCESS = re.compile(r"NVRM: Xid \([^)]*\): \d+, pid=\d+, name=([^,\s]+)")
 _MEMCG_PID = re.compile(r"oom-kill:.*\bpid=(\d+)")
 _KILLED_PID = re.compile(r"Killed process (\d+)")
 _VICTIM = re.compile(r"Killed process \d+ \(([^)]+)\)|task=([^,\s]+),")
@@ -35,7 +38,10 @@ def job_id(files: Iterable[str], nodes: list[NodeEvidence]) -> str | None:
     return None
 
 
-def _foreign(m: Match, job: str | None, rank_killed: bool, pids: set[str]) -> bool:
+def _foreign(m: Match, job: str | None, rank_killed: bool, pids: set[str],
+             crashed: bool = True) -> bool:
+    if (x := _XID_PROCESS.search(m.text)) is not None:  # an Xid of another program's GPU
+        return not crashed and not _JOB_PROCESS.search(x.group(1))
     if m.signature != "host_oom":
         return False
     if (c := _CGROUP_JOB.search(m.text)) and job is not None:
@@ -53,9 +59,10 @@ def without_foreign_kills(nodes: list[NodeEvidence], job: str | None) -> list[No
     pid)."""
     out = []
     for n in nodes:
-        killed = any(m.kind == "killed" for m in n.matches)
+        killed = any(m.kind == "killed" for m in n.matches)  # an OOM kill there may be the job's
+        crashed = killed or any(m.kind == "crash" for m in n.matches)  # and so may an Xid
         pids = {p.group(1) for m in n.matches if (p := _MEMCG_PID.search(m.text))
                 and _foreign(m, job, killed, set())}
-        kept = tuple(m for m in n.matches if not _foreign(m, job, killed, pids))
+        kept = tuple(m for m in n.matches if not _foreign(m, job, killed, pids, crashed))
         out.append(n if len(kept) == len(n.matches) else dataclasses.replace(n, matches=kept))
     return out

@@ -111,3 +111,25 @@ def test_offline_without_the_jobs_id_a_kill_of_a_process_none_of_the_jobs_is_con
     java = [ln.replace("python3", "java") for ln in LINES]
     assert _job(tmp_path / "a", False, java)["cause"] == "user_bug"
     assert _job(tmp_path / "b", False, LINES)["cause"] == "host_oom"
+
+
+def test_offline_an_xid_of_another_programs_gpu_is_context(tmp_path: Path) -> None:
+    """blind13 case-044: Lightning reached max_steps and saved; the epilog of one node shows Xid 79 for a GPU that
+    another program (vllm-serve) used: read as this job's lost GPU, a healthy node excluded after a finished run.
+    The same Xid naming the job's own python beside its ranks' crash is still the node's."""
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    done = ("Epoch 9:  100%|##########| 4120/4120 [34:20<00:00, 1.93it/s, v_num=17, train_loss=0.503]\n"
+            "`Trainer.fit` stopped: `max_steps=200000` reached.\n")
+    xid = ("[Mon Aug 17 22:41:07 2026] NVRM: Xid (PCI:0000:c1:00): 79, pid=88214, name={name}, GPU has fallen off "
+           "the bus.")
+    (tmp_path / "vx-a201.log").write_text(done)
+    (tmp_path / "vx-a202.log").write_text(xid.format(name="vllm-serve") + "\n")
+    assert (diagnose_dir(tmp_path)["action"], diagnose_dir(tmp_path)["culprit_nodes"]) == ("done", [])
+    crash = tmp_path / "crash"
+    crash.mkdir()
+    (crash / "vx-a201.log").write_text("step 100 | loss 1.2\nRuntimeError: NCCL communicator was aborted\n")
+    (crash / "vx-a202.log").write_text("step 100 | loss 1.2\n" + xid.format(name="python") + "\n"
+                                       "srun: error: vx-a202: task 1: Exited with exit code 1\n")
+    got = diagnose_dir(crash)
+    assert (got["cause"], got["culprit_nodes"]) == ("gpu_lost", ["vx-a202"]), got
