@@ -23,9 +23,23 @@ def scan_file(path: Path, node: str, signatures: tuple[Signature, ...], progress
     while True:
         blocks = tail.read_chunks(final=True)
         if not blocks:
+            # a last line cut off mid-write says, as NUL padding does, the host stopped abruptly
+            scan.nul_padding = scan.nul_padding or _cut_mid_line(path)
             return scan
         for first, block, newlines in blocks:
             scan.feed_bytes(first, block, prefilter, newlines)
+
+
+def _cut_mid_line(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            if f.tell() == 0:
+                return False
+            f.seek(-1, 2)
+            return f.read(1) != b"\n"
+    except OSError:
+        return False
 
 
 def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: str = "",

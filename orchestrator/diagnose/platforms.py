@@ -49,10 +49,12 @@ PLATFORMS: tuple[Signature, ...] = (
     Signature("framework_shutdown",
               r"Horovod has been shut down|HorovodShutdownError"
               r"|has been set to ERROR in coordination service|Polled an error from coordination "
-              r"service|JAX distributed service detected fatal errors",
+              r"service|JAX distributed service detected fatal errors"
+              r"|DEADLINE_EXCEEDED: Barrier timed out",
               C.NCCL_TIMEOUT, cascade=True,
               source="Horovod after another rank's exception (horovod/horovod#534); XLA "
-                     "coordination service heartbeat timeout (jax-ml/jax#23599)"),
+                     "coordination service heartbeat timeout (jax-ml/jax#23599); its barrier "
+                     "timeout, naming the tasks that never arrived"),
     # AWS EFA: the reporter names the peer's instance id; hosts announce their own.
     Signature("efa_peer",
               r"My host id: \S+ .*Peer host id: (?P<peer>i-[0-9a-f]{8,17})\b", C.NETWORK,

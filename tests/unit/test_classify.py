@@ -657,3 +657,23 @@ def test_a_ray_node_marked_dead_by_address_is_named_through_the_jobs_node_map(tm
         "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n")
     got = diagnose_dir(tmp_path)
     assert (got["cause"], got["culprit_nodes"], got["action"]) == ("node_fail", ["ray-gpu-1"], "resubmit_exclude"), got
+
+
+@pytest.mark.parametrize(("last", "want"), [
+    ("I0524 14:42:10.551 train.py:512] [step 21250] loss=2.0", "node_fail"),
+    ("I0524 14:42:10.551 train.py:512] [step 21250] loss=2.09\n", "hang")])
+def test_survivors_of_a_jax_barrier_timeout_name_the_host_that_never_arrived(tmp_path: Path, last: str,
+                                                                               want: str) -> None:
+    """blind13 case-021: XLA's coordination barrier timed out on every surviving task (the same
+    `DEADLINE_EXCEEDED: Barrier timed out` on three hosts read as the job's own bug, the run stopped); the fourth
+    host's log is cut off mid-line: it died (node_fail). A complete last line leaves a silent host: a hang."""
+    from orchestrator.diagnose.offline import diagnose_dir
+
+    steps = "".join(f"I0524 14:4{i}:20.263 train.py:512] [step {21100 + 50 * i}] loss=2.098\n" for i in range(3))
+    barrier = ("jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Barrier_id: "
+               "checkpoint_step_21250. Timed out task names:\n/job:jax_worker/replica:0/task:3\n")
+    for i in range(3):
+        (tmp_path / f"tpu-gpu-h{i}.log").write_text(steps + barrier)
+    (tmp_path / "tpu-gpu-h3.log").write_text(steps + last)
+    got = diagnose_dir(tmp_path)
+    assert (got["cause"], got["culprit_nodes"]) == (want, ["tpu-gpu-h3"]), got
