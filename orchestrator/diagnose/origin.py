@@ -19,7 +19,9 @@ PREFIX = re.compile(
     r"(?:(?P<r1>\d+): |\[rank(?P<r2>\d+)\]:? ?|\[default(?P<r3>\d+)\]:? "
     r"?|\[\d+,(?P<r4>\d+)\]<std(?:out|err)>: ?)?"
 )
-HOST = r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)[A-Za-z][\w-]*\d[\w.-]*"
+# (no empty label: `n-01..n-04` is a range of hosts, not one)
+HOST = (r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)(?![\w.-]*\.\.)"
+        r"[A-Za-z][\w-]*\d[\w.-]*")
 # "host: " (pdsh, after an optional "[tag] "), or "[host] " / "[tag host] " (an epilog or a wrapper
 # naming the host)
 # a Python exception's name is no host (`boto3.exceptions.S3UploadFailedError: ...`, `E1Error: ...`)

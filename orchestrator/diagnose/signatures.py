@@ -177,7 +177,9 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + SERVICES + (
     Signature(
         "hung_task",
         r"INFO: task \S+ blocked for more than \d+ seconds|blocked for more than \d+ seconds"
-        r"|^\s*(?:\S+\s+)?\d+\s+D[lsNL+<]*\s+\S+.*\bpython|state D\b|uninterruptible sleep",
+        r"|^\s*(?:\S+\s+)?\d+\s+D[lsNL+<]*\s+\S+.*\bpython|uninterruptible sleep"
+        # not a summary saying none is (`no process in state D`)
+        r"|(?<!no process in )(?<!no processes in )(?<!none in )(?<!not in )state D\b",
         C.HANG,
         blame=True,
         source="kernel hung_task detector; ps STAT D (Hugging Face 64-GPU hang, CONTEXT.md)",

@@ -677,3 +677,19 @@ def test_survivors_of_a_jax_barrier_timeout_name_the_host_that_never_arrived(tmp
     (tmp_path / "tpu-gpu-h3.log").write_text(steps + last)
     got = diagnose_dir(tmp_path)
     assert (got["cause"], got["culprit_nodes"]) == (want, ["tpu-gpu-h3"]), got
+
+
+def test_a_summary_saying_no_process_is_in_state_d_names_nobody(tmp_path: Path) -> None:
+    """blind13 case-019: an epilog's `n-01..n-04: ranks 3,9,14 in horovod_allreduce ...; no process in state D` was
+    read as a process in D state on a host called `n-01..n-04` (a range, not a host), which was excluded."""
+    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.diagnose.origin import parse_line
+
+    assert parse_line("n-01..n-04: ranks 3,9,14 in horovod_allreduce").host is None
+    assert parse_line("n-01: ranks 3,9,14 in horovod_allreduce").host == "n-01"
+    (tmp_path / "slurm-771210.out").write_text(
+        "".join(f"[1,0]<stdout>:pretrain epoch 3, step {s}, loss 4.6, 0.612 sec/step\n" for s in (600, 700, 800))
+        + "n-01..n-04: ranks 3,9,14 in horovod_allreduce (have_more_data); no process in state D\n"
+        "slurmstepd: error: *** JOB 771210 ON n-01 CANCELLED AT 2026-08-02T14:50:44 ***\n")
+    got = diagnose_dir(tmp_path)
+    assert got["culprit_nodes"] == [] and got["action"] != "resubmit_exclude", got
