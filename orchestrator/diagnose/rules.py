@@ -59,24 +59,7 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
     if cause in (Cause.USER_OOM, Cause.GPU_OOM_STARTUP):
         return judge_oom(cause, best, culprits, symmetric, nodes, ctx)
     if cause in (Cause.GPU_ECC, Cause.GPU_LOST, Cause.NODE_FAIL):
-        if symmetric and best.signature == "gpu_unavailable":
-            return Cause.USER_BUG, [], Owner.JOB, "same_on_every_node", (
-                "no GPU usable on any node: the job's device settings, not a node")
-        if symmetric and same_text and cause != Cause.NODE_FAIL and not explained:
-            return cause, [], Owner.JOB, "same_on_every_node", (
-                f"the same {cause.value} line on every node at once, and no node's own hardware "
-                "report: hardware fails one node at a time, so the line is the job's own output "
-                "(or the fleet's): check what the training prints")
-        if cause == Cause.GPU_LOST and not explained and lone_launch_failure(best, culprits, nodes,
-                                                                             ctx):
-            return Cause.USER_BUG, culprits, Owner.NODE_SUSPECT, "one_rank_cuda_crash", (
-                f"one rank's CUDA launch failure on {culprits[0]} after progress, no hardware "
-                f"message: a strike: {best.text[:120]}")
-        if cause == Cause.GPU_LOST and any(hw.get(h) == Cause.GPU_ECC for h in culprits):
-            # a generic launch failure on a GPU whose own counters show uncorrectable ECC
-            cause = Cause.GPU_ECC
-        return (cause, culprits, Owner.NODE, "node_hardware" if cause != Cause.NODE_FAIL
-                else "node_failed", "")
+        return judge_hardware(cause, best, culprits, symmetric, hw, nodes, ctx, same_text)
     if explained and not symmetric and cause in EXPLAINABLE:
         hw_cause = hw[explained[0]]
         new = hw_cause if hw_cause != Cause.UNKNOWN else (
@@ -103,6 +86,32 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
     if cause == Cause.HANG:
         return cause, culprits, Owner.NODE, "stuck_process", ""
     return cause, culprits, Owner.NODE_SUSPECT, "one_off_crash", ""
+
+
+def judge_hardware(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
+                   hw: dict[str, Cause], nodes: list[NodeEvidence], ctx: Context,
+                   same_text: bool) -> Judged:
+    """A GPU, ECC or node failure: the node's, unless every node printed it (the job's own output)
+    or it is one rank's launch failure that nothing else explains (a strike)."""
+    explained = [h for h in culprits if h in hw]
+    if symmetric and best.signature == "gpu_unavailable":
+        return Cause.USER_BUG, [], Owner.JOB, "same_on_every_node", (
+            "no GPU usable on any node: the job's device settings, not a node")
+    if symmetric and same_text and cause != Cause.NODE_FAIL and not explained:
+        return cause, [], Owner.JOB, "same_on_every_node", (
+            f"the same {cause.value} line on every node at once, and no node's own hardware "
+            "report: hardware fails one node at a time, so the line is the job's own output "
+            "(or the fleet's): check what the training prints")
+    if cause == Cause.GPU_LOST and not explained and lone_launch_failure(best, culprits, nodes,
+                                                                         ctx):
+        return Cause.USER_BUG, culprits, Owner.NODE_SUSPECT, "one_rank_cuda_crash", (
+            f"one rank's CUDA launch failure on {culprits[0]} after progress, no hardware "
+            f"message: a strike: {best.text[:120]}")
+    if cause == Cause.GPU_LOST and any(hw.get(h) == Cause.GPU_ECC for h in culprits):
+        # a generic launch failure on a GPU whose own counters show uncorrectable ECC
+        cause = Cause.GPU_ECC
+    return (cause, culprits, Owner.NODE, "node_hardware" if cause != Cause.NODE_FAIL
+            else "node_failed", "")
 
 
 def weak_node_error(cause: Cause, best: Match, culprits: list[str], nodes: list[NodeEvidence],
