@@ -77,19 +77,31 @@ def test_a_fabric_manager_or_nvls_failure_on_one_node_is_that_nodes_gpus(line: s
     assert action(v) == "resubmit_exclude"
 
 
+HIP_LAUNCH = ["[rank12]: RuntimeError: HIP error: unspecified launch failure",
+              "[rank12]: HIP kernel errors might be asynchronously reported at some other API call"]
+
+
 @pytest.mark.parametrize("lines", [
     ["[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout, signaled seq=2463, emitted "
      "seq=2465", "amdgpu 0000:03:00.0: amdgpu: GPU reset begin!"],
     ["amdgpu 0000:45:00.0: amdgpu: [drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring comp_1.2.0 "
      "timeout, signaled seq=2210987, emitted seq=2210989", "[drm] VRAM is lost due to GPU reset!"],
-    ["[rank12]: RuntimeError: HIP error: unspecified launch failure",
-     "[rank12]: HIP kernel errors might be asynchronously reported at some other API call"],
+    HIP_LAUNCH + ["[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring comp_1.2.0 timeout, signaled "
+                  "seq=2210987, emitted seq=2210989"],
 ])
 def test_an_amdgpu_ring_timeout_or_hip_launch_failure_excludes_the_node(lines: list[str]) -> None:
     v = classify(FAILED, [node("a", progress(5) + lines), node("b", progress(5) + [TIMEOUT])],
                  Context())
     assert v.cause == Cause.GPU_LOST and v.culprit_nodes == ("a",)
     assert action(v) == "resubmit_exclude"
+
+
+def test_one_ranks_hip_launch_failure_with_no_driver_report_is_a_strike() -> None:
+    """Issue 38 and DECISIONS.md: one rank's launch failure after progress that nothing else explains (no ring
+    timeout, no reset, no Xid) is retried once with a strike on its node, not an exclusion (this test excluded it
+    before issue 38 said so)."""
+    v = classify(FAILED, [node("a", progress(5) + HIP_LAUNCH), node("b", progress(5) + [TIMEOUT])], Context())
+    assert v.culprit_nodes == ("a",) and action(v) == "resubmit"
 
 
 UCX = "[{h}:4938:0:4938] ib_mlx5_log.c:179  {err} on mlx5_0:1/IB (synd 0x14 vend 0x89 hw_synd 0/0)"
