@@ -129,6 +129,8 @@ class SegmentSpec(Frozen):
     job_name: str
     nodes: int = Field(ge=1)
     tasks_per_node: int = Field(ge=1)
+    # "first": only the first node runs the command; the others idle (resources.launch_nodes)
+    launch_nodes: str = "all"
     gpus_per_node: int = Field(ge=0)
     cpus_per_task: int | None = None
     partition: str | None = None

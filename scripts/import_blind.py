@@ -212,13 +212,18 @@ def _child(job: dict[str, Any]) -> None:
     # the same cap on a pyxis launch's own srun (the copies per node are its literal: `__orch_rank_step N ...`)
     command = tuple(re.sub(r"__orch_rank_step (\d+) ", lambda m: f"__orch_rank_step {min(int(m.group(1)), 2)} ", c)
                     for c in cfg["command"])
-    for rank, host in enumerate(hosts):
+    # a launch on the first node only (`resources.launch_nodes: first`, added 2026-12-07, second session): the
+    # other nodes' agents run nothing, as `run_node` has them idle (a tree without the setting runs every node)
+    first = cfg["resources"].get("launch_nodes", "all") == "first"
+    for rank, host in enumerate(hosts[:1] if first else hosts):
         spec = SegmentSpec(run_name="t", index=1, job_name="t.seg0001", nodes=nodes,
                            tasks_per_node=min(cfg["resources"].get("tasks_per_node", 1), 2), gpus_per_node=0,
                            time_limit_min=5, command=command, env=tuple(sorted(env.items())),
                            workdir=str(work), run_dir=str(tmp / "run"),
                            segment_dir=str(tmp / "run" / "segments" / "0001"), progress_regex=PROGRESS_REGEX)
-        NodeAgent(spec, host, rank, nodes, "4242").run()
+        if first:
+            spec = spec.model_copy(update={"launch_nodes": "first"})
+        NodeAgent(spec, host, rank, 1 if first else nodes, "4242").run()
 
 
 def launches(log_text: str) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.agent import dump, nodefacts, preflight, profile, rankstep, reaper
+from orchestrator.agent import dump, idle, nodefacts, preflight, profile, rankstep, reaper
 from orchestrator.agent.taskenv import flight_env, node_identity, srun_task_env, training_argv
 from orchestrator.contract import (
     CANNOT_START_EXIT,
@@ -104,7 +104,7 @@ class NodeAgent:
     # ---- lifecycle ----------------------------------------------------------------------------
     def _env(self, local_rank: int) -> dict[str, str]:
         s = self.spec
-        world = s.nodes * s.tasks_per_node
+        world = self.nnodes * s.tasks_per_node
         rank = self.node_rank * s.tasks_per_node + local_rank
         env = dict(os.environ)
         env.update(dict(s.env))
@@ -284,13 +284,13 @@ class NodeAgent:
 def run_node(spec: SegmentSpec, node_name: str | None = None, node_rank: int | None = None,
              job_id: str | None = None) -> int:
     """Entry point pickled by submitit. Raises SystemExit(code) on failure so Slurm records it."""
-    # a rank killed before its container stops: the container's monitor comes to the agent, not to
-    # PID 1, and stays in reach of the dumps and the stop (the agent's own process only: never a
-    # process that runs an agent in-line)
+    # a rank killed before its container stops: its monitor comes to the agent, not to PID 1, in
+    # reach of the dumps and the stop (the agent's own process only, never one running it in-line)
     reaper.become_subreaper()
     node, rank, nnodes = node_identity(node_name, node_rank)
-    if node_name is not None:
-        nnodes = spec.nodes
+    if idle.idles(spec, rank):
+        return idle.hold(spec, node)
+    nnodes = 1 if spec.launch_nodes == "first" else spec.nodes if node_name else nnodes
     jid = (job_id or os.environ.get("SLURM_JOB_ID")
            or os.environ.get("SUBMITIT_LOCAL_JOB_ID", "local"))
     code = NodeAgent(spec, node, rank, nnodes, jid).run()

@@ -160,7 +160,9 @@ def launch_lines(spec: SegmentSpec) -> list[str]:
     from orchestrator.redact import masked_text
 
     out = [f"# per-node launch: one agent on each of {spec.nodes} node(s), {spec.tasks_per_node} "
-           "rank(s) each", f"#   working directory: {spec.workdir}"]
+           "rank(s) each" + ("; the command runs on the first node only, the other agents idle "
+                             "(resources.launch_nodes: first)" if spec.launch_nodes == "first"
+                             else ""), f"#   working directory: {spec.workdir}"]
     argv = list(spec.command)
     if scripts := script_indexes(argv):
         i = scripts[0]

@@ -29,7 +29,7 @@ from orchestrator.importer.names import (
     rewrite_resume,
     undefined,
 )
-from orchestrator.importer.nodes import listed
+from orchestrator.importer.nodes import first_node_only, listed, on_first_node
 from orchestrator.importer.once import LOAD_ENV, once_after, split_once
 from orchestrator.importer.options import resources, sbatch_options
 from orchestrator.importer.refuse import (
@@ -38,7 +38,6 @@ from orchestrator.importer.refuse import (
     backgrounded,
     bash_rejects,
     enclosing_loop,
-    first_node_only,
     het_launch,
     hetjob,
     in_loop,
@@ -57,6 +56,7 @@ from orchestrator.importer.script import (
     LAUNCH_BEFORE,
     array_lines,
     array_task_lines,
+    first_only,
     passing_bash_n,
     syntax_error,
     tee_once,
@@ -92,14 +92,12 @@ def _refuse_launch(text: str, found: launch_mod.Launch, env: dict[str, str], nod
                      "launch, as each pass of the batch script's loop started it on every node")
     het_launch([*found.dropped, *found.segment.texts(text)[found.program_at:]], line)
     on_some_nodes([resolve(w, env) for w in found.dropped], nodes, line, named)
-    first_node_only(found.launcher, found.kind, nodes, line)
 
 
 def _launch_edit(found: launch_mod.Launch, text: str, env: dict[str, str], cfg: dict[str, Any],
                  notes: list[str]) -> tuple[int, int, str, bool]:
     """(start, end, replacement, ranks in a pyxis image): the edit that puts the agent in the
-    launch's place. A launch whose srun starts its ranks in a container keeps that srun for each
-    node's ranks (the agents stay on the host)."""
+    launch's place; a container launch keeps its srun for each node's ranks (agents on the host)."""
     r = cfg["resources"]
     named = found.kind == "srun" and listed(found.dropped)
     in_image = found.launcher == "srun" and pyxis(found, env)
@@ -108,7 +106,11 @@ def _launch_edit(found: launch_mod.Launch, text: str, env: dict[str, str], cfg: 
                                                       in_image)
         r["tasks_per_node"] = 1
     else:
-        start, end, repl, more = launch_mod.rewrite(found, text, r.get("nodes", 1) > 1)
+        many = r.get("nodes", 1) > 1
+        first = first_node_only(found.launcher, found.kind, r.get("nodes", 1))
+        start, end, repl, more = launch_mod.rewrite(found, text, many and not first)
+        if first:
+            on_first_node(found.launcher, line_of(text, found.segment.words[0][0]), r, notes)
         containers(found, env, cfg, notes)
     notes.extend(more)
     return start, end, repl, in_image or named
@@ -134,17 +136,17 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
     start, end, repl, in_image = _launch_edit(found, text, env, cfg, notes)
     if found.kind != "srun" and r.get("tasks_per_node", 1) != 1:
         notes.append(f"--ntasks-per-node={r['tasks_per_node']} is not used: the launch is not "
-                     "under srun, so the agent starts it once per node (tasks_per_node: 1)")
+                     "under srun, so the agent starts it once on a node (tasks_per_node: 1)")
         r["tasks_per_node"] = 1
     words = found.segment.texts(text)[found.program_at:]
     shown = resolve(" ".join(unquote(w) for w in words), env)
     notes.append(f"training launch found: {' '.join(shown.split())[:300]}")
     script = with_launch(text, start, end, repl, found.segment.line_start)
-    script = once_after(script, notes)
-    # up to the launch's first word: `clear; srun ...` ran `clear` once too (with_launch put a line
-    # before it)
-    script, setup = split_once(script, found.segment.words[0][0] + len(LAUNCH_BEFORE), notes,
-                               cfg["_args"])
+    setup = None  # on the first node alone, the script runs once there, as the batch script did
+    if r.get("launch_nodes") != "first":  # up to the launch's first word (`clear; srun ...`)
+        script = once_after(script, notes)
+        script, setup = split_once(script, found.segment.words[0][0] + len(LAUNCH_BEFORE), notes,
+                                   cfg["_args"])
     if setup:
         cfg["_setup"] = [setup]
     script, resumes = rewrite_resume(script)
@@ -158,6 +160,7 @@ def _launch_script(text: str, cfg: dict[str, Any], notes: list[str], source: str
                      "the first segment")
     _checkpoint(text, env, cfg, notes, [f for f, _, _ in resumes])
     script = tee_once(tidy(script, source), notes)
+    script = first_only(script) if r.get("launch_nodes") == "first" else script
     return passing_bash_n(with_rank_step(script) if in_image else script, notes)
 
 

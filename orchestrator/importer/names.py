@@ -96,9 +96,9 @@ def undefined(text: str) -> list[str]:
         for m in re.finditer(r"(?:^|[\s;(])(?:(?:export|declare|typeset|readonly|local)\s+(?:"
                              r"-\w+\s+)*)?([A-Za-z_]\w*)\+?=", line):
             first_def.setdefault(m.group(1), n)
-        for m in re.finditer(r"\bfor\s+([A-Za-z_]\w*)\s+in\b|\bread\s+(?:-\w+\s+)*([A-Za-z_]\w*)",
-                             line):
-            first_def.setdefault(m.group(1) or m.group(2), n)
+        for m in re.finditer(r"\bfor\s+([A-Za-z_]\w*)\s+in\b|\bread\s+(?:-\w+\s+)*([A-Za-z_]\w*)"
+                             r"|\bfor\s*\(\(\s*([A-Za-z_]\w*)\s*=", line):  # for ((i = 0; ...))
+            first_def.setdefault(m.group(1) or m.group(2) or m.group(3), n)
         for m in DEFAULTED.finditer(line):
             first_def.setdefault(m.group(1), n)
         for m in USE.finditer(line):

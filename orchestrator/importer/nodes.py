@@ -6,6 +6,7 @@ on every node, and each node starts only the pass that names it."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from orchestrator.importer.launch import SRUN_VALUE
 from orchestrator.importer.scan import unquote
@@ -54,3 +55,23 @@ NODE_HELPERS = _NODE_HELPERS.replace("@VALUED@", "|".join(sorted(SRUN_VALUE)))
 def listed(dropped: list[str]) -> bool:
     """The launch's srun names its nodes (`-w`, `--nodelist`)."""
     return any(_LISTED.fullmatch(unquote(w)) for w in dropped)
+
+
+def first_node_only(launcher: str, kind: str, nodes: int) -> bool:
+    """A launch run straight from the batch script (no srun) in a job of several nodes runs once, on
+    the first node, under sbatch (the other nodes wait; its own helper steps may use them); only
+    deepspeed (pdsh/ssh) and mpirun start the other hosts themselves."""
+    return kind != "srun" and nodes > 1 and launcher not in ("deepspeed", "mpirun", "mpiexec")
+
+
+FIRST_NODE = ("FIRST NODE: the launch `{launcher}` (line {line}) has no srun, so under sbatch it "
+              "ran once, on the first node, and the job's {others} other node(s) ran nothing of "
+              "it: it runs so here (resources.launch_nodes: first); the others are held idle, "
+              "the script's own `srun -w NODE ...` steps start from the first node as the batch "
+              "script started them, and the verdicts read the first node alone. A training that "
+              "expects ranks on every node waits for them, as under sbatch: put srun before it")
+def on_first_node(launcher: str, line: int, resources: dict[str, Any], notes: list[str]) -> None:
+    """The launch runs on the first node only; the other nodes of the job idle."""
+    resources["launch_nodes"] = "first"
+    notes.append(FIRST_NODE.format(launcher=launcher, line=line,
+                                   others=resources.get("nodes", 1) - 1))

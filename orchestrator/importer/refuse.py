@@ -104,19 +104,6 @@ def bash_rejects(text: str, error: tuple[int, str] | None) -> None:
                                 "left to fill in?) and import it again")
 
 
-def first_node_only(launcher: str, kind: str, nodes: int, line: int) -> None:
-    """A launch run straight from the batch script (no srun) in a job of several nodes runs once, on
-    the first node, under sbatch; only deepspeed (pdsh/ssh) and mpirun start the other hosts
-    themselves. Running it on every node would be another program: refused."""
-    if kind == "srun" or nodes <= 1 or launcher in ("deepspeed", "mpirun", "mpiexec"):
-        return
-    raise Refused(line, f"the launch `{launcher}` has no srun in a job of {nodes} nodes: under "
-                        "sbatch it runs once, on the first node, and the other nodes get nothing "
-                        "to run (a multi-node training there waits for ranks that never start); "
-                        "put `srun` before it (`srun --ntasks-per-node=1` for torchrun or "
-                        "accelerate), or ask for one node")
-
-
 _SOME_NODES = re.compile(r"(-w|--nodelist|-r|--relative|-x|--exclude)(=.*|(?<=^-[wrx])\S+)?")
 _COUNT = re.compile(r"(-N|--nodes|-n|--ntasks)(?:=(.*)|(?<=^-[Nn])(\d+))?")
 

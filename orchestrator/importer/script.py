@@ -21,7 +21,7 @@ like the original.
 # started once, by the first of them, as the batch script started it once:
 srun() {{
   local list; list=$(__orch_srun_opt -w --nodelist "$@")
-  if [ -n "$list" ] && [ -n "${{ORCH_NODE_NAME:-}}" ]; then
+  if [ -n "$list" ] && [ -n "${{ORCH_NODE_NAME:-}}" ] && [ -z "${{__orch_first_only:-}}" ]; then
     [ "$(__orch_here "$list")" = 0 ] && [ "${{SLURM_LOCALID:-0}}" = 0 ] || return 0
   fi
   command srun --overlap "$@"
@@ -243,3 +243,14 @@ def with_rank_step(script: str) -> str:
     header."""
     at = script.index("\n", script.index(HEADER_END)) + 1 if HEADER_END in script else 0
     return script[:at] + RANK_STEP + script[at:]
+
+
+# after the header: the `srun` shim starts every helper step from here, as the batch script did
+FIRST_ONLY = ("__orch_first_only=1  # orchestrator: this node alone runs the script "
+              "(resources.launch_nodes: first)\n")
+
+
+def first_only(script: str) -> str:
+    """The per-node script of a launch on the first node only (the header's end is its mark)."""
+    at = script.index("\n", script.index(HEADER_END)) + 1 if HEADER_END in script else 0
+    return script[:at] + FIRST_ONLY + script[at:]

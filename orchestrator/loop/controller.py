@@ -1,11 +1,10 @@
 """The only loop with side effects: observe -> `advance` (pure) -> save -> carry out the effects.
 
 Owns the order of steps and the I/O between them: polling the backend, feeding the segment watcher,
-saving state, submitting. It never writes the ledger: every change is an observation
-(`observations`) that `advance.advance` turns into a new ledger and effects. What to do is decided
-in pure functions: `submission.prepare` (next spec), `supervise.supervise` (cancel / dumps),
-`conclude.conclude` (through `advance`); `runner.EffectRunner` carries out alerts, publishes, drains
-and cancels.
+saving state, submitting. It never writes the ledger: every change is an observation (see
+`observations`) that `advance.advance` turns into a new ledger and effects. Pure functions decide:
+`submission.prepare` (next spec), `supervise.supervise` (cancel / dumps), `conclude.conclude`
+(through `advance`); `runner.EffectRunner` carries out alerts, publishes, drains and cancels.
 """
 
 from __future__ import annotations
@@ -169,7 +168,8 @@ class Controller(Keeper):
             self._watch.close()
         root = SegmentPaths.of(self.s.run_dir, seg.index).root
         self._watch = SegmentWatch(root, self.signatures, self.progress,
-                                   self.s.watch.read_timeout_s, listing=self.listing)
+                                   self.s.watch.read_timeout_s, listing=self.listing,
+                                   first_only=self.s.resources.launch_nodes == "first")
         self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch, root,  # the seed alone carries
                             prior_cadence(self.state, seg), self.backend)
         self._sched.reset()

@@ -19,7 +19,6 @@ from orchestrator.settings.urls import apprise_urls
 
 SAFE_VALUE = re.compile(r"^[^\x00-\x1f;`$&|<>\\'\"]*$")
 
-
 YEAR_S = 31_536_000.0  # no duration in seconds may exceed a year
 MAX_NODES = 100_000
 MAX_LOCAL_NODES = 1024
@@ -64,6 +63,9 @@ class Resources(Section):
     nodes: int = Field(1, ge=1, le=MAX_NODES, description="Nodes per segment.")
     tasks_per_node: int = Field(1, ge=1, le=4096, description="Training processes the agent starts "
                                                               "on each node.")
+    launch_nodes: Literal["all", "first"] = Field("all", description="`all` nodes run the command "
+                                                  "(srun's way), or the `first` only, the others "
+                                                  "idle (a batch script's launch without srun).")
     gpus_per_node: int = Field(0, ge=0, le=4096, description="GPUs requested per node "
                                                              "(--gpus-per-node).")
     cpus_per_task: int | None = Field(None, ge=1, le=1_000_000,

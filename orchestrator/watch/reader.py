@@ -64,6 +64,20 @@ def submitit_logs(root: Path) -> dict[str, int]:
     return out
 
 
+def scheduler_log_node(key: str, nodes: list[str], first_only: bool = False) -> str | None:
+    """The node whose agent wrote submitit's log `key`: the t-th node of the allocation for Slurm's
+    <job>/<job>_<t>_log.out (one task per node), the folder's node for the local backend's
+    <node>/<pid>_0_log.out. With the launch on the first node only, the idle nodes' agents are not
+    the training's: their logs are not read (their clean ends would read as the training's)."""
+    path = Path(key)
+    parts = path.name.split("_")
+    if len(parts) < 3 or not parts[1].isdigit():
+        return None
+    task = (nodes.index(path.parent.name) if path.parent.name != parts[0]
+            and path.parent.name in nodes else int(parts[1]))
+    return nodes[task] if task < len(nodes) and (task == 0 or not first_only) else None
+
+
 T = TypeVar("T", bound=HasTail)
 
 

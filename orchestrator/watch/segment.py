@@ -34,6 +34,7 @@ from orchestrator.watch.reader import (
     pending,
     read_batched,
     scan_dir,
+    scheduler_log_node,
     submitit_logs,
 )
 from orchestrator.watch.roster import Roster
@@ -57,6 +58,7 @@ class SegmentWatch:
     last_output_at: datetime | None = None
     scheduler_logs: dict[str, NodeWatch] = field(default_factory=dict)
     blind_since: datetime | None = None  # a read of the run directory has not returned since then
+    first_only: bool = False  # resources.launch_nodes: first (the other nodes' agents idle)
     roster: Roster = field(default_factory=Roster)
     # one directory's entries (a test passes one that hangs)
     listing: Callable[[Path], Listing] = scan_dir
@@ -109,14 +111,10 @@ class SegmentWatch:
         if not ok or not isinstance(sizes, dict):
             return {}
         for key in sorted(sizes.keys() - self.scheduler_logs.keys()):
-            parts = Path(key).name.split("_")
-            if len(parts) < 3 or not parts[1].isdigit():
-                continue
-            task = int(parts[1])
-            if task < len(self.slurm_nodes):
+            if node := scheduler_log_node(key, self.slurm_nodes, self.first_only):
                 self.scheduler_logs[key] = NodeWatch(
                     tail=LogTail(Path(key)),
-                    scan=NodeScan(self.slurm_nodes[task], key, self.signatures, self.progress))
+                    scan=NodeScan(node, key, self.signatures, self.progress))
         return sizes
 
     def _read_tail(self, label: str, nw: NodeWatch,

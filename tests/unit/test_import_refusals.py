@@ -36,10 +36,6 @@ HEAD = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --time=10\n"
      "asks for --nodes 8 in a job of 9 nodes"),
     ("srun --exclude=gpu1 python train.py\n", 4, r"chosen nodes \(--exclude=gpu1\)"),
     ("srun -n1 python train.py\n", 4, "asks for -n 1 in a job of 2 nodes"),
-    # no srun: under sbatch these run once, on the first node (Lightning's minimal multi-node demo)
-    ("export MASTER_PORT=12345\npython minimal_multi_node_demo.py\n", 5, "`python` has no srun in a job of 2 nodes"),
-    ("torchrun --nnodes 2 --nproc_per_node 4 train.py\n", 4, "`torchrun` has no srun in a job of 2 nodes"),
-    ("accelerate launch --num_machines 2 train.py\n", 4, "`accelerate` has no srun in a job of 2 nodes"),
 ])
 def test_what_cannot_run_as_under_sbatch_is_refused_with_its_line(body: str, line: int | None, said: str) -> None:
     with pytest.raises(Refused, match=said) as refused:
