@@ -93,9 +93,14 @@ def _named_by_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch]) -> 
         found = [ev(n, m, Role.ROOT) for n, m in secondary if m.peer_ip][:10]
         found += [ev(n, m, Role.SECONDARY) for n, m in secondary if not m.peer_ip][:20]
         strong = votes >= 2
-        return verdict(Cause.NETWORK, peers, True, 0.8 if strong else 0.6, found,
-                        f"transport errors point at {','.join(peers)} ({votes} host(s) name it; "
-                        "addresses from NCCL INFO)", "peers_name_host" if strong
+        by = {n.node: n for n in nodes}
+        # the peers lost the connection to a host whose own output stops mid-write: it died
+        dead = all(p in by and by[p].abrupt_end for p in peers)
+        return verdict(Cause.NODE_FAIL if dead else Cause.NETWORK, peers, True,
+                       0.8 if strong else 0.6, found,
+                       f"transport errors point at {','.join(peers)} ({votes} host(s) name it; "
+                       "addresses from the log)" + (" and its output ends abruptly" if dead
+                                                    else ""), "peers_name_host" if strong
                        else "one_peer_names_host", Owner.NODE if strong else Owner.NODE_SUSPECT)
     return None
 

@@ -86,6 +86,7 @@ def stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
 
 RETRY = re.compile(r"status=12\b|RETRY_EXC|retry.?exceeded|vendor err 129\b", re.IGNORECASE)
 IPV4 = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+INSTANCE = re.compile(r"^i-[0-9a-f]{8,17}$")  # an EC2 instance id (EFA names a peer by it)
 # a work request flushed (status 5) when the queue pair went to error: the aftermath of another
 # completion error, not a peer that stopped answering
 FLUSHED = re.compile(r"with (?:error |status=)5\b|WR_FLUSH_ERR|\bflush(?:ed)? error", re.IGNORECASE)
@@ -115,6 +116,13 @@ def as_hosts(names: list[str], nodes: list[NodeEvidence]) -> list[str]:
     return sorted({h for x in names if not IPV4.match(h := host(x))})
 
 
+def _peer_host(peer: str, owner: dict[str, str]) -> str | None:
+    """The host a transport error names: an address or LID through the map, a host name as is."""
+    if peer in owner or IPV4.match(peer) or peer.startswith("lid:") or INSTANCE.match(peer):
+        return owner.get(peer)
+    return peer
+
+
 def peer_culprits(nodes: list[NodeEvidence],
                   secondary: list[tuple[NodeEvidence, Match]]) -> tuple[list[str], int]:
     """The host the transport errors point at, and how many hosts name it. Several hosts naming one
@@ -124,8 +132,11 @@ def peer_culprits(nodes: list[NodeEvidence],
     owner = address_owners(nodes)
     if any(RETRY.search(m.text) for _, m in secondary if m.peer_ip):  # the flushes followed it
         secondary = [(n, m) for n, m in secondary if not (m.peer_ip and FLUSHED.search(m.text))]
-    reports = {(r, owner.get(m.peer_ip or ""), m.signature) for n, m in secondary
-               if m.peer_ip and (r := origin(n, m))}
+    # a reporter no line names counts once, whatever it printed (a job-wide file without prefixes)
+    reports = {(origin(n, m) or "?", _peer_host(m.peer_ip, owner), m.signature)
+               for n, m in secondary if m.peer_ip}
+    if any(r != "?" for r, _, _ in reports):  # lines of known hosts: the others are theirs
+        reports = {x for x in reports if x[0] != "?"}
     votes: Counter[str] = Counter(peer for r, peer, _ in {(r, p, "") for r, p, _ in reports} if peer
                                   and peer != r)
     reporters = {r for r, _, _ in reports}
@@ -136,10 +147,12 @@ def peer_culprits(nodes: list[NodeEvidence],
         named = sorted({p for r, p, _ in reports if p and p != r})
         # a retry-exceeded completion (status 12) names a peer that stopped answering; other
         # statuses (a local protection or length error) are the reporter's own
-        return (named, 1) if retry and len(named) == 1 else (sorted(reporters), 1)
+        return (named, 1) if retry and len(named) == 1 else (sorted(reporters - {"?"}), 1)
     if not votes:
         return [], 0
     top = max(votes.values())
     # the host most peers name (others may name a reporter back)
     named = [h for h, v in votes.items() if v == top]
-    return (sorted(named), top) if len(named) < len(all_hosts(nodes)) else ([], 0)
+    # naming every host of the job names nobody
+    everyone = all_hosts(nodes) | set(votes) | (reporters - {"?"})
+    return (sorted(named), top) if len(named) < len(everyone) else ([], 0)

@@ -22,10 +22,15 @@ EVENTS: tuple[Signature, ...] = (
               r"Blacklist\s*: Yes|uncorrectable ECC errors rose", C.GPU_ECC, blame=True, kind="hw",
               source="NVIDIA Xid catalog: 64 row-remap failure; nvidia-smi -q 'Pending Page "
                      "Blacklist'"),
+    # nvidia-smi shows ERR! in the fields of a GPU the driver lost
+    Signature("node_hw_gpu_err", r"^\|.*\bERR!", C.GPU_LOST, blame=True, kind="hw",
+              source="nvidia-smi's table: ERR! in a GPU's fields once it fell into an error state"),
     Signature("node_hw_ib", r"ib: \S+ port \d+: state (?:DOWN|INIT|ARMED)\b.*was ACTIVE|ib: \S+ "
               r"port \d+: (?:link_downed|symbol_error|link_error_recovery|port_rcv_errors|"
-              r"local_link_integrity_errors) \+\d+", C.NETWORK, blame=True, kind="hw",
-              source="the agent's reading of /sys/class/infiniband/*/ports/*/{state,counters}"),
+              r"local_link_integrity_errors) \+\d+|^\s*Physical state: (?:Polling|Disabled|"
+              r"LinkErrorRecovery)\b", C.NETWORK, blame=True, kind="hw",
+              source="the agent's reading of /sys/class/infiniband/*/ports/*/{state,counters}; "
+                     "ibstat's 'Physical state: Polling' (no link) in a node's epilog"),
     Signature("node_hw_memory",
               r"EDAC (?:MC\d+|\w+): .*(?:\bUE\b|[Uu]ncorrected)|mce: \[Hardware Error\]|Machine "
               r"check events logged|Uncorrected (?:hardware )?memory error|Memory failure: "

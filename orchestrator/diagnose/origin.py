@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 PREFIX = re.compile(
-    r"^\s*(?:\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?\s*)?"
+    r"^\s*(?:\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?\s*"
+    # Open MPI's --timestamp-output: `Sun Oct 12 04:41:17 2025[1,3]<stderr>:`
+    r"|(?P<ct>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}) ?)?"
     r"(?:(?P<r1>\d+): |\[rank(?P<r2>\d+)\]:? ?|\[default(?P<r3>\d+)\]:? "
     r"?|\[\d+,(?P<r4>\d+)\]<std(?:out|err)>: ?)?"
 )
@@ -31,8 +33,11 @@ HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?)?(?!(?:{EXCEPTION_NAME}): )(?P<h>{
 # NCCL's "host:pid:tid [dev]" is distinctive enough to take a host name without digits from it
 HOST_IN_LINE = re.compile(rf"(?:^|\s)(?P<h>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL"
                           rf"|(?:^|\s)(?P<k>{HOST}) kernel: "
-                          # UCX's log prefix `[host:pid:thread(:tid)] file.c:N`
-                          rf"|^\[(?P<u>{HOST}):\d+:\d+(?::\d+)?\] \w+\.c:\d+ ")
+                          # UCX's log prefix `[host:pid:thread(:tid)] file.c:N` (its signal
+                          # handler's `[host:pid:tid:tid] Caught signal 11 (...)` too)
+                          rf"|^\[(?P<u>{HOST}):\d+:\d+(?::\d+)?\] (?=\w+\.c:\d+ |Caught signal)"
+                          # Open MPI's openib BTL: `handle_wc] from HOST to: PEER error polling`
+                          rf"|\bhandle_wc\] from (?P<o>{HOST}) to: ")
 SRUN_TASK = re.compile(rf"srun: error: (?P<h>{HOST}): tasks? (?P<t>\d+)(?:-(?P<t2>\d+))?: ")
 # torchrun's ChildFailedError summary
 SUMMARY = re.compile(r"^\s*(?P<key>host|rank)\s+: (?P<val>\S.*)$")
@@ -43,8 +48,24 @@ PID_IN_LINE = re.compile(r"\bpid[=: ]+(\d+)")
 # job's own node map (`[nodes] 10.0.0.3 gpu-1 | 10.0.0.4 gpu-2`, `# nodes: gpu-1 10.0.0.3, ...`)
 _IP = r"\d{1,3}(?:\.\d{1,3}){3}"
 IP_HOST = re.compile(rf"({_IP})\s+({HOST})|({HOST})\s+({_IP})")
+# a job's own start line naming its host and address: `wk-a2 (172.28.0.12): init ok`
+HOST_PAREN_IP = re.compile(rf"^(?P<h>{HOST}) \((?P<ip>{_IP})\)[: ]")
+# a tagged list of `host=IP` pairs: `hosts: gpu3=10.0.0.91 (rank 0-1), gpu4=10.0.0.92 (rank 2-3)`
+HOST_EQ_IP = re.compile(rf"({HOST})\s*=\s*({_IP})\b")
+HOSTS_TAG = re.compile(r"^[\w -]*\b(?:hosts?|nodes?|address(?:es)?|ips?)\b[\w -]*:\s",
+                       re.IGNORECASE)
 IP_HOST_MAP = re.compile(rf"(?:\[[\w -]+\]:? |#\s*[\w -]+:\s*)?(?:(?:{_IP}\s+{HOST}|{HOST}\s+{_IP})"
                          rf"\s*[|,;]?\s*)+")
+# a section header of a job's epilog or prolog (`=== epilog gpu-7: dmesg -T ===`, `---- gpu-7
+# ----`): the node reports under it are that host's; one that names no host ends it
+SECTION = re.compile(rf"^(?:={{3,}}|-{{3,}}|#{{3,}}) *(?:(?:epilog|prolog|dmesg|node|host)\b:? *)?"
+                     rf"(?:(?P<h>{HOST})\b(?![.-]))?[^=#]*?(?:={{3,}}|-{{3,}}|#{{3,}}) *$",
+                     re.IGNORECASE)
+# a job's own rank -> host map: `rank map: 0-7 gpu-011, 8-15 gpu-012` (ranges or single ranks,
+# `->`/`:`/`=` allowed between, the pairs separated by `,` `;` `|`)
+_RANKS_HOST = rf"(\d+)(?:\s*-\s*(\d+))?\s*(?:->|=>|:|=)?\s*({HOST})"
+RANK_MAP = re.compile(rf"[\w ()>-]*\brank[\w ()>-]*:\s*{_RANKS_HOST}(?:\s*[,;|]\s*{_RANKS_HOST})*"
+                      r"\s*[,;|]?\s*", re.IGNORECASE)
 JOB_WIDE = re.compile(r"^(?:slurm|job|output|train|log|stdout|stderr)[-_.]?\d*(?:[-_.]\d+)*$",
                       re.IGNORECASE)
 MAX_TIES = 8192
@@ -58,6 +79,13 @@ def _stamp(raw: str | None) -> datetime | None:
     except ValueError:
         return None
     return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+def _ctime(raw: str | None) -> datetime | None:
+    try:
+        return datetime.strptime(raw, "%a %b %d %H:%M:%S %Y").replace(tzinfo=UTC) if raw else None
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -79,7 +107,7 @@ def parse_prefixes(line: str) -> Prefixes:
         m = PREFIX.match(body)
         if not m or m.end() == 0:
             break
-        ts = ts or _stamp(m.group("ts"))
+        ts = ts or _stamp(m.group("ts")) or _ctime(m.group("ct"))
         if m.group("r1") is not None and task is None:
             task = int(m.group("r1"))
         # r4: OpenMPI --tag-output "[job,rank]<stdout>:"
@@ -105,8 +133,8 @@ def parse_line(raw: str) -> Prefixes:
                         p.rank if p.rank is not None else p2.rank, p2.body, hm.group("h")
                         or hm.group("b"))
     hm2 = HOST_IN_LINE.search(p.body)
-    return Prefixes(p.ts, p.task, p.rank, p.body, (hm2.group("h") or hm2.group("k")
-                                                   or hm2.group("u")) if hm2 else None)
+    host = hm2 and (hm2.group("h") or hm2.group("k") or hm2.group("u") or hm2.group("o"))
+    return Prefixes(p.ts, p.task, p.rank, p.body, host or None)
 
 
 @dataclass
@@ -119,6 +147,12 @@ class HostMap:
     # process id -> host, from NCCL's "host:pid:tid" prefix
     pids: dict[str, str] = field(default_factory=dict)
     _summary_host: str = ""
+    # the host an epilog's section header named (`=== epilog gpu-7: nvidia-smi ===`)
+    _section: str | None = None
+
+    def section_host(self, kind: str) -> str | None:
+        """The host of a node report printed under a section header that names it."""
+        return self._section if kind == "hw" else None
 
     def learn(self, body: str, task: int | None) -> None:
         if len(self.tasks) + len(self.ranks) >= MAX_TIES:
@@ -141,6 +175,19 @@ class HostMap:
         if IP_HOST_MAP.fullmatch(body):  # `10.0.0.3 gpu-1 | 10.0.0.4 gpu-2`: /etc/hosts, getent
             for ip, host, host2, ip2 in IP_HOST.findall(body):
                 self.learn_address(ip or ip2, host or host2)
+            return
+        if (sec := SECTION.match(body)) is not None:
+            self._section = sec.group("h")
+            return
+        if (pm2 := HOST_PAREN_IP.match(body)) is not None:
+            self.learn_address(pm2.group("ip"), pm2.group("h"))
+        elif "=" in body and HOSTS_TAG.match(body):
+            for host, ip in HOST_EQ_IP.findall(body):
+                self.learn_address(ip, host)
+        if "ank" in body and RANK_MAP.fullmatch(body):
+            for first, last, host in re.findall(_RANKS_HOST, body.split(":", 1)[1]):
+                for rank in range(int(first), min(int(last or first), int(first) + 1024) + 1):
+                    self.ranks[rank] = host  # a later allocation's map replaces an earlier one
             return
         sm = SUMMARY.match(body)
         if sm and sm.group("key") == "host":

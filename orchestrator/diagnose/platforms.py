@@ -81,9 +81,24 @@ PLATFORMS: tuple[Signature, ...] = (
     Signature("ucx_peer_ip",
               r"\[rqpn 0x[0-9a-f]+ .*dgid ::ffff:(?P<peer>\d+\.\d+\.\d+\.\d+)", C.NETWORK,
               cascade=True, peer_group="peer", source="UCX on RoCE (openucx/ucx#6871)"),
+    # Open MPI's openib BTL names both ends of the failed queue pair (the reporter is the line's
+    # host, origin.HOST_IN_LINE)
+    Signature("openib_peer",
+              r"handle_wc\] from [\w.-]+ to: (?P<peer>[A-Za-z][\w.-]*) error polling \w+ CQ with "
+              r"status", C.NETWORK, cascade=True, peer_group="peer",
+              source="Open MPI btl_openib_component.c handle_wc ('from HOST to: PEER error polling "
+                     "LP CQ with status RETRY EXCEEDED ERROR status number 12')"),
+    # Gloo's TCP pair names the peer's address (the reporter is the line's host)
+    Signature("gloo_peer",
+              r"pair\.cc:\d+\] (?:Connection closed by peer|Read error|Write error|Connection "
+              r"reset by peer) \[(?P<peer>\d+\.\d+\.\d+\.\d+)\]", C.NETWORK, cascade=True,
+              peer_group="peer", source="gloo/transport/tcp/pair.cc ('Connection closed by peer "
+                                        "[IP]:port', 'Read error [IP]:port: Connection reset by "
+                                        "peer')"),
     Signature("ucx_ib_error",
-              r"ib_mlx5_log\.c:\d+\s+(?:Remote (?:operation|access|invalid request) error"
-              r"|Transport retry count exceeded|RNR retry count exceeded|Local \w+ error) on",
+              r"ib_mlx5_log\.c:\d+\s+(?:FATAL: Error on QP \w+ [\w\[\]]*: )?(?:Remote "
+              r"(?:operation|access|invalid request) error|Transport retry count exceeded|RNR "
+              r"retry count exceeded|Local \w+ error)\b",
               C.NETWORK, cascade=True, source="UCX ib_mlx5_log completion errors"),
     # pdsh (DeepSpeed's multi-node launcher) reports each host's ssh; 255 is ssh's own error (the
     # host could not be reached, or refused the key), where a rank's failure exits 1. A report

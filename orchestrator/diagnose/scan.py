@@ -225,16 +225,15 @@ class NodeScan:
                     and not self._teardown(p.ts or self.last_ts, line_no)):
                 # a fresh error after Slurm ended the job: the next allocation
                 self._new_allocation()
-            groups = m.groupdict()
-            named = groups.get(sig.node_group) if sig.node_group else None
-            value = groups.get(sig.peer_group) if sig.peer_group else None
+            groups, host = m.groupdict(), p.host or self.host_map.section_host(sig.kind)
+            named, value = groups.get(sig.node_group or ""), groups.get(sig.peer_group or "")
             peer = peer_name(sig.peer_group or "", value) if value else None
             # NCCL names this host's own address in the same warning
             if peer and "localGid" in body and (gid := LOCAL_GID.search(body)):
                 self._address(gid.group(1), p.host)
             self._add(Match(line_no, body[:MAX_TEXT], sig.name, sig.cause, sig.blame, sig.cascade,
                             p.rank if p.rank is not None else p.task, p.ts or self.last_ts, named,
-                            self.file, peer, p.host, sig.kind, p.task))
+                            self.file, peer, host, sig.kind, p.task))
             if JOB_END.search(body):
                 self._ended = True
                 self._ended_at = banner_time(body) or p.ts or self.last_ts

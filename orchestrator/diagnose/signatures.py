@@ -197,6 +197,13 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + SERVICES + (
               source="errno ENOSPC/EDQUOT: a full /dev/shm, shared filesystem or quota is the "
               "job's; a node-local disk full on one node is the node's (classify tells them "
               "apart)"),
+    # a kernel's own crash on one rank (the watchdog re-raises it: `Process group watchdog thread
+    # terminated with exception: CUDA error: an illegal memory access ...`): the job's on every
+    # node, one rank's a strike (rules.one_rank_cuda_crash)
+    Signature("cuda_illegal_access", r"CUDA error: an illegal (?:memory access|instruction) was "
+              r"encountered|CUDA error: misaligned address|cudaErrorIllegalAddress", C.USER_BUG,
+              blame=True, source="CUDA runtime error strings (cudaGetErrorString) as torch "
+                                 "raises them"),
     Signature("segfault", r"Segmentation fault|\bSIGSEGV\b|signal 11\b|Signals\.SIGSEGV|"
               r"return code = -11\b|exitcode\s*:\s*-11\b", C.SEGFAULT, blame=True),
     Signature("bus_error", r"Bus error|\bSIGBUS\b|signal 7\b|Signals\.SIGBUS|return code = "
