@@ -53,4 +53,6 @@ class NodeEvidence:
     hosts: frozenset[str] = frozenset()
     job_wide: bool = False  # one file for the whole job: its name is not a host
     address_hosts: tuple[tuple[str, str], ...] = ()  # (IP, host) pairs a job-wide file announced
+    # the allocation's nodes as its own start line lists them (`==== job 7 nodes: gn[101-102] ====`)
+    listed: frozenset[str] = frozenset()
     signalled_at: datetime | None = None  # when the training was told to stop (its own clock)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 
 from orchestrator.evidence import Match, NodeEvidence
 
@@ -66,9 +67,25 @@ COLLECTIVE_CALL = re.compile(r"^\w+ \((?:\S*/)?(?:torch/distributed/(?:distribut
                              r"|_functional_collectives)\b|deepspeed/comm/)")
 
 
+def by_stack_host(nodes: list[NodeEvidence]) -> list[NodeEvidence]:
+    """The nodes as their stacks name them: a frame tagged `@host` (a job-wide file's dump under a
+    header naming its host) counts as that host's, each host one node; tags taken off."""
+    out: list[NodeEvidence] = []
+    for n in nodes:
+        per: dict[str, list[str]] = {}
+        for f in n.top_frames:
+            frame, _, host = f.rpartition("@") if "@" in f else (f, "", "")
+            per.setdefault(host if host and n.job_wide else n.node, []).append(frame)
+        out += ([replace(n, top_frames=tuple(fs)) if h == n.node else
+                 NodeEvidence(node=h, file=n.file, top_frames=tuple(fs)) for h, fs in per.items()]
+                or [n])
+    return out
+
+
 def stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
     """Nodes with a rank outside the frame where (strictly) most ranks wait: 'not in the
     collective'."""
+    nodes = by_stack_host(nodes)
     frames = Counter(f for n in nodes for f in n.top_frames if f)
     if len(frames) < 2:
         return [], ""

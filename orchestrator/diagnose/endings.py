@@ -11,6 +11,7 @@ from orchestrator.diagnose.culprits import (
     COLLECTIVE_CALL,
     all_hosts,
     as_hosts,
+    by_stack_host,
     origin,
     progress_culprit,
     silent,
@@ -69,7 +70,7 @@ def who_stalled(nodes: list[NodeEvidence], secondary: list[Evidence],
         return None
     if (outlier := _outside(nodes, secondary)) is not None:
         return outlier
-    shared = {f for n in nodes for f in n.top_frames if f}
+    shared = {f for n in by_stack_host(nodes) for f in n.top_frames if f}
     only = next(iter(shared)) if len(shared) == 1 else ""
     if (only and PROGRAM_WAIT.search(only) and not COLLECTIVE.search(only)
         and not DEVICE_FRAME.search(only)):
@@ -83,16 +84,25 @@ def who_stalled(nodes: list[NodeEvidence], secondary: list[Evidence],
     return None
 
 
+def _in_device_call(nodes: list[NodeEvidence]) -> set[str]:
+    return {n.node for n in nodes for f in n.top_frames if DEVICE_FRAME.search(f)
+            and not COLLECTIVE.search(f)}
+
+
 def _outside(nodes: list[NodeEvidence], secondary: list[Evidence]) -> Verdict | None:
     """Ranks outside the collective the others wait in, from two sources: the stacks (an odd
     innermost frame) and the flight recorders (fewer collectives enqueued). Both agreeing, or the
     stacks alone, name the nodes; the recorders alone name them as suspects (a strike: a rank stuck
     in its own data loader is behind too, and only its stack would tell); two sources that name
     different nodes name nobody."""
+    # the recorders' analysis printed in the log names a rank whose host the log maps
+    named = [(n, m) for n in nodes for m in n.matches if m.kind == "behind" and m.host]
+    nodes = by_stack_host(nodes)
     odd, common = stack_outliers(nodes)
-    behind = [n.node for n in nodes if n.flight_detail]
+    behind = sorted({n.node for n in nodes if n.flight_detail}
+                    | {m.host for _, m in named if m.host})
     flight = [Evidence(node=n.node, file=n.file, text=n.flight_detail, cause=Cause.HANG)
-              for n in nodes if n.flight_detail]
+              for n in nodes if n.flight_detail] + evs(named, Role.ROOT)
     if odd and behind and set(odd) != set(behind):
         return verdict(Cause.HANG, [], False, 0.5, flight + secondary,
                        f"the sources disagree: the stacks put {','.join(odd)} outside {common}, "
@@ -100,6 +110,11 @@ def _outside(nodes: list[NodeEvidence], secondary: list[Evidence]) -> Verdict | 
                        "sources_disagree", Owner.NOBODY)
     if not odd and not behind:
         return None
+    if not odd and set(behind) <= _in_device_call(nodes):  # the one stack the log holds
+        return verdict(Cause.HANG, behind, True, 0.85, flight + secondary,
+                       f"ranks on {','.join(behind)} never enqueued the collective the others wait "
+                       "in (flight recorder), stuck inside a device call", "stuck_in_device_call",
+                       Owner.NODE)
     if not odd:
         return verdict(Cause.HANG, behind, True, 0.75, flight + secondary,
                        f"ranks on {','.join(behind)} never enqueued the collective the others wait "

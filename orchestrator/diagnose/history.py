@@ -75,7 +75,7 @@ def _segment(index: int, alloc: Allocation, v: Verdict, d: Decision | None = Non
 
 def _hosts(alloc: Allocation) -> list[str]:
     banners = {h.group(1) for n in alloc for m in n.matches if (h := BANNER_HOST.search(m.text))}
-    return sorted(all_hosts(alloc) | banners)
+    return sorted(all_hosts(alloc) | banners | {h for n in alloc for h in n.listed})
 
 
 def _run(segments: list[SegmentRecord], blacklist: Blacklist) -> RunState:

@@ -36,7 +36,8 @@ COMPLETED = re.compile(r"submitit INFO \([^)]*\) - Job completed successfully|" 
 PYSPY_THREAD = re.compile(r"^(?:Thread (?:0x)?[0-9a-f]+ \((?:idle|active)[^)]*\)"
                           r"|(?:Current )?[Tt]hread 0x[0-9a-f]+ \(most recent call first\):)")
 PYSPY_FRAME = re.compile(r"^\s*(?P<fn>[\w<>.:~]+) \((?P<file>[^():]+)(?::\d+)?\)\s*$"
-                         r"|^\s*File \"(?:[^\"]*/)?(?P<ffile>[^\"/]+/[^\"/]+|[^\"/]+)\", line \d+ "
+                         # faulthandler: the file's last three path components, as py-spy
+                         r"|^\s*File \"[^\"]*?(?P<ffile>(?:[^\"/]+/){0,2}[^\"/]+)\", line \d+ "
                          r"in (?P<ffn>\S+)")
 # py-spy --native names a frame it cannot symbolize by its address: `0x14cd955ebdbc (libcuda.so.1)`
 NATIVE_ADDRESS = re.compile(r"0x[0-9a-fA-F]+$")
@@ -74,3 +75,10 @@ def own_names(body: str) -> list[str]:
 def peer_name(group: str, value: str) -> str:
     """A peer as a signature's named group captured it, in the form `own_names` learns."""
     return f"lid:{int(value, 0)}" if group == "lid" else value
+
+
+def line_rank(groups: dict[str, str | None], rank: int | None, task: int | None) -> int | None:
+    """The rank a line is about: one its signature names (`missing ranks: {13}`), else the rank or
+    srun task its prefix gave."""
+    named = groups.get("rank")
+    return int(named) if named and named.isdigit() else rank if rank is not None else task

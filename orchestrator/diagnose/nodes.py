@@ -68,4 +68,5 @@ def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: st
         signalled_at=scan.signalled_at,
         hosts=frozenset(scan.hosts | hm.hosts()),
         job_wide=job_wide,
+        listed=frozenset(hm.listed),
     )

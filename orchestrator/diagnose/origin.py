@@ -58,14 +58,31 @@ IP_HOST_MAP = re.compile(rf"(?:\[[\w -]+\]:? |#\s*[\w -]+:\s*)?(?:(?:{_IP}\s+{HO
                          rf"\s*[|,;]?\s*)+")
 # a section header of a job's epilog or prolog (`=== epilog gpu-7: dmesg -T ===`, `---- gpu-7
 # ----`): the node reports under it are that host's; one that names no host ends it
-SECTION = re.compile(rf"^(?:={{3,}}|-{{3,}}|#{{3,}}) *(?:(?:epilog|prolog|dmesg|node|host)\b:? *)?"
-                     rf"(?:(?P<h>{HOST})\b(?![.-]))?[^=#]*?(?:={{3,}}|-{{3,}}|#{{3,}}) *$",
-                     re.IGNORECASE)
+SECTION = re.compile(r"^(?:={3,}|-{3,}|#{3,}) *(?P<t>.*?) *(?:={3,}|-{3,}|#{3,}) *$")
+# (a NIC, a disk or a GPU index is no host: `ibstat mlx5_0`, `smartctl nvme0n1`, `ip link show ib0`)
+DEVICE = r"(?:mlx\d|ib\d|eth\d|en[ops]\d|nvme\d|sd[a-z]\d|hsn\d|bond\d|cxi\d|efa\d|rdmap?\d|hfi\d)"
+SECTION_HOST = re.compile(rf"(?<![\w.-])(?!{DEVICE})(?P<h>{HOST})(?![\w-])")
+# the allocation's node list on its start line (`SLURM_JOB_NODELIST=gpu[01-04]`, `nodes: gn[1-2]`)
+_LISTED = r"[A-Za-z][\w.-]*(?:\[[\d,-]+\][\w.-]*)?"
+NODE_LIST = re.compile(rf"\b(?:SLURM_(?:JOB_)?NODELIST|nodes|nodelist)\s*[:=]\s*(?P<list>{_LISTED}"
+                       rf"(?:,{_LISTED})*)", re.IGNORECASE)
+
+
+def expand(hostlist_text: str) -> list[str]:
+    """A Slurm host list, expanded (at most 4,096 names); nothing when it does not parse."""
+    import hostlist
+
+    try:
+        return [h for h in hostlist.expand_hostlist(hostlist_text)[:4096] if re.search(r"\d", h)]
+    except (hostlist.BadHostlist, ValueError):
+        return []
+
+
 # a job's own rank -> host map: `rank map: 0-7 gpu-011, 8-15 gpu-012` (ranges or single ranks,
 # `->`/`:`/`=` allowed between, the pairs separated by `,` `;` `|`)
 _RANKS_HOST = rf"(\d+)(?:\s*-\s*(\d+))?\s*(?:->|=>|:|=)?\s*({HOST})"
-RANK_MAP = re.compile(rf"[\w ()>-]*\brank[\w ()>-]*:\s*{_RANKS_HOST}(?:\s*[,;|]\s*{_RANKS_HOST})*"
-                      r"\s*[,;|]?\s*", re.IGNORECASE)
+RANK_MAP = re.compile(rf"\brank(?:s|[ _-]?map(?:ping)?|\s*->\s*host)?\s*:?\s*"
+                      rf"(?P<pairs>{_RANKS_HOST}(?:\s*[,;|]\s*{_RANKS_HOST})+)", re.IGNORECASE)
 JOB_WIDE = re.compile(r"^(?:slurm|job|output|train|log|stdout|stderr)[-_.]?\d*(?:[-_.]\d+)*$",
                       re.IGNORECASE)
 MAX_TIES = 8192
@@ -147,12 +164,19 @@ class HostMap:
     # process id -> host, from NCCL's "host:pid:tid" prefix
     pids: dict[str, str] = field(default_factory=dict)
     _summary_host: str = ""
-    # the host an epilog's section header named (`=== epilog gpu-7: nvidia-smi ===`)
-    _section: str | None = None
+    # the host an epilog's (or a hang monitor's) section header named (`=== epilog gpu-7: nvidia-smi
+    # ===`, `=== py-spy rank 11 (gpu-7, pid 4881) ===`)
+    section: str | None = None
+    listed: set[str] = field(default_factory=set)  # the allocation's node list, as a line gave it
 
     def section_host(self, kind: str) -> str | None:
         """The host of a node report printed under a section header that names it."""
-        return self._section if kind == "hw" else None
+        return self.section if kind == "hw" else None
+
+    def at(self, own: str) -> str:
+        """A stack frame's tag: `@host` under a section header that names another host than the
+        file's `own`."""
+        return f"@{self.section}" if self.section and self.section != own else ""
 
     def learn(self, body: str, task: int | None) -> None:
         if len(self.tasks) + len(self.ranks) >= MAX_TIES:
@@ -176,16 +200,18 @@ class HostMap:
             for ip, host, host2, ip2 in IP_HOST.findall(body):
                 self.learn_address(ip or ip2, host or host2)
             return
+        if not self.listed and "node" in body.lower() and (nl := NODE_LIST.search(body)):
+            self.listed = set(expand(nl.group("list")))
         if (sec := SECTION.match(body)) is not None:
-            self._section = sec.group("h")
+            self.section = (h := SECTION_HOST.search(sec.group("t"))) and h.group("h") or None
             return
         if (pm2 := HOST_PAREN_IP.match(body)) is not None:
             self.learn_address(pm2.group("ip"), pm2.group("h"))
         elif "=" in body and HOSTS_TAG.match(body):
             for host, ip in HOST_EQ_IP.findall(body):
                 self.learn_address(ip, host)
-        if "ank" in body and RANK_MAP.fullmatch(body):
-            for first, last, host in re.findall(_RANKS_HOST, body.split(":", 1)[1]):
+        if "ank" in body and (rm := RANK_MAP.search(body)):
+            for first, last, host in re.findall(_RANKS_HOST, rm.group("pairs")):
                 for rank in range(int(first), min(int(last or first), int(first) + 1024) + 1):
                     self.ranks[rank] = host  # a later allocation's map replaces an earlier one
             return

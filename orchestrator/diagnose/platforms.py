@@ -95,6 +95,12 @@ PLATFORMS: tuple[Signature, ...] = (
               peer_group="peer", source="gloo/transport/tcp/pair.cc ('Connection closed by peer "
                                         "[IP]:port', 'Read error [IP]:port: Connection reset by "
                                         "peer')"),
+    # PyTorch's flight-recorder analysis (`python -m torch.distributed.flight_recorder.fr_trace`)
+    # names the one rank that never joined the collective the others wait in (no failure by itself:
+    # the stacks say whether that rank is stuck or the program's own wait; endings._outside)
+    Signature("fr_missing_rank", r"^\s*missing ranks: \{(?P<rank>\d+)\}\s*$", C.HANG, blame=True,
+              kind="behind", source="torch/distributed/flight_recorder fr_trace: 'Not all ranks "
+                                    "joining collective N at entry M' ... 'missing ranks: {13}'"),
     Signature("ucx_ib_error",
               r"ib_mlx5_log\.c:\d+\s+(?:FATAL: Error on QP \w+ [\w\[\]]*: )?(?:Remote "
               r"(?:operation|access|invalid request) error|Transport retry count exceeded|RNR "

@@ -26,7 +26,8 @@ ENGINE_AVAILABLE = hyperscan is not None
 
 # The start of an allocation (used after Slurm printed a JOB-level end banner in the same file).
 # a site's prolog or wrapper heading each job's output (`==== job 9123017 ====`)
-JOB_BANNER = r"^[=#*-]{3,} *(?:[Ss]lurm )?[Jj]ob(?: ?[Ii][Dd])?[ :=]*\d+ *[=#*-]{3,}$"
+# `==== job 771021 ====`, `==== job 771021 nodes: gn[101-102] ====`
+JOB_BANNER = r"^[=#*-]{3,} *(?:[Ss]lurm )?[Jj]ob(?: ?[Ii][Dd])?[ :=]*\d+\b.*?[=#*-]{3,}$"
 ALLOC_START_RE = (r"NCCL INFO NCCL version \d|Starting elastic_operator|Initializing distributed: "
                   r"GLOBAL_RANK|initializing torch distributed|loading checkpoint from|"
                   r"SLURM_RESTART_COUNT\b|SLURM_JOB_ID=\d|"
@@ -51,7 +52,7 @@ SPECIAL = (
     # origin.HOST_PAREN_IP, HOST_EQ_IP
     (r"^[A-Za-z][\w-]*\d[\w.-]* \(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d"
      r"|[A-Za-z][\w-]*\d *= *\d{1,3}\.\d{1,3}\.\d{1,3}\.\d", False),
-    (r"rank[\w ()>-]*: *\d+ *(?:- *\d+ *)?(?:->|=>|:|=)? *[A-Za-z][\w-]*\d", True),  # RANK_MAP
+    (r"rank[\w ()>-]*:? *\d+ *(?:- *\d+ *)?(?:->|=>|:|=)? *[A-Za-z][\w-]*\d", True),  # RANK_MAP
 )
 _NAMED = re.compile(r"\(\?P<\w+>")
 Compiled = dict[tuple[tuple[str, bool], ...], bytes]

@@ -25,8 +25,8 @@ CUDA_CRASH = re.compile(r"illegal memory access|unspecified launch failure|cudaE
 # loader), not in an unknown frame: an unknown frame outside the collective is the node's (the
 # stuck-rank rule)
 PROGRAM_WAIT = re.compile(r"queue|_try_get_data|_get_data|dataloader|\block\b|acquire|Condition|"
-                          r"Semaphore|\bwait \(threading|\bjoin \(|selectors|\bselect \(|\bpoll "
-                          r"\(|Barrier \(threading", re.IGNORECASE)
+                          r"Semaphore|\bwait \((?:\S*/)?threading|\bjoin \(|selectors|\bselect \(|"
+                          r"\b_?poll \(|Barrier \((?:\S*/)?threading", re.IGNORECASE)
 # DistributedDataParallel's ranks wait for the gradient all-reduce inside autograd's backward
 IN_BACKWARD = re.compile(r"_engine_run_backward|\bbackward \(torch/autograd")
 COLLECTIVE = re.compile(r"all_?reduce|barrier|broadcast|all_?gather|reduce_scatter|all_to_all|"

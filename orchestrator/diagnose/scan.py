@@ -26,6 +26,7 @@ from orchestrator.diagnose.lines import (
     PYSPY_STUCK,
     PYSPY_THREAD,
     job_named,
+    line_rank,
     own_names,
     peer_name,
 )
@@ -175,9 +176,8 @@ class NodeScan:
             return
         if "ORCH" in body or "submitit" in body:
             am = ALLOC_MARK.search(body)
-            # the agent's and a prologue's markers count only when no rank printed them (training
-            # output that quotes a marker must not throw away the evidence gathered so far);
-            # submitit's always do
+            # the agent's and a prologue's markers count only when no rank printed them (output
+            # quoting a marker must not throw away the evidence so far); submitit's always do
             if am and (am.group("sjob") or (p.task is None and p.rank is None)):
                 self._new_allocation()
         if ATTEMPT_END.search(body) and p.rank is None and p.task is None:  # the script's own
@@ -232,7 +232,7 @@ class NodeScan:
             if peer and "localGid" in body and (gid := LOCAL_GID.search(body)):
                 self._address(gid.group(1), p.host)
             self._add(Match(line_no, body[:MAX_TEXT], sig.name, sig.cause, sig.blame, sig.cascade,
-                            p.rank if p.rank is not None else p.task, p.ts or self.last_ts, named,
+                            line_rank(groups, p.rank, p.task), p.ts or self.last_ts, named,
                             self.file, peer, host, sig.kind, p.task))
             if JOB_END.search(body):
                 self._ended = True
@@ -263,7 +263,8 @@ class NodeScan:
             if fm:  # `0x14cd955ebdbc (libcuda.so.1)` has no name: the next frame says where
                 self._frame_next = bool(NATIVE_ADDRESS.match(fm.group("fn") or ""))
                 fn, file = fm.group("fn") or fm.group("ffn"), fm.group("file") or fm.group("ffile")
-                self.top_frames += [] if self._frame_next else [f"{fn} ({file})"]
+                at = self.host_map.at(self.node)  # a dump under a header naming its host
+                self.top_frames += [] if self._frame_next else [f"{fn} ({file}){at}"]
                 return True
         if ("hread " in body[:16]) and PYSPY_THREAD.match(body):
             self._frame_next = True

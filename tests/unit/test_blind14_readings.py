@@ -157,3 +157,87 @@ def test_an_ib_port_without_link_on_one_node_explains_its_peers_transport_errors
                              "lx-1126.out": [*_steps(), retry.format(h="lx-1126")],
                              "lx-1127.out": [*_steps(), *ibstat]})
     assert _said(d) == ("network", ["lx-1127"], "resubmit_exclude"), d["reason"]
+
+
+WATCHDOG = ("[rank{r}]:[E621 08:57:00.0012 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=512994, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, Timeout(ms)=1800000) ran for "
+            "1800092 milliseconds before timing out.")
+
+
+def _pyspy(header: str, frames: list[str]) -> list[str]:
+    return [header, "Thread 48813 (idle): \"MainThread\"", *[f"    {f}" for f in frames]]
+
+
+ALL_REDUCE = ["all_reduce (torch/distributed/distributed_c10d.py:2501)", "train_step (train.py:418)"]
+IN_DRIVER = ["cuStreamSynchronize (libcuda.so.1)", "cudaStreamSynchronize (libcudart.so.12)", "item (torch/_tensor.py)"]
+
+
+@pytest.mark.parametrize("header", ["=== py-spy rank {r} ({h}, pid 48813) ===",
+                                    "--- py-spy dump --native --pid 4881 (rank {r}, {h}) ---"])
+def test_stacks_under_headers_naming_their_hosts_name_the_rank_outside_the_collective(
+        tmp_path: Path, header: str) -> None:
+    """A hang monitor's dumps in one job-wide file: each under a header naming its host; the one rank inside a CUDA
+    driver call while the others wait in all_reduce is that host's."""
+    dumps = (_pyspy(header.format(r=11, h="ip-10-1-7-44"), IN_DRIVER)
+             + _pyspy(header.format(r=3, h="ip-10-1-7-41"), ALL_REDUCE)
+             + _pyspy(header.format(r=19, h="ip-10-1-9-12"), ALL_REDUCE))
+    d = _diagnose(tmp_path, {"slurm-31120.out": [*_steps(), *dumps, WATCHDOG.format(r=0), WATCHDOG.format(r=8)]})
+    assert _said(d) == ("hang", ["ip-10-1-7-44"], "resubmit_exclude"), d["reason"]
+
+
+FR = ["--- post-mortem: python -m torch.distributed.flight_recorder.fr_trace /scratch/fr -p nccl_trace_rank_ ---",
+      "Not all ranks joining collective 5531 at entry 1877", "group info: 0:default_pg",
+      "collective: nccl:all_reduce", "missing ranks: {13}", "input sizes: [[262144000]]"]
+
+
+def test_the_flight_recorders_missing_rank_with_its_stack_in_a_device_call_is_the_nodes(tmp_path: Path) -> None:
+    head = "SLURM_JOB_ID=558120 nodes=a100-pod2-n[13-14]; ranks 0-7 a100-pod2-n13, 8-15 a100-pod2-n14"
+    dump = _pyspy("--- py-spy dump --native --pid 77120 (rank 13, a100-pod2-n14) ---", IN_DRIVER)
+    d = _diagnose(tmp_path, {"slurm-558120.out": [head, *_steps(), WATCHDOG.format(r=0), WATCHDOG.format(r=9),
+                                                  *FR, *dump]})
+    assert _said(d) == ("hang", ["a100-pod2-n14"], "resubmit_exclude"), d["reason"]
+    # the recorder alone (no stack of that rank): a suspect, a strike
+    alone = _diagnose(tmp_path / "alone", {"slurm-558120.out": [
+        head, *_steps(), WATCHDOG.format(r=0), WATCHDOG.format(r=9), *FR,
+        *_pyspy("--- py-spy (rank 0, a100-pod2-n13) ---", ALL_REDUCE)]})
+    assert _said(alone) == ("hang", ["a100-pod2-n14"], "resubmit"), alone["reason"]
+
+
+def test_a_missing_rank_no_map_places_names_no_host_and_the_stacks_decide(tmp_path: Path) -> None:
+    """Per-host files: the analysis printed on one host is about another rank; with no rank map the file's host is
+    not blamed, and the missing rank's own stack (the program's queue) makes it the job's hang."""
+    queue = ["get (queue.py:180)", "prefetch (shard_cache.py:77)"]
+    d = _diagnose(tmp_path, {"hpc-g11.log": [*_steps(), WATCHDOG.format(r=0), *FR,
+                                             *_pyspy("Thread dump rank 0:", ALL_REDUCE)],
+                             "hpc-g12.log": [*_steps(), *_pyspy("Thread dump rank 13:", queue)]})
+    assert d["culprit_nodes"] != ["hpc-g11"], d["reason"]
+    assert _said(d) == ("hang", [], "stop_and_alert"), d["reason"]
+
+
+FAULTHANDLER_WAIT = ["Timeout (0:30:00)!", "Thread 0x00007f4392c4d740 (most recent call first):",
+                     '  File "/usr/lib/python3.11/multiprocessing/connection.py", line 440 in _poll',
+                     '  File "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1310 in '
+                     '_try_get_data']
+FAULTHANDLER_BARRIER = ["Timeout (0:30:00)!", "Thread 0x00007f004d8c4d740 (most recent call first):",
+                        '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 4635 '
+                        'in barrier', '  File "/p/project/train.py", line 121 in train']
+
+
+def test_faulthandler_frames_keep_their_package_path_and_a_data_loader_wait_is_the_programs(tmp_path: Path) -> None:
+    d = _diagnose(tmp_path, {"jwb0231.out": [*_steps(), *FAULTHANDLER_WAIT],
+                             "jwb0232.out": [*_steps(), *FAULTHANDLER_BARRIER],
+                             "jwb0233.out": [*_steps(), *FAULTHANDLER_BARRIER]})
+    assert _said(d) == ("hang", [], "stop_and_alert"), d["reason"]
+
+
+@pytest.mark.parametrize("banner", ["==== job {j} nodes: gn[{a}-{b}] ====",
+                                    "### job {j} SLURM_JOB_NODELIST=gn[{a}-{b}] ###"])
+def test_the_same_hang_at_the_same_step_on_the_other_nodes_a_banner_lists_is_the_jobs(
+        tmp_path: Path, banner: str) -> None:
+    def alloc(job: int, a: int, b: int) -> list[str]:
+        return [banner.format(j=job, a=a, b=b), *_steps(start=2400), WATCHDOG.format(r=4)]
+
+    d = _diagnose(tmp_path, {"slurm-771388.out": [*alloc(771021, 101, 102), *alloc(771388, 117, 118)]})
+    assert d["action"] == "stop_and_alert" and d["policy_rule"] == "repeats_on_other_nodes", d["reason"]
+    same = _diagnose(tmp_path / "same", {"slurm-771388.out": [*alloc(771021, 101, 102), *alloc(771388, 101, 102)]})
+    assert same["action"] != "stop_and_alert", same["reason"]
