@@ -82,6 +82,20 @@ def by_stack_host(nodes: list[NodeEvidence]) -> list[NodeEvidence]:
     return out
 
 
+def behind_in_log(nodes: list[NodeEvidence]) -> list[tuple[NodeEvidence, Match, str]]:
+    """Ranks a report printed in the log puts behind the collective the others wait in (the
+    flight recorder's analysis through the rank map, NCCL RAS by its node's address), with their
+    host when the log ties it."""
+    owner = address_owners(nodes)
+    out = []
+    for n in nodes:
+        for m in n.matches:
+            host = m.kind == "behind" and (_peer_host(m.peer_ip, owner) if m.peer_ip else m.host)
+            if host:
+                out.append((n, m, host))
+    return out
+
+
 def stack_outliers(nodes: list[NodeEvidence]) -> tuple[list[str], str]:
     """Nodes with a rank outside the frame where (strictly) most ranks wait: 'not in the
     collective'."""

@@ -11,6 +11,7 @@ from orchestrator.diagnose.culprits import (
     COLLECTIVE_CALL,
     all_hosts,
     as_hosts,
+    behind_in_log,
     by_stack_host,
     origin,
     progress_culprit,
@@ -96,13 +97,12 @@ def _outside(nodes: list[NodeEvidence], secondary: list[Evidence]) -> Verdict | 
     in its own data loader is behind too, and only its stack would tell); two sources that name
     different nodes name nobody."""
     # the recorders' analysis printed in the log names a rank whose host the log maps
-    named = [(n, m) for n in nodes for m in n.matches if m.kind == "behind" and m.host]
+    named = behind_in_log(nodes)
     nodes = by_stack_host(nodes)
     odd, common = stack_outliers(nodes)
-    behind = sorted({n.node for n in nodes if n.flight_detail}
-                    | {m.host for _, m in named if m.host})
+    behind = sorted({n.node for n in nodes if n.flight_detail} | {h for _, _, h in named})
     flight = [Evidence(node=n.node, file=n.file, text=n.flight_detail, cause=Cause.HANG)
-              for n in nodes if n.flight_detail] + evs(named, Role.ROOT)
+              for n in nodes if n.flight_detail] + evs([(n, m) for n, m, _ in named], Role.ROOT)
     if odd and behind and set(odd) != set(behind):
         return verdict(Cause.HANG, [], False, 0.5, flight + secondary,
                        f"the sources disagree: the stacks put {','.join(odd)} outside {common}, "

@@ -62,6 +62,10 @@ SECTION = re.compile(r"^(?:={3,}|-{3,}|#{3,}) *(?P<t>.*?) *(?:={3,}|-{3,}|#{3,})
 # (a NIC, a disk or a GPU index is no host: `ibstat mlx5_0`, `smartctl nvme0n1`, `ip link show ib0`)
 DEVICE = r"(?:mlx\d|ib\d|eth\d|en[ops]\d|nvme\d|sd[a-z]\d|hsn\d|bond\d|cxi\d|efa\d|rdmap?\d|hfi\d)"
 SECTION_HOST = re.compile(rf"(?<![\w.-])(?!{DEVICE})(?P<h>{HOST})(?![\w-])")
+# a command the script traced (`set -x`) running on one named host: `+ srun -w gpu-7 --overlap
+# py-spy dump --pid N`, `+ ssh gpu-7 nvidia-smi`
+ON_HOST = re.compile(rf"^\+ +(?:srun\b.*?(?:\s-w *|\s--nodelist[= ])|ssh +(?:-\S+ +)*)(?P<h>{HOST})"
+                     r"(?![\w.,\[-])")
 # the allocation's node list on its start line (`SLURM_JOB_NODELIST=gpu[01-04]`, `nodes: gn[1-2]`)
 _LISTED = r"[A-Za-z][\w.-]*(?:\[[\d,-]+\][\w.-]*)?"
 NODE_LIST = re.compile(rf"\b(?:SLURM_(?:JOB_)?NODELIST|nodes|nodelist)\s*[:=]\s*(?P<list>{_LISTED}"
@@ -168,17 +172,20 @@ class HostMap:
     # ===`, `=== py-spy rank 11 (gpu-7, pid 4881) ===`)
     section: str | None = None
     listed: set[str] = field(default_factory=set)  # the allocation's node list, as a line gave it
+    line_host: str | None = None  # the host prefix of the last line learned from
 
     def section_host(self, kind: str) -> str | None:
         """The host of a node report printed under a section header that names it."""
         return self.section if kind == "hw" else None
 
     def at(self, own: str) -> str:
-        """A stack frame's tag: `@host` under a section header that names another host than the
-        file's `own`."""
-        return f"@{self.section}" if self.section and self.section != own else ""
+        """A stack frame's tag: `@host` for a dump whose header line's prefix or section header
+        names another host than the file's `own`."""
+        host = self.line_host or self.section
+        return f"@{host}" if host and host != own else ""
 
-    def learn(self, body: str, task: int | None) -> None:
+    def learn(self, body: str, task: int | None, host: str | None = None) -> None:
+        self.line_host = host
         if len(self.tasks) + len(self.ranks) >= MAX_TIES:
             return
         tm = SRUN_TASK.search(body)
@@ -204,6 +211,9 @@ class HostMap:
             self.listed = set(expand(nl.group("list")))
         if (sec := SECTION.match(body)) is not None:
             self.section = (h := SECTION_HOST.search(sec.group("t"))) and h.group("h") or None
+            return
+        if (cmd := ON_HOST.match(body)) is not None:  # what follows is that host's output
+            self.section = cmd.group("h")
             return
         if (pm2 := HOST_PAREN_IP.match(body)) is not None:
             self.learn_address(pm2.group("ip"), pm2.group("h"))

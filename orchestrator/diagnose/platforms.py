@@ -101,6 +101,13 @@ PLATFORMS: tuple[Signature, ...] = (
     Signature("fr_missing_rank", r"^\s*missing ranks: \{(?P<rank>\d+)\}\s*$", C.HANG, blame=True,
               kind="behind", source="torch/distributed/flight_recorder fr_trace: 'Not all ranks "
                                     "joining collective N at entry M' ... 'missing ranks: {13}'"),
+    # NCCL's RAS client lists the ranks whose operation count differs from their communicator's
+    # (a MISMATCH): each with the address of its node
+    Signature("ras_rank_behind",
+              r"^\s*Rank \d+ (?:has launched up to operation \d+ )?-- GPU \d+ managed by process "
+              r"\d+ on node (?P<peer>\d+\.\d+\.\d+\.\d+)\b", C.HANG, blame=True, kind="behind",
+              peer_group="peer", source="NCCL RAS (ncclras) 'Communicator ranks have different "
+                                        "AllReduce operation counts' report"),
     Signature("ucx_ib_error",
               r"ib_mlx5_log\.c:\d+\s+(?:FATAL: Error on QP \w+ [\w\[\]]*: )?(?:Remote "
               r"(?:operation|access|invalid request) error|Transport retry count exceeded|RNR "

@@ -106,7 +106,7 @@ class NodeScan:
             # a py-spy thread header: the frame is on the next line (after unnamed native ones)
             while self._frame_next and end + 1 < len(data):
                 nxt = data.find(b"\n", end + 1) % (len(data) + 1)  # -1: the block's end
-                _, _, body = parse_prefix(_decode(data[end + 1 : nxt]))
+                body = parse_line(_decode(data[end + 1 : nxt])).body
                 self._stack_line(body)  # takes a frame if it is one; the line is not scanned twice
                 end = nxt
         newlines = data.count(b"\n") if newlines is None else newlines
@@ -185,7 +185,7 @@ class NodeScan:
         if ALLOC_START.search(body) and (self._restarted(body, p) or self._ended):
             self._new_allocation()
         self.job = job_named(body) if JOB_START.search(body) and p.rank is None else self.job
-        self.host_map.learn(body, p.task)
+        self.host_map.learn(body, p.task, host)
         for name in own_names(body):
             self._address(name, host)
         if "NCCL INFO" in body:

@@ -241,3 +241,31 @@ def test_the_same_hang_at_the_same_step_on_the_other_nodes_a_banner_lists_is_the
     assert d["action"] == "stop_and_alert" and d["policy_rule"] == "repeats_on_other_nodes", d["reason"]
     same = _diagnose(tmp_path / "same", {"slurm-771388.out": [*alloc(771021, 101, 102), *alloc(771388, 101, 102)]})
     assert same["action"] != "stop_and_alert", same["reason"]
+
+
+BOOT = "{h}:3230:3230 [0] NCCL INFO Bootstrap : Using eth0:{ip}<0>"
+RAS = {"listed": ["#0-0 (3c81a0fe227b94d1) MISMATCH", "  Communicator ranks have different AllGather operation counts",
+                  "  31 ranks have launched up to operation 641", "  1 ranks have launched up to operation 640",
+                  "  Rank 29 -- GPU 5 managed by process 323165 on node 10.1.0.4"],
+       "inline": ["#0-0 (7f41c2a9b05e3d18) MISMATCH", "  Communicator ranks have different AllReduce operation counts",
+                  "  31 ranks have launched up to operation 95417",
+                  "  Rank 29 has launched up to operation 95416 -- GPU 5 managed by process 323165 on node 10.1.0.4"]}
+
+
+@pytest.mark.parametrize("form", sorted(RAS))
+@pytest.mark.parametrize("dump", ["prefixed", "traced"])
+def test_nccl_ras_names_the_rank_behind_by_its_nodes_address_and_its_stack_decides(
+        tmp_path: Path, form: str, dump: str) -> None:
+    """NCCL's RAS report puts one rank behind; the log maps its node's address (NCCL's Bootstrap lines); that
+    process's py-spy dump (lines prefixed by its host, or after a traced `+ srun -w HOST py-spy dump`) is inside
+    a CUDA driver call: the node's hang."""
+    hosts = [(f"sn-{i}", f"10.1.0.{i}") for i in range(1, 5)]
+    stack = ["Thread 323165 (active): \"MainThread\"", "    ioctl (libc.so.6)", "    0x7f81c2b1e4d2 (libcuda.so.1)",
+             "    cuStreamSynchronize (libcuda.so.1)", "    synchronize (torch/cuda/streams.py:225)"]
+    shown = ([f"sn-4: {line}" for line in stack] if dump == "prefixed"
+             else ["+ srun -w sn-4 --overlap py-spy dump --native --pid 323165", *stack])
+    lines = [f"{h}: {BOOT.format(h=h, ip=ip)}" for h, ip in hosts] + [f"sn-1: {s}" for s in _steps()]
+    d = _diagnose(tmp_path, {"slurm-910223.out": [*lines, "sn-1: watchdog: no step for 1200 s", *RAS[form], *shown,
+                                                  "slurmstepd: error: *** JOB 910223 ON sn-1 CANCELLED AT "
+                                                  "2025-12-11T17:30:42 ***"]})
+    assert _said(d) == ("hang", ["sn-4"], "resubmit_exclude"), d["reason"]
