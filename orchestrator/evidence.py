@@ -55,4 +55,5 @@ class NodeEvidence:
     address_hosts: tuple[tuple[str, str], ...] = ()  # (IP, host) pairs a job-wide file announced
     # the allocation's nodes as its own start line lists them (`==== job 7 nodes: gn[101-102] ====`)
     listed: frozenset[str] = frozenset()
+    gpus: tuple[tuple[str, int], ...] = ()  # (host, GPUs it showed): "" is the file's own host
     signalled_at: datetime | None = None  # when the training was told to stop (its own clock)

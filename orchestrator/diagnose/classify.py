@@ -187,6 +187,24 @@ def _stalled(f: Facts) -> Verdict | None:
     return who_stalled(f.nodes, evs(f.secondary, Role.SECONDARY), stuck_only=not f.ctx.stalled)
 
 
+def _fewer_gpus(f: Facts) -> Verdict | None:
+    """The job failed before its first step and one node showed fewer GPUs than every other (its
+    `nvidia-smi -L`, torchrun's local ranks): a GPU lost there, whatever the ranks then raised (a
+    world size that no longer divides the batch)."""
+    shown = {(h or n.node): c for n in f.nodes for h, c in n.gpus if h or not n.job_wide}
+    counts = sorted(set(shown.values()))
+    if (len(shown) < 3 or len(counts) != 2 or not f.roots
+            or any(n.last_iteration is not None for n in f.nodes)):
+        return None
+    few = [h for h, c in shown.items() if c == counts[0]]
+    if len(few) != 1:
+        return None
+    return verdict(Cause.GPU_LOST, few, True, 0.8, evs(f.roots, Role.SECONDARY),
+                   f"{few[0]} shows {counts[0]} GPUs where every other node shows {counts[1]}: a "
+                   "GPU lost there before the start; the ranks' errors follow from it",
+                   "fewer_gpus", Owner.NODE)
+
+
 def _spot(f: Facts) -> Verdict | None:
     spot = [(n, m) for n, m in f.secondary if m.signature == "spot_termination"]
     if spot and all(m.cause == Cause.NODE_FAIL for _, m in f.hardware_roots):
@@ -255,6 +273,7 @@ RULES: tuple[Rule, ...] = (
     ("stalled", _stalled), ("preempted", _spot),
     ("stopped_before_walltime", _stopped_before_walltime),
     ("scheduler_ended", _scheduler_ended),  # time limit, preemption (or a hang before the limit)
+    ("fewer_gpus", _fewer_gpus),  # a start-up failure beside a node that shows fewer GPUs
     ("first_rank_error", _first_rank_error),  # the root error by precedence and time order
     ("killed_everywhere", _killed),
     ("scheduler_state", _scheduler_state),

@@ -22,6 +22,11 @@ EVENTS: tuple[Signature, ...] = (
               r"Blacklist\s*: Yes|uncorrectable ECC errors rose", C.GPU_ECC, blame=True, kind="hw",
               source="NVIDIA Xid catalog: 64 row-remap failure; nvidia-smi -q 'Pending Page "
                      "Blacklist'"),
+    # Intel Gaudi's driver could not bring an accelerator up
+    Signature("node_hw_habana", r"habanalabs \S+: (?:Failed to initialize hl\d+\. Device is NOT "
+              r"usable|failed to initialize the H/W\b)", C.GPU_LOST, blame=True, kind="hw",
+              source="habanalabs kernel driver (dmesg): 'Failed to initialize hl5. Device is NOT "
+                     "usable !'"),
     # nvidia-smi shows ERR! in the fields of a GPU the driver lost
     Signature("node_hw_gpu_err", r"^\|.*\bERR!", C.GPU_LOST, blame=True, kind="hw",
               source="nvidia-smi's table: ERR! in a GPU's fields once it fell into an error state"),

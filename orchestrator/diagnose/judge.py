@@ -17,7 +17,7 @@ EARLIER_BY = timedelta(seconds=1)
 # progress stopped this long before the time limit: a hang, not the time limit
 HANG_GAP = timedelta(minutes=20)
 CANCELLED_AT = re.compile(r"CANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
-LOCAL_PATH = re.compile(r"(?:^|[\s'\"(=:\[])/(?:tmp|var/tmp)\b"
+LOCAL_PATH = re.compile(r"(?:^|[\s'\"(=:\[])/(?:tmp|var/tmp|run)\b"
                         r"|/(?:[\w.-]+/)*(?:nvme\w*|local(?:scratch|_?disk|_?ssd)?|scratch_local|"
                         r"lscratch|raid\d*|ssd\d*)(?:/|\b)")
 

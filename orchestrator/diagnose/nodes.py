@@ -69,4 +69,5 @@ def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: st
         hosts=frozenset(scan.hosts | hm.hosts()),
         job_wide=job_wide,
         listed=frozenset(hm.listed),
+        gpus=tuple(sorted(hm.gpus.items())),
     )

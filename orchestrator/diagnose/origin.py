@@ -66,6 +66,8 @@ SECTION_HOST = re.compile(rf"(?<![\w.-])(?!{DEVICE})(?P<h>{HOST})(?![\w-])")
 # py-spy dump --pid N`, `+ ssh gpu-7 nvidia-smi`
 ON_HOST = re.compile(rf"^\+ +(?:srun\b.*?(?:\s-w *|\s--nodelist[= ])|ssh +(?:-\S+ +)*)(?P<h>{HOST})"
                      r"(?![\w.,\[-])")
+# a GPU the node lists (`nvidia-smi -L`) or the local ranks torchrun started there
+GPU_LISTED = re.compile(r"^GPU (?P<i>\d+): .*\(UUID: GPU-|^\s*local_ranks=\[(?P<l>[\d, ]+)\]")
 # the allocation's node list on its start line (`SLURM_JOB_NODELIST=gpu[01-04]`, `nodes: gn[1-2]`)
 _LISTED = r"[A-Za-z][\w.-]*(?:\[[\d,-]+\][\w.-]*)?"
 NODE_LIST = re.compile(rf"\b(?:SLURM_(?:JOB_)?NODELIST|nodes|nodelist)\s*[:=]\s*(?P<list>{_LISTED}"
@@ -173,6 +175,8 @@ class HostMap:
     section: str | None = None
     listed: set[str] = field(default_factory=set)  # the allocation's node list, as a line gave it
     line_host: str | None = None  # the host prefix of the last line learned from
+    # GPUs a host showed (`nvidia-smi -L`, torchrun's `local_ranks=[...]`); "" the file's own host
+    gpus: dict[str, int] = field(default_factory=dict)
 
     def section_host(self, kind: str) -> str | None:
         """The host of a node report printed under a section header that names it."""
@@ -207,13 +211,7 @@ class HostMap:
             for ip, host, host2, ip2 in IP_HOST.findall(body):
                 self.learn_address(ip or ip2, host or host2)
             return
-        if not self.listed and "node" in body.lower() and (nl := NODE_LIST.search(body)):
-            self.listed = set(expand(nl.group("list")))
-        if (sec := SECTION.match(body)) is not None:
-            self.section = (h := SECTION_HOST.search(sec.group("t"))) and h.group("h") or None
-            return
-        if (cmd := ON_HOST.match(body)) is not None:  # what follows is that host's output
-            self.section = cmd.group("h")
+        if self._context(body):
             return
         if (pm2 := HOST_PAREN_IP.match(body)) is not None:
             self.learn_address(pm2.group("ip"), pm2.group("h"))
@@ -231,6 +229,23 @@ class HostMap:
         elif sm and self._summary_host and sm.group("val").split()[0].isdigit():
             self.ranks.setdefault(int(sm.group("val").split()[0]), self._summary_host)
             self._summary_host = ""
+
+    def _context(self, body: str) -> bool:
+        """The allocation's node list, a host's GPU count, a section header or a traced command
+        on one host (what follows is that host's output); True when the line was one of them."""
+        if not self.listed and "node" in body.lower() and (nl := NODE_LIST.search(body)):
+            self.listed = set(expand(nl.group("list")))
+        if (gm := GPU_LISTED.match(body)) is not None:
+            host = self.line_host or self.section or ""
+            count = int(gm.group("i")) + 1 if gm.group("i") else len(gm.group("l").split(","))
+            self.gpus[host] = max(self.gpus.get(host, 0), count)
+        elif (sec := SECTION.match(body)) is not None:
+            self.section = (h := SECTION_HOST.search(sec.group("t"))) and h.group("h") or None
+        elif (cmd := ON_HOST.match(body)) is not None:
+            self.section = cmd.group("h")
+        else:
+            return False
+        return True
 
     def learn_address(self, ip: str, host: str | None) -> None:
         if host and len(self.addresses) < MAX_TIES:

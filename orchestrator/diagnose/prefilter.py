@@ -49,6 +49,7 @@ SPECIAL = (
     (r"\d\.\d{1,3}\s+[A-Za-z][\w-]*\d|[A-Za-z][\w-]*\d[\w.-]*\s+\d{1,3}\.\d{1,3}\.\d{1,3}\.\d",
      False),  # `IP host` / `host IP` maps (origin.IP_HOST_MAP)
     (r"^(?:={3}|-{3}|#{3}).*(?:={3}|-{3}|#{3}) *$|^\+ +ssh ", False),  # origin.SECTION, ON_HOST
+    (r"^GPU \d+: .*\(UUID: GPU-|^\s*local_ranks=\[", False),  # origin.GPU_LISTED
     # origin.HOST_PAREN_IP, HOST_EQ_IP
     (r"^[A-Za-z][\w-]*\d[\w.-]* \(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d"
      r"|[A-Za-z][\w-]*\d *= *\d{1,3}\.\d{1,3}\.\d{1,3}\.\d", False),

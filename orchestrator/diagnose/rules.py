@@ -67,7 +67,7 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
         return new, explained, Owner.NODE, "node_reports_hardware", (
             f"{cause.value} on {','.join(explained)}, whose own hardware report explains it")
     if cause == Cause.FILESYSTEM:
-        return judge_fs(best, culprits, symmetric)
+        return judge_fs(best, culprits, symmetric, nodes)
     if symmetric and cause in JOB_WHEN_SYMMETRIC:
         return (cause, [], Owner.JOB, "same_on_every_node",
                 f"the same {cause.value} on every node: the job's, not a node's")
@@ -175,12 +175,17 @@ def judge_oom(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
     return Cause.USER_OOM, [], Owner.JOB, "job_cuda_oom", note
 
 
-def judge_fs(best: Match, culprits: list[str], symmetric: bool) -> Judged:
+def judge_fs(best: Match, culprits: list[str], symmetric: bool,
+             nodes: list[NodeEvidence]) -> Judged:
     if best.signature in ("no_space", "df_full"):
         if SHM.search(best.text):
             return Cause.USER_BUG, [], Owner.JOB, "shared_memory_exhausted", (
                 "shared memory (/dev/shm) is full: fewer DataLoader workers or a larger shm size")
-        if not symmetric and culprits and local_disk(best.text):
+        # the culprit's own `df` row (or error) names a node-local filesystem
+        local = local_disk(best.text) or any(
+            m.signature == "df_full" and m.host in culprits and local_disk(m.text)
+            for n in nodes for m in n.matches)
+        if not symmetric and culprits and local:
             return Cause.FILESYSTEM, culprits, Owner.NODE, "local_disk_full", (
                 f"a node-local disk is full on {','.join(culprits)} only")
         return Cause.FILESYSTEM, [], Owner.JOB, "disk_full", (

@@ -269,3 +269,45 @@ def test_nccl_ras_names_the_rank_behind_by_its_nodes_address_and_its_stack_decid
                                                   "slurmstepd: error: *** JOB 910223 ON sn-1 CANCELLED AT "
                                                   "2025-12-11T17:30:42 ***"]})
     assert _said(d) == ("hang", ["sn-4"], "resubmit_exclude"), d["reason"]
+
+
+BATCH = ("[rank{r}]: AssertionError: Check batch related parameters. train_batch_size is not equal to "
+         "micro_batch_per_gpu * gradient_acc_step * world_size 256 != 4 * 2 * 31")
+
+
+@pytest.mark.parametrize("shown", ["smi", "torchrun"])
+def test_a_node_showing_fewer_gpus_than_every_other_explains_a_start_up_failure(tmp_path: Path, shown: str) -> None:
+    def listing(n: int) -> list[str]:
+        if shown == "smi":
+            return [f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-7d49ce65-f4eb-217d-49d1-c5{i}a)" for i in range(n)]
+        return ["I0122 09:02:52.070000 17069 torch/distributed/elastic/agent/server/api.py:514] Rendezvous complete",
+                f"  local_ranks=[{', '.join(str(i) for i in range(n))}]"]
+
+    files = {f"gpu-a0{i}.log": [*listing(7 if i == 18 else 8), BATCH.format(r=i)] for i in (17, 18, 19, 20)}
+    d = _diagnose(tmp_path, files)
+    assert _said(d) == ("gpu_lost", ["gpu-a018"], "resubmit_exclude"), d["reason"]
+    # the same counts everywhere: the batch assertion is the job's
+    same = _diagnose(tmp_path / "same", {f"gpu-a0{i}.log": [*listing(8), BATCH.format(r=i)] for i in (17, 18, 19)})
+    assert _said(same)[2] == "stop_and_alert", same["reason"]
+
+
+def test_a_gaudi_accelerator_the_driver_could_not_bring_up_is_that_nodes(tmp_path: Path) -> None:
+    d = _diagnose(tmp_path, {
+        "slurm-210394.out": ["gaudi2-c3-14: RuntimeError: synStatus=26 [Generic failure] Device acquire failed.",
+                             "gaudi2-c3-11: RuntimeError: Connection reset by peer",
+                             "gaudi2-c3-12: RuntimeError: Connection reset by peer"],
+        "gaudi2-c3-14.dmesg": ["[   72.993204] habanalabs hl5: failed to initialize the H/W",
+                               "[   72.993269] habanalabs 0000:b3:00.0: Failed to initialize hl5. Device is NOT "
+                               "usable !"]})
+    assert _said(d) == ("gpu_lost", ["gaudi2-c3-14"], "resubmit_exclude"), d["reason"]
+
+
+@pytest.mark.parametrize("mount", ["/run", "/tmp", "/lscratch"])
+def test_a_df_row_of_one_task_maps_a_full_node_local_disk_to_its_host(tmp_path: Path, mount: str) -> None:
+    d = _diagnose(tmp_path, {"slurm-1022901.out": [
+        "slurmstepd: error: pyxis:     Write failed because No space left on device",
+        "srun: error: dgx33: task 2: Exited with exit code 1", "srun: error: dgx31: task 0: Terminated",
+        "srun: error: dgx32: task 1: Terminated",
+        f"0: tmpfs           101G  4.1G   97G   5% {mount}", f"1: tmpfs           101G  4.1G   97G   5% {mount}",
+        f"2: tmpfs           101G  101G     0 100% {mount}"]})
+    assert _said(d) == ("filesystem", ["dgx33"], "resubmit_exclude"), d["reason"]
