@@ -28,7 +28,8 @@ HOST = (r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)(?![\w.-]*\.\.
 # naming the host)
 # a Python exception's name is no host (`boto3.exceptions.S3UploadFailedError: ...`, `E1Error: ...`)
 EXCEPTION_NAME = r"(?:[\w-]+\.)+[A-Z]\w*|[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit)"
-HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?)?(?!(?:{EXCEPTION_NAME}): )(?P<h>{HOST}): +(?=\S)"
+HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?|(?:prolog|epilog): +)?(?!(?:{EXCEPTION_NAME}): )"
+                         rf"(?P<h>{HOST})(?:: +| (?=nvidia-smi: |dmesg: ))(?=\S)"
                          rf"|^\[(?:\w+ )?(?P<b>{HOST})\] ?")
 # NCCL's "host:pid:tid [dev]" is distinctive enough to take a host name without digits from it
 HOST_IN_LINE = re.compile(rf"(?:^|\s)(?P<h>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL"

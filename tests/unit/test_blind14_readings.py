@@ -311,3 +311,15 @@ def test_a_df_row_of_one_task_maps_a_full_node_local_disk_to_its_host(tmp_path: 
         f"0: tmpfs           101G  4.1G   97G   5% {mount}", f"1: tmpfs           101G  4.1G   97G   5% {mount}",
         f"2: tmpfs           101G  101G     0 100% {mount}"]})
     assert _said(d) == ("filesystem", ["dgx33"], "resubmit_exclude"), d["reason"]
+
+
+NVML_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch"
+
+
+@pytest.mark.parametrize("line", [f"prolog: gpu-r3n07 nvidia-smi: {NVML_MISMATCH}", f"epilog: gpu-r3n07: {NVML_MISMATCH}"])
+def test_a_prolog_line_naming_its_host_ties_the_report_to_it(tmp_path: Path, line: str) -> None:
+    d = _diagnose(tmp_path, {"slurm-4471093.out": [
+        line, "23: UserWarning: CUDA initialization: Error 803: system has unsupported display driver / cuda driver "
+              "combination", "srun: error: gpu-r3n07: tasks 16-23: Exited with exit code 1",
+        "srun: error: gpu-r3n05: tasks 0-7: Terminated"]})
+    assert _said(d) == ("gpu_lost", ["gpu-r3n07"], "resubmit_exclude"), d["reason"]
