@@ -316,7 +316,8 @@ def test_a_df_row_of_one_task_maps_a_full_node_local_disk_to_its_host(tmp_path: 
 NVML_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch"
 
 
-@pytest.mark.parametrize("line", [f"prolog: gpu-r3n07 nvidia-smi: {NVML_MISMATCH}", f"epilog: gpu-r3n07: {NVML_MISMATCH}"])
+@pytest.mark.parametrize("line", [f"prolog: gpu-r3n07 nvidia-smi: {NVML_MISMATCH}",
+                                  f"epilog: gpu-r3n07: {NVML_MISMATCH}"])
 def test_a_prolog_line_naming_its_host_ties_the_report_to_it(tmp_path: Path, line: str) -> None:
     d = _diagnose(tmp_path, {"slurm-4471093.out": [
         line, "23: UserWarning: CUDA initialization: Error 803: system has unsupported display driver / cuda driver "
