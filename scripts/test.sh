@@ -16,6 +16,12 @@ if ! python -c "import torch" 2>/dev/null; then
   python -m pip install -q --disable-pip-version-check "torch==${ORCH_TORCH_VERSION:-2.13.0}" >&2 \
     || echo "torch could not be installed: the real PyTorch scenarios will skip" >&2
 fi
+# the JAX job of the second-framework scenario (scripts/jax_train.py, issue 39): the CPU wheels
+if ! python -c "import jax" 2>/dev/null; then
+  echo "installing jax[cpu]==${ORCH_JAX_VERSION:-0.10.2} for the JAX scenario" >&2
+  python -m pip install -q --disable-pip-version-check "jax[cpu]==${ORCH_JAX_VERSION:-0.10.2}" >&2 \
+    || echo "jax could not be installed: the JAX scenario will skip" >&2
+fi
 echo "== ruff ==" && ruff check orchestrator tests scripts
 echo "== import layers ==" && lint-imports
 echo "== mypy ==" && mypy --strict orchestrator tests
