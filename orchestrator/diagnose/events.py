@@ -27,6 +27,11 @@ EVENTS: tuple[Signature, ...] = (
               r"usable|failed to initialize the H/W\b)", C.GPU_LOST, blame=True, kind="hw",
               source="habanalabs kernel driver (dmesg): 'Failed to initialize hl5. Device is NOT "
                      "usable !'"),
+    # Intel's xe driver reset an engine that stopped (a timed-out job, a device coredump)
+    Signature("node_hw_xe", r"\bxe \S+: \[drm\] (?:\w+: )?(?:Engine reset|Timedout job|Xe device "
+              r"coredump)", C.GPU_LOST, blame=True, kind="hw",
+              source="Linux xe DRM driver (dmesg): 'GT1: Engine reset', 'Timedout job', 'Xe device "
+                     "coredump has been created'"),
     # nvidia-smi shows ERR! in the fields of a GPU the driver lost
     Signature("node_hw_gpu_err", r"^\|.*\bERR!", C.GPU_LOST, blame=True, kind="hw",
               source="nvidia-smi's table: ERR! in a GPU's fields once it fell into an error state"),

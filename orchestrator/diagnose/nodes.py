@@ -44,9 +44,12 @@ def _cut_mid_line(path: Path) -> bool:
 
 def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: str = "",
               top_frames: tuple[str, ...] = (), fs_suspect: bool = False) -> NodeEvidence:
-    job_wide = bool(JOB_WIDE.match(scan.node))
-    matches = tuple(scan.matches)
+    # a file whose own start line lists the allocation's nodes, its name not among them, is the
+    # job's output (`gpt7b-lumi.out`), not a host's
     hm = scan.host_map
+    job_wide = bool(JOB_WIDE.match(scan.node)) or (len(hm.listed) > 1
+                                                   and scan.node not in hm.listed)
+    matches = tuple(scan.matches)
     if job_wide and (hm.tasks or hm.ranks or hm.pids):
         matches = tuple(replace(m, host=m.host or hm.host_of(m.task, m.rank)
                                 or hm.host_of_text(m.text)) for m in matches)

@@ -50,7 +50,7 @@ PID_IN_LINE = re.compile(r"\bpid[=: ]+(\d+)")
 _IP = r"\d{1,3}(?:\.\d{1,3}){3}"
 IP_HOST = re.compile(rf"({_IP})\s+({HOST})|({HOST})\s+({_IP})")
 # a job's own start line naming its host and address: `wk-a2 (172.28.0.12): init ok`
-HOST_PAREN_IP = re.compile(rf"^(?P<h>{HOST}) \((?P<ip>{_IP})\)[: ]")
+HOST_PAREN_IP = re.compile(rf"(?:^|\s)(?P<h>{HOST}) \((?:ip |IP |addr(?:ess)? )?(?P<ip>{_IP})\)")
 # a tagged list of `host=IP` pairs: `hosts: gpu3=10.0.0.91 (rank 0-1), gpu4=10.0.0.92 (rank 2-3)`
 HOST_EQ_IP = re.compile(rf"({HOST})\s*=\s*({_IP})\b")
 HOSTS_TAG = re.compile(r"^[\w -]*\b(?:hosts?|nodes?|address(?:es)?|ips?)\b[\w -]*:\s",
@@ -69,9 +69,10 @@ ON_HOST = re.compile(rf"^\+ +(?:srun\b.*?(?:\s-w *|\s--nodelist[= ])|ssh +(?:-\S
                      r"(?![\w.,\[-])")
 # a GPU the node lists (`nvidia-smi -L`) or the local ranks torchrun started there
 GPU_LISTED = re.compile(r"^GPU (?P<i>\d+): .*\(UUID: GPU-|^\s*local_ranks=\[(?P<l>[\d, ]+)\]")
-# the allocation's node list on its start line (`SLURM_JOB_NODELIST=gpu[01-04]`, `nodes: gn[1-2]`)
+# the allocation's node list on its start line (`SLURM_JOB_NODELIST=gpu[01-04]`, `nodes gn[1-2]`)
 _LISTED = r"[A-Za-z][\w.-]*(?:\[[\d,-]+\][\w.-]*)?"
-NODE_LIST = re.compile(rf"\b(?:SLURM_(?:JOB_)?NODELIST|nodes|nodelist)\s*[:=]\s*(?P<list>{_LISTED}"
+NODE_LIST = re.compile(rf"\b(?:SLURM_(?:JOB_)?NODELIST|nodes|nodelist)(?:\s*[:=]\s*| +)"
+                       rf"(?P<list>{_LISTED}"
                        rf"(?:,{_LISTED})*)", re.IGNORECASE)
 
 
@@ -214,7 +215,7 @@ class HostMap:
             return
         if self._context(body):
             return
-        if (pm2 := HOST_PAREN_IP.match(body)) is not None:
+        if "(" in body and (pm2 := HOST_PAREN_IP.search(body)) is not None:
             self.learn_address(pm2.group("ip"), pm2.group("h"))
         elif "=" in body and HOSTS_TAG.match(body):
             for host, ip in HOST_EQ_IP.findall(body):

@@ -49,7 +49,8 @@ PLATFORMS: tuple[Signature, ...] = (
     Signature("framework_shutdown",
               r"Horovod has been shut down|HorovodShutdownError"
               r"|has been set to ERROR in coordination service|Polled an error from coordination "
-              r"service|JAX distributed service detected fatal errors"
+              r"service|JAX distributed service detected fatal errors|Coordination agent is set to "
+              r"ERROR"
               r"|DEADLINE_EXCEEDED: Barrier timed out",
               C.NCCL_TIMEOUT, cascade=True,
               source="Horovod after another rank's exception (horovod/horovod#534); XLA "
@@ -95,6 +96,23 @@ PLATFORMS: tuple[Signature, ...] = (
               peer_group="peer", source="gloo/transport/tcp/pair.cc ('Connection closed by peer "
                                         "[IP]:port', 'Read error [IP]:port: Connection reset by "
                                         "peer')"),
+    # Open MPI's launcher lost a node's daemon: that node went away (the message names it)
+    Signature("orte_lost_daemon",
+              r"(?:^\s*Remote daemon: \[\[\d+,\d+\],\d+\] on node |^\s*hostname:  )"
+              r"(?P<node>[A-Za-z][\w.-]*\d[\w.-]*)\s*$", C.NODE_FAIL, blame=True,
+              node_group="node",
+              source="Open MPI (ORTE) 'ORTE has lost communication with a remote daemon ... "
+                     "Remote daemon: [[j,0],n] on node X' / 'with its daemon located on node: "
+                     "hostname: X'"),
+    # other accelerators' own device failures: a TPU chip's fatal interrupt, Intel Level Zero's lost
+    # device (the driver's word, not the program's)
+    Signature("accel_lost",
+              r"!!!! FATAL ERROR !!!! for \[/dev/accel\d+|Received Error Interrupt! fatal: true|"
+              r"Accelerator device halted prematurely|UR_RESULT_ERROR_DEVICE_LOST|"
+              r"ZE_RESULT_ERROR_DEVICE_LOST|level_zero backend failed with error: 20\b",
+              C.GPU_LOST, blame=True,
+              source="libtpu driver ('!!!! FATAL ERROR !!!! for [/dev/accel0 ...]', XLA "
+                     "'Accelerator device halted prematurely'); Intel Level Zero / UR DEVICE_LOST"),
     # PyTorch's flight-recorder analysis (`python -m torch.distributed.flight_recorder.fr_trace`)
     # names the one rank that never joined the collective the others wait in (no failure by itself:
     # the stacks say whether that rank is stuck or the program's own wait; endings._outside)

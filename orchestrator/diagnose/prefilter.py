@@ -26,8 +26,9 @@ ENGINE_AVAILABLE = hyperscan is not None
 
 # The start of an allocation (used after Slurm printed a JOB-level end banner in the same file).
 # a site's prolog or wrapper heading each job's output (`==== job 9123017 ====`)
-# `==== job 771021 ====`, `==== job 771021 nodes: gn[101-102] ====`
-JOB_BANNER = r"^[=#*-]{3,} *(?:[Ss]lurm )?[Jj]ob(?: ?[Ii][Dd])?[ :=]*\d+\b.*?[=#*-]{3,}$"
+# `==== job 771021 ====`, `==== job 771021 nodes: gn[101-102] ====`, `#### job 88123 nodes n[1-4]`
+JOB_BANNER = (r"^[=#*-]{3,} *(?:[Ss]lurm )?[Jj]ob(?: ?[Ii][Dd])?[ :=]*\d+\b"
+              r"(?:.*?[=#*-]{3,}$| nodes?\b)")
 ALLOC_START_RE = (r"NCCL INFO NCCL version \d|Starting elastic_operator|Initializing distributed: "
                   r"GLOBAL_RANK|initializing torch distributed|loading checkpoint from|"
                   r"SLURM_RESTART_COUNT\b|SLURM_JOB_ID=\d|"
@@ -50,8 +51,10 @@ SPECIAL = (
      False),  # `IP host` / `host IP` maps (origin.IP_HOST_MAP)
     (r"^(?:={3}|-{3}|#{3}).*(?:={3}|-{3}|#{3}) *$|^\+ +ssh ", False),  # origin.SECTION, ON_HOST
     (r"^GPU \d+: .*\(UUID: GPU-|^\s*local_ranks=\[", False),  # origin.GPU_LISTED
+    (r"\b(?:SLURM_(?:JOB_)?NODELIST|nodes|nodelist)(?: *[:=] *| +)[A-Za-z][\w.-]*\d",
+     True),  # origin.NODE_LIST
     # origin.HOST_PAREN_IP, HOST_EQ_IP
-    (r"^[A-Za-z][\w-]*\d[\w.-]* \(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d"
+    (r"[A-Za-z][\w-]*\d[\w.-]* \((?:ip |IP |addr\w* )?\d{1,3}\.\d{1,3}\.\d{1,3}\.\d"
      r"|[A-Za-z][\w-]*\d *= *\d{1,3}\.\d{1,3}\.\d{1,3}\.\d", False),
     (r"rank[\w ()>-]*:? *\d+ *(?:- *\d+ *)?(?:->|=>|:|=)? *[A-Za-z][\w-]*\d", True),  # RANK_MAP
 )

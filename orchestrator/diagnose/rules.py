@@ -21,6 +21,8 @@ RUNTIME_OOM = re.compile(r"CUDA error: out of memory|cudaErrorMemoryAllocation|C
 # A kernel's own crash on the device (PyTorch, NCCL's "Cuda failure", the driver API's names)
 CUDA_CRASH = re.compile(r"illegal memory access|unspecified launch failure|cudaErrorIllegalAddress|"
                         r"cudaErrorLaunchFailure|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED")
+# the runtime's own words for it (`unspecified launch failure`, `hipErrorLaunchFailure`)
+LAUNCH_FAILURE = re.compile(r"launch[ _]?failure", re.IGNORECASE)
 # Positive evidence that a rank waits in the program's own machinery (a queue, a lock, a data
 # loader), not in an unknown frame: an unknown frame outside the collective is the node's (the
 # stuck-rank rule)
@@ -139,10 +141,10 @@ def lone_launch_failure(best: Match, culprits: list[str], nodes: list[NodeEviden
                         ctx: Context) -> bool:
     """CUDA's `unspecified launch failure` from one rank only, after progress: a kernel's own
     crash, like an illegal access (several ranks of the node at once: the node)."""
-    if not one_rank_cuda_crash(best, culprits, nodes, ctx) or "launch failure" not in best.text:
+    if not one_rank_cuda_crash(best, culprits, nodes, ctx) or not LAUNCH_FAILURE.search(best.text):
         return False
-    ranks = {m.rank for n in nodes for m in n.matches if "launch failure" in m.text}
-    hardware = any(m.cause in (Cause.GPU_LOST, Cause.GPU_ECC) and "launch failure" not in m.text
+    ranks = {m.rank for n in nodes for m in n.matches if LAUNCH_FAILURE.search(m.text)}
+    hardware = any(m.cause in (Cause.GPU_LOST, Cause.GPU_ECC) and not LAUNCH_FAILURE.search(m.text)
                    for n in nodes for m in n.matches)  # a driver's, a kernel log's report
     return len(ranks) == 1 and not hardware
 

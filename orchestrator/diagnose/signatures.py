@@ -55,7 +55,7 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + SERVICES + (
         "gpu_unavailable",
         r"all CUDA-capable devices are busy or unavailable|CUDA-capable device\(s\) is/are busy or "
         r"unavailable|invalid device ordinal|cudaErrorInvalidDevice|no CUDA-capable device is "
-        r"detected|synStatus=26 \[Generic failure\] Device acquire failed", C.GPU_LOST, blame=True,
+        r"detected|synStatus=\d+ \[[^\]]*\] Device acquire failed", C.GPU_LOST, blame=True,
         source="CUDA runtime: a GPU held by another process or missing on this node",
     ),
     Signature("nvml_mismatch",

@@ -1,0 +1,97 @@
+"""Readings taught by blind15's misses (issue 38): other accelerators' own device failures (Intel Gaudi, TPU, Intel
+GPU Max with its xe driver), a HIP launch failure of one rank as a strike, Open MPI losing a node's daemon (both of
+its wordings), Ray's `host (ip X)` start-up lines as the address map, JAX's coordination agent error beside a host
+whose log stops mid-write, and a job-named output file whose own banner lists the allocation's nodes. Each through
+`diagnose_dir`, the offline path a user runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_blind14_readings import _diagnose, _said, _steps
+
+TERMINATED = "srun: error: {h}: tasks {a}-{b}: Terminated"
+
+
+@pytest.mark.parametrize("error", [
+    "RuntimeError: synStatus=20 [Device already acquired] Device acquire failed.",
+    "RuntimeError: synStatus=26 [Generic failure] Device acquire failed."])
+def test_a_gaudi_device_another_process_holds_is_that_nodes(tmp_path: Path, error: str) -> None:
+    d = _diagnose(tmp_path, {"slurm-330912.out": [f"gaudi2-a16: {error}"] * 3
+                             + [TERMINATED.format(h="gaudi2-a15", a=0, b=7), TERMINATED.format(h="gaudi2-a17", a=16,
+                                                                                               b=23)]})
+    assert _said(d) == ("gpu_lost", ["gaudi2-a16"], "resubmit_exclude"), d["reason"]
+
+
+@pytest.mark.parametrize("error", [
+    "E0827 23:43:41.200122 39475 synchronous_driver.cc:820] [/dev/accel0 tpu1013:pe1:0] !!!! FATAL ERROR !!!! for "
+    "[/dev/accel0 tpu1013:pe1:0] , fatal_error: true, running_timer: 0xeacdbdd045e77",
+    "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Accelerator device halted prematurely, perhaps due to an "
+    "on-device check-failure.",
+    "RuntimeError: level_zero backend failed with error: 20 (UR_RESULT_ERROR_DEVICE_LOST)"])
+def test_an_accelerators_own_device_loss_on_one_host_excludes_it(tmp_path: Path, error: str) -> None:
+    d = _diagnose(tmp_path, {"acc-n17.out": [*_steps(), "Terminated"], "acc-n18.out": [*_steps(), "Terminated"],
+                             "acc-n19.out": [*_steps(), error]})
+    assert _said(d) == ("gpu_lost", ["acc-n19"], "resubmit_exclude"), d["reason"]
+
+
+def test_the_xe_drivers_engine_reset_explains_a_ranks_crash_on_that_node(tmp_path: Path) -> None:
+    d = _diagnose(tmp_path, {
+        "pvc-n018.out": [*_steps(), "Terminated"],
+        "pvc-n019.out": [*_steps(), "[rank27]: RuntimeError: an unexpected failure in backward"],
+        "pvc-n019.dmesg": ["[Wed Apr  2 12:00:41 2025] xe 0000:3a:00.0: [drm] GT1: Engine reset: engine_class=ccs, "
+                           "logical_mask: 0x1, guc_id=11"]})
+    assert d["culprit_nodes"] == ["pvc-n019"] and d["action"] == "resubmit_exclude", d["reason"]
+
+
+def test_one_ranks_hip_launch_failure_with_its_help_line_stays_a_strike(tmp_path: Path) -> None:
+    d = _diagnose(tmp_path, {"slurm-660192.out": [
+        "rank map: 0-7 mi250-n031, 8-15 mi250-n032", *_steps(),
+        "[rank11]: torch.AcceleratorError: HIP error: unspecified launch failure",
+        "[rank11]: Search for `hipErrorLaunchFailure' in https://rocm.docs.amd.com/projects/HIP/en/latest/index.html "
+        "for more information."]})
+    assert d["culprit_nodes"] == ["mi250-n032"] and d["action"] == "resubmit", d["reason"]
+
+
+@pytest.mark.parametrize("message", [
+    ["ORTE has lost communication with a remote daemon.", "", "  HNP daemon   : [[41877,0],0] on node jwb0123",
+     "  Remote daemon: [[41877,0],2] on node jwb0125", "",
+     "This is usually due to either a failure of the TCP network"],
+    ["ORTE has lost communication with its daemon located on node:", "", "  hostname:  jwb0125", "",
+     "This is usually due to either a failure of the TCP network"]])
+def test_open_mpi_losing_a_nodes_daemon_names_that_node(tmp_path: Path, message: list[str]) -> None:
+    d = _diagnose(tmp_path, {"slurm-9911284.out": [f"[1,0]<stdout>:{s}" for s in _steps()] + message})
+    assert _said(d) == ("node_fail", ["jwb0125"], "resubmit_exclude"), d["reason"]
+
+
+def test_rays_start_up_line_maps_the_address_of_the_node_its_gcs_marks_dead(tmp_path: Path) -> None:
+    d = _diagnose(tmp_path, {"slurm-5512.out": [
+        "Starting HEAD at ray-h100-01 (ip 10.70.3.11)", "Starting WORKER at ray-h100-04 (ip 10.70.3.14), joining "
+        "10.70.3.11:6379", *_steps(),
+        "2025-03-18 13:04:37,118\tWARNING worker.py:2283 -- The node with node id: 7c1d02fa9b8e4f3b and address: "
+        "10.70.3.14 and node name: 10.70.3.14 has been marked dead because the detector has missed too many "
+        "heartbeats from it."]})
+    assert _said(d) == ("node_fail", ["ray-h100-04"], "resubmit_exclude"), d["reason"]
+
+
+def test_jaxs_coordination_error_on_the_others_and_a_log_cut_mid_write_is_a_dead_host(tmp_path: Path) -> None:
+    agent = ("2023-03-07 15:52:33.376549: E external/tsl/tsl/distributed_runtime/coordination/"
+             "coordination_service_agent.cc:702] Coordination agent is set to ERROR: UNAVAILABLE: Task "
+             "/job:jax_worker/replica:0/task:3 heartbeat timeout. This indicates that the remote task has failed, "
+             "got preempted, or crashed unexpectedly.")
+    files = {f"jx-a100-{i}.log": [*_steps(), agent] for i in (1, 2, 3, 5)}
+    files["jx-a100-4.log"] = _steps()
+    d = _diagnose(tmp_path, files, cut="jx-a100-4.log")
+    assert _said(d) == ("node_fail", ["jx-a100-4"], "resubmit_exclude"), d["reason"]
+
+
+def test_a_job_named_output_file_whose_banner_lists_other_nodes_is_no_host(tmp_path: Path) -> None:
+    """`gpt7b-lumi.out` looks like a host name; its own banner lists the allocation (nid005[101-104]) without it:
+    the file is the job's output, and only the host whose kernel log reports the GPU is excluded."""
+    d = _diagnose(tmp_path, {
+        "gpt7b-lumi.out": ["#### job 8812301 nodes nid005[101-104] started 2024-10-07T08:00:03", *_steps(),
+                           "[rank31]: torch.AcceleratorError: HIP error: unspecified launch failure"],
+        "nid005104.dmesg": ["[Mon Oct  7 16:07:41 2024] amdgpu 0000:d1:00.0: amdgpu: GPU reset begin!"]})
+    assert "gpt7b-lumi" not in d["culprit_nodes"], d["reason"]
