@@ -77,8 +77,14 @@ def peer_name(group: str, value: str) -> str:
     return f"lid:{int(value, 0)}" if group == "lid" else value
 
 
-def line_rank(groups: dict[str, str | None], rank: int | None, task: int | None) -> int | None:
+def line_rank(groups: dict[str, str | None], rank: int | None, task: int | None,
+              kind: str = "") -> int | None:
     """The rank a line is about: one its signature names (`missing ranks: {13}`), else the rank or
-    srun task its prefix gave."""
+    srun task its prefix gave; in a list of ranks behind, each labelled `N:` after the reporter's
+    own tag (`[1,0]<stderr>:21: [allreduce...]`), the label."""
     named = groups.get("rank")
-    return int(named) if named and named.isdigit() else rank if rank is not None else task
+    if named and named.isdigit():
+        return int(named)
+    if kind == "behind" and task is not None:
+        return task
+    return rank if rank is not None else task

@@ -28,7 +28,10 @@ HOST = (r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)(?![\w.-]*\.\.
 # naming the host)
 # a Python exception's name is no host (`boto3.exceptions.S3UploadFailedError: ...`, `E1Error: ...`)
 EXCEPTION_NAME = r"(?:[\w-]+\.)+[A-Z]\w*|[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit)"
-HOST_PREFIX = re.compile(rf"^(?:\[[\w -]*\] ?|(?:prolog|epilog): +)?(?!(?:{EXCEPTION_NAME}): )"
+# (a tag may hold a time, `[hang-check 21:31]`; a kernel log's `[Wed Aug 19 03:58:12 2026]` or
+# `[ 123.456]` is no tag: what follows is a driver's name, `nvidia-nvswitch2: SXid ...`)
+HOST_PREFIX = re.compile(rf"^(?:\[(?![A-Z][a-z]{{2}} [A-Z][a-z]{{2}} )(?! *\d+\.\d+\])[\w :.-]*\] ?"
+                         rf"|(?:prolog|epilog): +)?(?!(?:{EXCEPTION_NAME}): )"
                          rf"(?P<h>{HOST})(?:: +| (?=nvidia-smi: |dmesg: ))(?=\S)"
                          rf"|^\[(?:\w+ )?(?P<b>{HOST})\] ?")
 # NCCL's "host:pid:tid [dev]" is distinctive enough to take a host name without digits from it
@@ -69,6 +72,9 @@ ON_HOST = re.compile(rf"^\+ +(?:srun\b.*?(?:\s-w *|\s--nodelist[= ])|ssh +(?:-\S
                      r"(?![\w.,\[-])")
 # a GPU the node lists (`nvidia-smi -L`) or the local ranks torchrun started there
 GPU_LISTED = re.compile(r"^GPU (?P<i>\d+): .*\(UUID: GPU-|^\s*local_ranks=\[(?P<l>[\d, ]+)\]")
+# mpirun / horovodrun's host slots (`-H vg-a1:4,vg-a2:4`): by slot, rank r runs on the host whose
+# slots it falls in
+SLOTS = re.compile(rf"(?:^|\s)(?:-H|--host|-hosts)\s+((?:{HOST}:\d+,)*{HOST}:\d+)(?:\s|$)")
 # the allocation's node list on its start line (`SLURM_JOB_NODELIST=gpu[01-04]`, `nodes gn[1-2]`)
 _LISTED = r"[A-Za-z][\w.-]*(?:\[[\d,-]+\][\w.-]*)?"
 NODE_LIST = re.compile(rf"\b(?:SLURM_(?:JOB_)?NODELIST|nodes|nodelist)(?:\s*[:=]\s*| +)"
@@ -245,6 +251,11 @@ class HostMap:
             self.section = (h := SECTION_HOST.search(sec.group("t"))) and h.group("h") or None
         elif (cmd := ON_HOST.match(body)) is not None:
             self.section = cmd.group("h")
+        elif self.line_host and body.startswith("py-spy dump"):  # `HOST: py-spy dump --pid N`
+            self.section = self.line_host
+        elif (hm := SLOTS.search(body)) is not None:  # ranks fill each host's slots in turn
+            slots = re.findall(rf"({HOST}):(\d+)", hm.group(1))
+            self.ranks.update(dict(enumerate([h for h, n in slots for _ in range(int(n))][:4096])))
         else:
             return False
         return True

@@ -167,8 +167,7 @@ class NodeScan:
             return
         p = parse_line(raw)
         ts, body, host = p.ts, p.body, p.host
-        if host:
-            self.hosts.add(host)
+        self.hosts.update([host] if host else [])
         if ts:
             self.last_ts = ts
         # the line right after a py-spy thread header
@@ -231,9 +230,10 @@ class NodeScan:
             # NCCL names this host's own address in the same warning
             if peer and "localGid" in body and (gid := LOCAL_GID.search(body)):
                 self._address(gid.group(1), p.host)
+            rank = line_rank(groups, p.rank, p.task, sig.kind)
             self._add(Match(line_no, body[:MAX_TEXT], sig.name, sig.cause, sig.blame, sig.cascade,
-                            line_rank(groups, p.rank, p.task), p.ts or self.last_ts, named,
-                            self.file, peer, host, sig.kind, p.task))
+                            rank, p.ts or self.last_ts, named, self.file, peer, host, sig.kind,
+                            p.task))
             if JOB_END.search(body):
                 self._ended = True
                 self._ended_at = banner_time(body) or p.ts or self.last_ts

@@ -71,9 +71,10 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + SERVICES + (
     Signature(
         "cuda_oom",
         r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError: "
-        r"CUDA|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure \d* ?'out of "
-        r"memory'", C.USER_OOM,
-        source="PyTorch caching allocator; BigScience second crash in barrier()",
+        r"(?:CUDA|HIP|XPU)|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure \d* "
+        r"?'out of memory'|HIP out of memory|hipErrorOutOfMemory", C.USER_OOM,
+        source="PyTorch caching allocator (CUDA, ROCm's HIP, Intel's XPU); BigScience second crash "
+               "in barrier()",
     ),
     Signature(
         "node_failure_named",

@@ -95,3 +95,43 @@ def test_a_job_named_output_file_whose_banner_lists_other_nodes_is_no_host(tmp_p
                            "[rank31]: torch.AcceleratorError: HIP error: unspecified launch failure"],
         "nid005104.dmesg": ["[Mon Oct  7 16:07:41 2024] amdgpu 0000:d1:00.0: amdgpu: GPU reset begin!"]})
     assert "gpt7b-lumi" not in d["culprit_nodes"], d["reason"]
+
+
+STALL = ("[1,0]<stderr>:[2026-02-03 19:44:10.118713: W /tmp/pip-install/horovod/common/stall_inspector.cc:107] One or "
+         "more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for "
+         "remainder of ranks for more than 60 seconds.")
+
+
+SLOTS = "-np 32 -H amd-g4-n05:8,amd-g4-n06:8,amd-g4-n07:8,amd-g4-n08:8 python t.py"
+
+
+@pytest.mark.parametrize("launch", [f"horovodrun {SLOTS}", f"mpirun {SLOTS}"])
+def test_horovods_missing_rank_through_the_host_slots_with_its_stack_in_a_device_call(
+        tmp_path: Path, launch: str) -> None:
+    """The stall inspector lists rank 21 missing; by the launch's host slots rank 21 runs on amd-g4-n07, whose hang
+    check (a tag holding a time, then `HOST: py-spy dump`) shows it inside hipStreamSynchronize: that node's hang."""
+    d = _diagnose(tmp_path, {"slurm-404815.out": [
+        launch, *[f"[1,0]<stdout>:{s}" for s in _steps()], STALL, "[1,0]<stderr>:Missing ranks:",
+        "[1,0]<stderr>:21: [allreduce.module.fc.bias, allreduce.module.fc.weight ...]",
+        "[hang-check 21:31] amd-g4-n07: py-spy dump --native --pid 228714",
+        "Thread 228714 (active): \"MainThread\"", "    hipStreamSynchronize (libamdhip64.so.6.2.60200)",
+        "    synchronize (torch/cuda/__init__.py:954)",
+        "slurmstepd: error: *** JOB 404815 ON amd-g4-n05 CANCELLED AT 2025-01-10T04:00:00 DUE TO TIME LIMIT ***"]})
+    assert d["culprit_nodes"] == ["amd-g4-n07"] and d["action"] == "resubmit_exclude", d["reason"]
+
+
+def test_a_hip_out_of_memory_is_the_jobs_oom(tmp_path: Path) -> None:
+    oom = ("[rank11]: torch.OutOfMemoryError: HIP out of memory. Tried to allocate 7.63 GiB. GPU 3 has a total "
+           "capacity of 191.98 GiB of which 5.29 GiB is free.")
+    d = _diagnose(tmp_path, {"mi300-n01.out": [*_steps(), oom], "mi300-n02.out": [*_steps(), oom]})
+    assert _said(d) == ("user_oom", [], "stop_and_alert"), d["reason"]
+
+
+def test_a_kernel_log_timestamp_is_no_tag_and_a_drivers_name_no_host(tmp_path: Path) -> None:
+    d = _diagnose(tmp_path, {
+        "hgx-21.log": [*_steps(), "[E0819 04:12:51.506 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective "
+                                  "operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 1800092 ms"],
+        "hgx-22.log": _steps(),
+        "hgx-22.dmesg": ["[Wed Aug 19 03:58:12 2026] nvidia-nvswitch2: SXid (PCI:0000:86:00.0): 20034, Fatal, Link 14 "
+                         "LTSSM Fault Up (First)"]})
+    assert d["culprit_nodes"] == ["hgx-22"], d["reason"]
