@@ -160,10 +160,13 @@ def scheduler_end(job: JobStatus, cause: Cause, nodes: list[NodeEvidence], roots
     if gap is not None:
         behind = stuck or unkillable or progress_culprit(nodes) or silent(
             nodes, [(n, m) for n, m in secondary if m.signature != "job_timelimit"])
-        return verdict(Cause.HANG, behind, bool(behind), 0.6, found,
+        # a report in the log puts a rank behind (a stall inspector, the flight recorder): a suspect
+        named = [] if behind else sorted({h for _, _, h in behind_in_log(nodes)})
+        return verdict(Cause.HANG, behind or named, bool(behind or named), 0.6, found,
                         f"progress stopped {mins(gap)} before the time limit: a hang, not the time "
-                        "limit" + (f"; it stopped first on {','.join(behind)}" if behind else ""),
-                        "progress_stopped_before_limit", Owner.NODE if behind else Owner.NOBODY)
+                        "limit" + (f"; it stopped first on {','.join(behind or named)}"
+                                   if behind or named else ""), "progress_stopped_before_limit",
+                       Owner.NODE if behind else Owner.NODE_SUSPECT if named else Owner.NOBODY)
     if unkillable:
         return verdict(cause, unkillable, True, 0.85, evs([(n, m) for n, m in roots if m.signature
                                                           in UNKILLABLE], Role.ROOT) + found,

@@ -77,8 +77,8 @@ GPU_LISTED = re.compile(r"^GPU (?P<i>\d+): .*\(UUID: GPU-|^\s*local_ranks=\[(?P<
 SLOTS = re.compile(rf"(?:^|\s)(?:-H|--host|-hosts)\s+((?:{HOST}:\d+,)*{HOST}:\d+)(?:\s|$)")
 # the allocation's node list on its start line (`SLURM_JOB_NODELIST=gpu[01-04]`, `nodes gn[1-2]`)
 _LISTED = r"[A-Za-z][\w.-]*(?:\[[\d,-]+\][\w.-]*)?"
-NODE_LIST = re.compile(rf"\b(?:SLURM_(?:JOB_)?NODELIST|nodes|nodelist)(?:\s*[:=]\s*| +)"
-                       rf"(?P<list>{_LISTED}"
+NODE_LIST = re.compile(rf"\b(?:(?:SLURM_(?:JOB_)?NODELIST|nodes|nodelist)(?:\s*[:=]\s*| +)"
+                       rf"|job \d+ on +)(?P<list>{_LISTED}"
                        rf"(?:,{_LISTED})*)", re.IGNORECASE)
 
 
@@ -241,7 +241,8 @@ class HostMap:
     def _context(self, body: str) -> bool:
         """The allocation's node list, a host's GPU count, a section header or a traced command
         on one host (what follows is that host's output); True when the line was one of them."""
-        if not self.listed and "node" in body.lower() and (nl := NODE_LIST.search(body)):
+        if not self.listed and ("node" in body.lower() or "job" in body) and (
+                nl := NODE_LIST.search(body)):
             self.listed = set(expand(nl.group("list")))
         if (gm := GPU_LISTED.match(body)) is not None:
             host = self.line_host or self.section or ""

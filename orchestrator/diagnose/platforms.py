@@ -104,10 +104,14 @@ PLATFORMS: tuple[Signature, ...] = (
               source="Open MPI (ORTE) 'ORTE has lost communication with a remote daemon ... "
                      "Remote daemon: [[j,0],n] on node X' / 'with its daemon located on node: "
                      "hostname: X'"),
+    # Horovod's stall inspector: some ranks wait on tensors others never submitted (the peers' side
+    # of a stall; its time is a sign of life after the last progress)
+    Signature("horovod_stall", r"stall_inspector\.cc:\d+\] One or more tensors were submitted",
+              C.NCCL_TIMEOUT, cascade=True, source="horovod/common/stall_inspector.cc"),
     # Horovod's stall inspector lists, under `Missing ranks:`, each rank that never submitted the
     # tensors the others wait on (`21: [allreduce.fc.bias, ...]`): behind, no failure by itself
-    Signature("horovod_missing_rank", r"^\[(?:allreduce|allgather|broadcast|alltoall|reducescatter)"
-              r"\.[^\]]*\]?\s*$", C.HANG, blame=True, kind="behind",
+    Signature("horovod_missing_rank", r"^\[(?:horovod_)?(?:allreduce|allgather|broadcast|alltoall|"
+              r"reducescatter)[._][^\]]*\]?\s*$", C.HANG, blame=True, kind="behind",
               source="horovod/common/stall_inspector.cc 'Missing ranks:' list"),
     # other accelerators' own device failures: a TPU chip's fatal interrupt, Intel Level Zero's lost
     # device (the driver's word, not the program's)

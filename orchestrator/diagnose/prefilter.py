@@ -52,7 +52,7 @@ SPECIAL = (
     (r"^(?:={3}|-{3}|#{3}).*(?:={3}|-{3}|#{3}) *$|^\+ +ssh ", False),  # origin.SECTION, ON_HOST
     (r"^GPU \d+: .*\(UUID: GPU-|^\s*local_ranks=\[", False),  # origin.GPU_LISTED
     (r"(?:^|\s)(?:-H|--host|-hosts)\s+[A-Za-z][\w.-]*:\d|: py-spy dump", False),  # SLOTS, py-spy
-    (r"\b(?:SLURM_(?:JOB_)?NODELIST|nodes|nodelist)(?: *[:=] *| +)[A-Za-z][\w.-]*\d",
+    (r"\b(?:SLURM_(?:JOB_)?NODELIST|nodes|nodelist)(?: *[:=] *| +)[A-Za-z][\w.-]*\d|job \d+ on ",
      True),  # origin.NODE_LIST
     # origin.HOST_PAREN_IP, HOST_EQ_IP
     (r"[A-Za-z][\w-]*\d[\w.-]* \((?:ip |IP |addr\w* )?\d{1,3}\.\d{1,3}\.\d{1,3}\.\d"

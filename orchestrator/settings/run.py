@@ -35,9 +35,9 @@ UNFILLED = re.compile(r"CHANGE[-_ ]?ME|<[A-Za-z_ -]*>|\bTODO\b|/path/to/", re.I)
 # The default progress line: group 1 is the iteration. Megatron, GPT-NeoX, NeMo and nanotron
 # `iteration N/M`; DeepSpeed `step=N` / `steps: N`; torchtitan `step: N` (ANSI colour codes before
 # the number); OLMo `[step=N/M`; fairseq `num_updates=N`; composer `[batch=N/M]`; tqdm bars `| N/M
-# [` (HF Trainer, Lightning, accelerate); plain `step N:` / `iter N:` lines; PyTorch's and Horovod's
-# examples' `Train Epoch: N [x/y (p%)]` (the epoch); a dict or JSON line's `'step': N,`. A
-# checkpoint file name
+# [` (HF Trainer, Lightning, accelerate); plain `step N:` / `iter N:` / `[step N]` lines; PyTorch's
+# and Horovod's examples' `Train Epoch: N [x/y (p%)]` (the epoch); a dict or JSON line's `'step':
+# N,`. A checkpoint file name
 # such as `step=49.ckpt` is not progress.
 PROGRESS_REGEX = (
     r"(?:\biteration:?\s+(?=\d+\s*/\s*\d)"
@@ -45,7 +45,7 @@ PROGRESS_REGEX = (
     r"|\bnum_updates=(?=\d)"
     r"|\[batch=(?=\d+/\d)"
     r"|\|\s*(?=\d+/\d+\s*\[)"
-    r"|(?:^|[^\w.-])(?:[Ii]ter|[Ss]tep|[Ii]teration)\s+(?=\d+\s*(?::|/|\||,|$))"
+    r"|(?:^|[^\w.-])(?:[Ii]ter|[Ss]tep|[Ii]teration)\s+(?=\d+\s*(?::|/|\||,|\]|$))"
     r"|\bTrain Epoch:\s+(?=\d+\s*\[\d)"
     r"|[\"'](?:global_)?step[\"']\s*:\s*(?=\d+\s*[,}])"
     r")(\d+)"

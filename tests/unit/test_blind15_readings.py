@@ -135,3 +135,21 @@ def test_a_kernel_log_timestamp_is_no_tag_and_a_drivers_name_no_host(tmp_path: P
         "hgx-22.dmesg": ["[Wed Aug 19 03:58:12 2026] nvidia-nvswitch2: SXid (PCI:0000:86:00.0): 20034, Fatal, Link 14 "
                          "LTSSM Fault Up (First)"]})
     assert d["culprit_nodes"] == ["hgx-22"], d["reason"]
+
+
+def test_the_same_horovod_stall_at_the_same_step_on_other_nodes_is_the_jobs(tmp_path: Path) -> None:
+    """Two allocations in one file, each banner naming its nodes (`job N on HOSTLIST`), progress as `[step N]`
+    lines without a time, Horovod's stall inspector (timed) after the last step and Slurm's time limit long after:
+    the same hang at step 83999 on other nodes is the job's."""
+    def alloc(job: int, nodes: str, end: str) -> list[str]:
+        return [f"======== job {job} on gpu-q1-[{nodes}] (32 ranks, 8 per node) resuming from step 80000 ========",
+                *[f"[1,0]<stdout>:INFO:root:[step {s}]\tmlm_loss=1.39\tthroughput=14.5K tks/s" for s in
+                  (80999, 81999, 82999, 83999)],
+                "[1,0]<stderr>:[2019-10-09 15:13:28.346609: W horovod/common/stall_inspector.cc:105] One or more "
+                "tensors were submitted to be reduced, gathered or broadcasted by subset of ranks",
+                "[1,0]<stderr>:Stalled ranks:", "[1,0]<stderr>:6: [horovod_allreduce.0, horovod_allreduce.1 ...]",
+                f"slurmstepd: error: *** JOB {job} ON gpu-q1-{nodes[:2]} CANCELLED AT {end} DUE TO TIME LIMIT ***"]
+
+    d = _diagnose(tmp_path, {"bert.log": [*alloc(301772, "07-10", "2019-10-09T17:00:07"),
+                                          *alloc(301955, "21-24", "2019-10-09T17:00:09")]})
+    assert d["action"] == "stop_and_alert" and d["policy_rule"] == "repeats_on_other_nodes", d["reason"]
