@@ -67,6 +67,24 @@ def sensitivity(seeds: int, days: float) -> None:
         print(f"{minutes:>6.0f} mn {mean_se(sp):>14} {mean_se(gain):>14} {mean_se(gap):>14}")
 
 
+def expedite(seeds: int, days: float) -> None:
+    """Slurm 25.11's expedited requeue priced (issue 40): the orchestrator's policy with every resubmission
+    after a failure back at the front of the queue (no wait) against the same policy waiting in the queue like
+    any new job; paired per seed (the same faults)."""
+    print(f"\nexpedited requeue (orchestrator policy, resubmissions after a failure wait 0 min; {seeds} seeds, "
+          "gains in pp, mean ± standard error):")
+    print(f"{'nodes':>6} {'rate':>5} {'queue':>6} {'queued':>9} {'expedited':>10} {'gain':>14}")
+    for nodes in (512, 2048):
+        for rate in RATES:
+            for queue_min in (5, 60):
+                p = Params(nodes=nodes, rate_per_1000_node_days=rate, horizon_h=24 * days, queue_h=queue_min / 60)
+                queued = per_seed(p, "orchestrator", seeds)
+                fast = per_seed(Params(**{**p.__dict__, "requeue_queue_h": 0.0}), "orchestrator", seeds)
+                gain = [a - b for a, b in zip(fast, queued, strict=True)]
+                print(f"{nodes:>6} {rate:>5.2f} {queue_min:>4}mn {statistics.mean(queued):>9.1%} "
+                      f"{statistics.mean(fast):>10.1%} {mean_se(gain):>14}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seeds", type=int, default=3)
@@ -78,8 +96,13 @@ def main() -> None:
                          "else the 1200 s stall limit)")
     ap.add_argument("--hang-bench", type=Path, default=None, help="the JSON of scripts/bench_hang.py --out")
     ap.add_argument("--no-sensitivity", action="store_true", help="skip the relaunch-cost sensitivity block")
+    ap.add_argument("--expedite-only", action="store_true",
+                    help="only the expedited-requeue block (issue 40: Slurm 25.11's --requeue=expedite, priced)")
     ap.add_argument("--sensitivity-seeds", type=int, default=20, help="seeds of the sensitivity block (default 20)")
     args = ap.parse_args()
+    if args.expedite_only:
+        expedite(args.sensitivity_seeds, args.days)
+        return
     hang_s = args.hang_detect_s
     if hang_s is None and args.hang_bench is not None:
         hang_s = json.loads(args.hang_bench.read_text())["summary"]["name_p95_s"]
@@ -109,6 +132,7 @@ def main() -> None:
     print(f"(a relaunch inside the allocation: {args.step_restart_min:g} min to train again; a new job: 10 min)")
     if not args.no_sensitivity:
         sensitivity(args.sensitivity_seeds, args.days)
+        expedite(args.sensitivity_seeds, args.days)
     print("\nclosed-form check (blind array; no sticky faults, no hangs, no queue, no detection delay, no time limit):")
     for nodes in (512, 2048):
         p = Params(nodes=nodes, sticky_share=0, hang_share=0, queue_h=0, nccl_timeout_h=0, time_limit_h=1e9,

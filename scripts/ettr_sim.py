@@ -47,6 +47,9 @@ class Params:
     restart_h: float = 10 / 60          # u0: start-up until training runs again (load, compile)
     step_restart_h: float | None = None  # u0 of a relaunch inside the allocation (None: restart_h)
     queue_h: float = 5 / 60             # wait in the queue per submission
+    # the wait of a submission that follows a failure, when it differs (Slurm 25.11's expedited requeue
+    # puts the job back at the front of the queue: ~0); None: queue_h
+    requeue_queue_h: float | None = None
     nccl_timeout_h: float = 10 / 60     # peers notice a dead rank (blind array, resubmit-only)
     orch_detect_h: float = 1 / 60       # poll + cascade grace
     stall_timeout_h: float = 20 / 60
@@ -130,7 +133,8 @@ class Run:
     def segment(self) -> None:
         p = self.p
         self.segments += 1
-        self.t += p.queue_h
+        after_failure, self.after_failure = getattr(self, "after_failure", False), False
+        self.t += p.requeue_queue_h if after_failure and p.requeue_queue_h is not None else p.queue_h
         nodes = self.place()
         bad = [n for n in nodes if not self.cluster.healthy(n, self.t)]
         if bad:  # a sticky node kills the job at start-up (CUDA OOM in the first collective)
@@ -162,6 +166,7 @@ class Run:
     def _fail(self, nodes: list[int], failed: int, kind: str, at: float, run_start: float | None) -> None:
         p = self.p
         self.failures += 1
+        self.after_failure = True
         if run_start is not None:
             self.productive += self._useful(at - run_start, lost_tail=True)
         detect = {
