@@ -109,6 +109,7 @@ class Run:
         self.t = 0.0
         self.productive = 0.0
         self.segments = self.failures = self.sticky_hits = 0
+        self.after_failure = False  # the next submission follows a failure (requeue_queue_h)
         self.state = RunState(run="sim", created_at=T0, updated_at=T0)
         self.policy_cfg = Policy(max_segments=10**6, max_no_progress_segments=10**6, strike_threshold=2,
                                  max_excluded_nodes=max(1, int(p.nodes * p.spare_frac)), blacklist_expiry_h=p.repair_h)
@@ -133,7 +134,7 @@ class Run:
     def segment(self) -> None:
         p = self.p
         self.segments += 1
-        after_failure, self.after_failure = getattr(self, "after_failure", False), False
+        after_failure, self.after_failure = self.after_failure, False
         self.t += p.requeue_queue_h if after_failure and p.requeue_queue_h is not None else p.queue_h
         nodes = self.place()
         bad = [n for n in nodes if not self.cluster.healthy(n, self.t)]
