@@ -31,6 +31,10 @@ PLATFORMS: tuple[Signature, ...] = (
               source="CUDA error 802 (pytorch/pytorch#35710, aws-samples DLAMI#33); systemd on "
                      "nvidia-fabricmanager (NVIDIA/gpu-operator#356); NCCL NVLS bind "
                      "(pytorch/pytorch#177472, NVIDIA/nccl#1788)"),
+    # amdgpu's RAS: uncorrectable errors counted in the memory controller (umc) block are ECC
+    Signature("amdgpu_umc_ue", r"amdgpu: \d+ uncorrectable hardware errors? detected in umc block",
+              C.GPU_ECC, blame=True, source="amdgpu_ras.c '%ld uncorrectable hardware errors "
+                                           "detected in %s block' (umc: the memory controller)"),
     Signature("amdgpu_reset",
               r"amdgpu_job_timedout.*\bring \S+ timeout|\*ERROR\* ring \S+ timeout, signaled"
               r"|amdgpu: GPU reset begin|VRAM is lost due to GPU reset|amdgpu: GPU reset\(\d+\) "

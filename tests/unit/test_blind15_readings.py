@@ -153,3 +153,14 @@ def test_the_same_horovod_stall_at_the_same_step_on_other_nodes_is_the_jobs(tmp_
     d = _diagnose(tmp_path, {"bert.log": [*alloc(301772, "07-10", "2019-10-09T17:00:07"),
                                           *alloc(301955, "21-24", "2019-10-09T17:00:09")]})
     assert d["action"] == "stop_and_alert" and d["policy_rule"] == "repeats_on_other_nodes", d["reason"]
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_amdgpu_uncorrectable_errors_in_the_memory_controller_are_ecc(tmp_path: Path, count: int) -> None:
+    d = _diagnose(tmp_path, {
+        "nid005121.out": [*_steps(), "Terminated"],
+        "nid005123.out": [*_steps(), "[rank18]: torch.AcceleratorError: HIP error: unspecified launch failure"],
+        "nid005123.dmesg": [f"[Mon Oct  7 16:07:41 2024] amdgpu 0000:d1:00.0: amdgpu: {count} uncorrectable hardware "
+                            "errors detected in umc block",
+                            "[Mon Oct  7 16:07:41 2024] amdgpu 0000:d1:00.0: amdgpu: GPU reset begin!"]})
+    assert _said(d) == ("gpu_ecc", ["nid005123"], "resubmit_exclude"), d["reason"]
