@@ -27,6 +27,7 @@ from orchestrator.diagnose.judge import (
 from orchestrator.diagnose.rules import (
     COLLECTIVE,
     DEVICE_FRAME,
+    IN_BACKWARD,
     PROGRAM_WAIT,
     judge_root,
 )
@@ -72,7 +73,7 @@ def who_stalled(nodes: list[NodeEvidence], secondary: list[Evidence],
     if (outlier := _outside(nodes, secondary)) is not None:
         return outlier
     shared = {f for n in by_stack_host(nodes) for f in n.top_frames if f}
-    only = next(iter(shared)) if len(shared) == 1 else ""
+    only = next(iter(shared)) if len(shared) == 1 else program_wait_everywhere(nodes)
     if (only and PROGRAM_WAIT.search(only) and not COLLECTIVE.search(only)
         and not DEVICE_FRAME.search(only)):
         return verdict(Cause.HANG, [], False, 0.6, secondary, "every rank waits in the program's "
@@ -83,6 +84,20 @@ def who_stalled(nodes: list[NodeEvidence], secondary: list[Evidence],
         return verdict(Cause.HANG, behind, True, 0.6, secondary, "progress stopped first on "
                        + ",".join(behind), "progress_stopped_first", Owner.NODE)
     return None
+
+
+def program_wait_everywhere(nodes: list[NodeEvidence]) -> str:
+    """Every host's dumps show the same innermost frames (a main thread and its helpers), one a wait
+    in the program's own code and none in a collective, backward or a device call: that frame."""
+    hosts = [n for n in by_stack_host(nodes) if n.top_frames]
+    sets = {frozenset(f for f in n.top_frames if f) for n in hosts}
+    if len(hosts) < 2 or len(sets) != 1:
+        return ""
+    frames = sorted(next(iter(sets)))
+    if any(COLLECTIVE_CALL.search(f) or IN_BACKWARD.search(f) or DEVICE_FRAME.search(f)
+           for f in frames):
+        return ""
+    return next((f for f in frames if PROGRAM_WAIT.search(f) and not COLLECTIVE.search(f)), "")
 
 
 def _in_device_call(nodes: list[NodeEvidence]) -> set[str]:

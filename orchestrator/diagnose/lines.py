@@ -30,10 +30,11 @@ OWN_INSTANCE = re.compile(r"(?:\binstance[-_ ]?id\b[\"']?\s*[:=]?\s*[\"']?|My ho
                           r"(i-[0-9a-f]{8,17})\b", re.IGNORECASE)
 LOCAL_GID = re.compile(r"localGid ::ffff:(\d+\.\d+\.\d+\.\d+)")
 COMPLETED = re.compile(r"submitit INFO \([^)]*\) - Job completed successfully|" + EXIT_OK_RE)
-# py-spy's "Thread N (idle): ..." and faulthandler's "Thread 0x... (most recent call first):"
-# headers; the innermost frame is on the next line: py-spy "fn (file:line)" (a native frame has no
-# line), faulthandler 'File "path", line N in fn'
-PYSPY_THREAD = re.compile(r"^(?:Thread (?:0x)?[0-9a-f]+ \((?:idle|active)[^)]*\)"
+# py-spy's "Thread 0x7F1A... (idle): ..." (`{:#X}`: upper-case digits, `/TID` where it knows the
+# OS thread) and faulthandler's "Thread 0x... (most recent call first):" headers; the innermost
+# frame is on the next line: py-spy "fn (file:line)" (a native frame has no line), faulthandler
+# 'File "path", line N in fn'
+PYSPY_THREAD = re.compile(r"^(?:Thread (?:0x)?[0-9a-fA-F]+(?:/\d+)? \((?:idle|active|gil)[^)]*\)"
                           r"|(?:Current )?[Tt]hread 0x[0-9a-f]+ \(most recent call first\):)")
 PYSPY_FRAME = re.compile(r"^\s*(?P<fn>[\w<>.:~]+) \((?P<file>[^():]+)(?::\d+)?\)\s*$"
                          # faulthandler: the file's last three path components, as py-spy

@@ -44,8 +44,8 @@ SPECIAL = (
     (r"srun: error: \S+: tasks? \d|^\s*(?:host|rank)\s+: |--node-ip-address|Local node IP: |"
      r"scontrol show hostnames|scontrol requeue\b|srun: Job step aborted", False),
     (ALLOC_START_RE, False),
-    (r"Thread (?:0x)?[0-9a-f]+ \((?:idle|active)|hread 0x[0-9a-f]+ \(most recent call first|Failed "
-     r"to suspend process|py-spy timed out", False),
+    (r"Thread (?:0x)?[0-9a-fA-F]+(?:/\d+)? \((?:idle|active|gil)|hread 0x[0-9a-f]+ \(most recent "
+     r"call first|Failed to suspend process|py-spy timed out", False),
     (r"base lid:|port_lid:|instance[-_ ]?id|My host id: ", True),  # a host's own names (lines.py)
     (r"\d\.\d{1,3}\s+[A-Za-z][\w-]*\d|[A-Za-z][\w-]*\d[\w.-]*\s+\d{1,3}\.\d{1,3}\.\d{1,3}\.\d",
      False),  # `IP host` / `host IP` maps (origin.IP_HOST_MAP)

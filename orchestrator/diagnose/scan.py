@@ -85,17 +85,13 @@ class NodeScan:
         """Scan a block of complete lines (only those the prefilter flags are decoded and matched);
         progress from the block's last progress line, the tail from its last lines."""
         pos_line, pos, last_alloc = first_line, 0, -1
-        # memchr first: the two-byte search is 60x slower
-        if b"\x00" in data and b"\x00\x00" in data:
+        if b"\x00" in data and b"\x00\x00" in data:  # memchr first: the two-byte search is slower
             self.nul_padding = True
-        if self._frame_next:  # the previous block ended with a py-spy thread header
-            nl = data.find(b"\n")
-            _, _, body = parse_prefix(_decode(data[: len(data) if nl < 0 else nl]))
-            self._stack_line(body)
+        taken = self._frames_after(data, -1)  # the previous block may end with a thread header
         for start, end in prefilter.lines(data):
             pos_line += data.count(b"\n", pos, start)
             pos = start
-            if self._known_nccl(data, start, end):
+            if start < taken or self._known_nccl(data, start, end):
                 continue
             before, self._at = self.allocations, (data, max(last_alloc, 0), start)
             self._raw_line(pos_line, data[start:end])
@@ -103,12 +99,7 @@ class NodeScan:
                 last_alloc = end
             if HOSTNAMES_CMD.search(data[start:end].decode("utf-8", "replace")):
                 self.hosts.update(hostnames_after(data, end))
-            # a py-spy thread header: the frame is on the next line (after unnamed native ones)
-            while self._frame_next and end + 1 < len(data):
-                nxt = data.find(b"\n", end + 1) % (len(data) + 1)  # -1: the block's end
-                body = parse_line(_decode(data[end + 1 : nxt])).body
-                self._stack_line(body)  # takes a frame if it is one; the line is not scanned twice
-                end = nxt
+            taken = max(taken, self._frames_after(data, end))  # a dump's lines: taken once
         newlines = data.count(b"\n") if newlines is None else newlines
         self.lines += newlines
         self._block_progress(data, max(last_alloc, 0))
@@ -170,13 +161,11 @@ class NodeScan:
         self.hosts.update([host] if host else [])
         if ts:
             self.last_ts = ts
-        # the line right after a py-spy thread header
-        if self._frame_next and self._stack_line(body):
+        if self._frame_next and self._stack_line(body):  # right after a py-spy thread header
             return
         if "ORCH" in body or "submitit" in body:
             am = ALLOC_MARK.search(body)
-            # the agent's and a prologue's markers count only when no rank printed them (output
-            # quoting a marker must not throw away the evidence so far); submitit's always do
+            # the agent's and a prologue's markers count unless a rank printed them; submitit's do
             if am and (am.group("sjob") or (p.task is None and p.rank is None)):
                 self._new_allocation()
         if ATTEMPT_END.search(body) and p.rank is None and p.task is None:  # the script's own
@@ -239,6 +228,17 @@ class NodeScan:
                 self._ended_at = banner_time(body) or p.ts or self.last_ts
                 self._ended_line = line_no
             return
+
+    def _frames_after(self, data: bytes, end: int) -> int:
+        """After a py-spy thread header ending at `end`: its frames (or another header), the next
+        line's first (after unnamed native ones); where the last one taken ends, -1 if none."""
+        taken = -1
+        while self._frame_next and end + 1 < len(data):
+            nxt = data.find(b"\n", end + 1) % (len(data) + 1)  # -1: the block's end
+            if self._stack_line(parse_line(_decode(data[end + 1 : nxt])).body):
+                taken = nxt
+            end = nxt
+        return taken
 
     def _address(self, name: str, host: str | None) -> None:
         """A name this file's host (or the line's `host`) goes by: an IP, an IB LID, an instance."""

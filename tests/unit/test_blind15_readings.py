@@ -164,3 +164,50 @@ def test_amdgpu_uncorrectable_errors_in_the_memory_controller_are_ecc(tmp_path: 
                             "errors detected in umc block",
                             "[Mon Oct  7 16:07:41 2024] amdgpu 0000:d1:00.0: amdgpu: GPU reset begin!"]})
     assert _said(d) == ("gpu_ecc", ["nid005123"], "resubmit_exclude"), d["reason"]
+
+
+# py-spy prints its thread id with Rust's `{:#X}` (upper-case digits), `/TID` where it knows the OS thread
+PYSPY_HEADERS = ["Thread 0x7F2A0C9E1740 (idle): \"MainThread\"",
+                 "Thread 0x7F3C8812A740/402118 (active+gil): \"MainThread\"",
+                 "Thread 0x7f3c8812a740 (active): \"MainThread\"", "Thread 402118 (idle): \"MainThread\""]
+
+
+@pytest.mark.parametrize("header", PYSPY_HEADERS)
+def test_py_spy_threads_as_py_spy_prints_them_name_the_rank_in_a_device_call(tmp_path: Path, header: str) -> None:
+    def dump(frames: list[str]) -> list[str]:
+        return ["py-spy dump (hang monitor):", header, *[f"    {f}" for f in frames]]
+    waits = ["all_reduce (torch/distributed/distributed_c10d.py:2501)", "step (train.py:9)"]
+    d = _diagnose(tmp_path, {
+        "gx-101.out": [*_steps(), *dump(waits)], "gx-103.out": [*_steps(), *dump(waits)],
+        "gx-102.out": [*_steps(), *dump(["cuStreamSynchronize (libcuda.so.1)", "item (torch/_tensor.py:1012)"])]})
+    assert _said(d) == ("hang", ["gx-102"], "resubmit_exclude"), d["reason"]
+
+
+def _threads(frames: list[str]) -> list[str]:
+    """One rank's dump: its main thread and a helper thread and process, each with its innermost frame first."""
+    names = ["\"MainThread\"", "\"Thread-3 (_pin_memory_loop)\"", "\"MainThread\""]
+    return [line for i, f in enumerate(frames) for line in (f"Thread 0x7F2A0C9E17{i}0 (idle): {names[i]}", f"    {f}",
+                                                              "    main (train.py:598)")]
+
+
+DATA_WAIT = ["wait (threading.py:331)", "select (selectors.py:415)", "__call__ (streaming/base/shared/barrier.py:124)"]
+
+
+def test_every_node_waiting_in_the_same_data_pipeline_frames_is_the_programs_hang(tmp_path: Path) -> None:
+    """Every node's dump: the main thread in the DataLoader's queue, its helpers in their own waits, the same on every
+    node, none in a collective or a device call: the program's hang, which would recur (stop)."""
+    end = "slurmstepd: error: *** JOB 7730142 ON {h} CANCELLED AT 2024-03-01T11:59:33 DUE TO TIME LIMIT ***"
+    d = _diagnose(tmp_path, {f"aic-09{i}.out": [*_steps(), *_threads(DATA_WAIT), end.format(h=f"aic-09{i}")]
+                             for i in (13, 14)})
+    assert _said(d) == ("hang", [], "stop_and_alert"), d["reason"]
+    assert d["rule"] == "hang_in_program_code", d["rule"]
+
+
+@pytest.mark.parametrize("other", [["all_reduce (torch/distributed/distributed_c10d.py:2501)"],
+                                   ["cuStreamSynchronize (libcuda.so.1)"]])
+def test_frames_that_differ_or_wait_in_a_collective_are_not_the_programs_hang(tmp_path: Path, other: list[str]) -> None:
+    """The same wait in a collective on every node, or one node's frames in a device call: not the program's."""
+    frames = [*DATA_WAIT[:2], *other]
+    d = _diagnose(tmp_path, {"aic-0913.out": [*_steps(), *_threads(frames)],
+                             "aic-0914.out": [*_steps(), *_threads(frames if "all_reduce" in other[0] else DATA_WAIT)]})
+    assert d["rule"] != "hang_in_program_code", d["reason"]
