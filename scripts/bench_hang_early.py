@@ -66,7 +66,9 @@ def resume_trial(root: Path, node: str, delay_s: float) -> dict[str, Any]:
                 break
             time.sleep(0.5)
         subprocess.run([str(bh.TESTBED), "thaw-job", node], check=False, capture_output=True)
-        proc.wait(timeout=600)
+        # segment 2 is the trial: a node's hang does not spend max_segments, so a third would follow
+        proc.terminate()
+        proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
         pass
     finally:
@@ -74,11 +76,12 @@ def resume_trial(root: Path, node: str, delay_s: float) -> dict[str, Any]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        subprocess.run(["scancel", "-n", f"{name}.seg0002"], check=False, capture_output=True)
+        for part in ("seg0002", "seg0003"):
+            subprocess.run(["scancel", "-n", f"{name}.{part}"], check=False, capture_output=True)
         # a node Slurm drained anyway goes back into service for the next trial
         subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False,
                        capture_output=True)
-    seg = (segments(run) or [{}])[-1]
+    seg = (segments(run)[1:2] or [{}])[0]  # segment 2, the one frozen
     row: dict[str, Any] = {"kind": "dstate", "expected": [node], "culprits": seg.get("culprit_nodes", []),
                            "cause": seg.get("cause"), "delay_s": delay_s}
     if onset is not None:
