@@ -149,7 +149,8 @@ def as_hosts(names: list[str], nodes: list[NodeEvidence]) -> list[str]:
 
 def _peer_host(peer: str, owner: dict[str, str]) -> str | None:
     """The host a transport error names: an address or LID through the map, a host name as is."""
-    if peer in owner or IPV4.match(peer) or peer.startswith("lid:") or INSTANCE.match(peer):
+    if (peer in owner or IPV4.match(peer) or peer.startswith(("lid:", "rank:"))
+            or INSTANCE.match(peer)):
         return owner.get(peer)
     return peer
 

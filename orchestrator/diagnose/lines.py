@@ -74,7 +74,10 @@ def own_names(body: str) -> list[str]:
 
 
 def peer_name(group: str, value: str) -> str:
-    """A peer as a signature's named group captured it, in the form `own_names` learns."""
+    """A peer as a signature's named group captured it, in the form `own_names` learns (a rank:
+    `rank:N`, its host from the job's rank map)."""
+    if group == "peer_rank":
+        return f"rank:{int(value)}"
     return f"lid:{int(value, 0)}" if group == "lid" else value
 
 

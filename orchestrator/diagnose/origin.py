@@ -19,7 +19,9 @@ PREFIX = re.compile(
     # Open MPI's --timestamp-output: `Sun Oct 12 04:41:17 2025[1,3]<stderr>:`
     r"|(?P<ct>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}) ?)?"
     r"(?:(?P<r1>\d+): |\[rank(?P<r2>\d+)\]:? ?|\[default(?P<r3>\d+)\]:? "
-    r"?|\[\d+,(?P<r4>\d+)\]<std(?:out|err)>: ?)?"
+    r"?|\[\d+,(?P<r4>\d+)\]<std(?:out|err)>: ?"
+    # MPICH / Intel MPI `-prepend-rank`: `[9] text` (not bash's `[1] 12345` job line)
+    r"|\[(?P<r5>\d{1,6})\] (?!\d+$)(?=\S))?"
 )
 # (no empty label: `n-01..n-04` is a range of hosts, not one)
 HOST = (r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)(?![\w.-]*\.\.)"
@@ -97,6 +99,11 @@ def expand(hostlist_text: str) -> list[str]:
 _RANKS_HOST = rf"(\d+)(?:\s*-\s*(\d+))?\s*(?:->|=>|:|=)?\s*({HOST})"
 RANK_MAP = re.compile(rf"\brank(?:s|[ _-]?map(?:ping)?|\s*->\s*host)?\s*:?\s*"
                       rf"(?P<pairs>{_RANKS_HOST}(?:\s*[,;|]\s*{_RANKS_HOST})+)", re.IGNORECASE)
+# one rank's host on a line of its own (`rank 8 on cn4014`, mpi4py's `process 8 of 16 on cn4014`)
+# and MPICH hydra's `-print-rank-map` (`(cn4014:8,9,10,11)`)
+RANK_ON_HOST = re.compile(rf"\b(?:rank|process) (?P<r>\d+)(?: of \d+)?(?: is)? (?:on|@) "
+                          rf"(?:host |node )?(?P<h>{HOST})(?![\w-])", re.IGNORECASE)
+HYDRA_MAP = re.compile(rf"^\((?P<h>{HOST}):(?P<r>\d+(?:[,-]\d+)*)\)$")
 JOB_WIDE = re.compile(r"^(?:slurm|job|output|train|log|stdout|stderr)[-_.]?\d*(?:[-_.]\d+)*$",
                       re.IGNORECASE)
 MAX_TIES = 8192
@@ -142,7 +149,7 @@ def parse_prefixes(line: str) -> Prefixes:
         if m.group("r1") is not None and task is None:
             task = int(m.group("r1"))
         # r4: OpenMPI --tag-output "[job,rank]<stdout>:"
-        r = m.group("r2") or m.group("r3") or m.group("r4")
+        r = m.group("r2") or m.group("r3") or m.group("r4") or m.group("r5")
         if r is not None and rank is None:
             rank = int(r)
         body = body[m.end():]
@@ -230,6 +237,12 @@ class HostMap:
             for first, last, host in re.findall(_RANKS_HOST, rm.group("pairs")):
                 for rank in range(int(first), min(int(last or first), int(first) + 1024) + 1):
                     self.ranks[rank] = host  # a later allocation's map replaces an earlier one
+            return
+        if (one := RANK_ON_HOST.search(body) or HYDRA_MAP.match(body.strip())) is not None:
+            for part in one.group("r").split(","):
+                first, _, last = part.partition("-")
+                for rank in range(int(first), min(int(last or first), int(first) + 1024) + 1):
+                    self.ranks[rank] = one.group("h").rstrip(".")  # the sentence's end
             return
         sm = SUMMARY.match(body)
         if sm and sm.group("key") == "host":

@@ -100,6 +100,13 @@ PLATFORMS: tuple[Signature, ...] = (
               peer_group="peer", source="gloo/transport/tcp/pair.cc ('Connection closed by peer "
                                         "[IP]:port', 'Read error [IP]:port: Connection reset by "
                                         "peer')"),
+    # MPICH's (and Intel MPI's) error stack names the peer rank the failed send or receive was
+    # with; the job's rank map says its host (nodes.node_evidence)
+    Signature("mpich_peer_rank",
+              r"\(\d+\)\.*: Communication error with rank (?P<peer_rank>\d+)\b", C.NETWORK,
+              cascade=True, peer_group="peer_rank",
+              source="MPICH ch3 error stack ('MPID_nem_tcp_connpoll(1826): Communication error "
+                     "with rank 9: Connection reset by peer', 'MPIDI_CH3_iSendv(34)...: ...')"),
     # Open MPI's launcher lost a node's daemon: that node went away (the message names it)
     Signature("orte_lost_daemon",
               r"(?:^\s*Remote daemon: \[\[\d+,\d+\],\d+\] on node |^\s*hostname:  )"

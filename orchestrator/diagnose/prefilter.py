@@ -58,6 +58,7 @@ SPECIAL = (
     (r"[A-Za-z][\w-]*\d[\w.-]* \((?:ip |IP |addr\w* )?\d{1,3}\.\d{1,3}\.\d{1,3}\.\d"
      r"|[A-Za-z][\w-]*\d *= *\d{1,3}\.\d{1,3}\.\d{1,3}\.\d", False),
     (r"rank[\w ()>-]*:? *\d+ *(?:- *\d+ *)?(?:->|=>|:|=)? *[A-Za-z][\w-]*\d", True),  # RANK_MAP
+    (r"(?:rank|process) \d+ (?:of \d+ )?(?:is )?(?:on|@) |^\([A-Za-z][\w.-]*\d[\w.-]*:\d", True),
 )
 _NAMED = re.compile(r"\(\?P<\w+>")
 Compiled = dict[tuple[tuple[str, bool], ...], bytes]

@@ -211,3 +211,38 @@ def test_frames_that_differ_or_wait_in_a_collective_are_not_the_programs_hang(tm
     d = _diagnose(tmp_path, {"aic-0913.out": [*_steps(), *_threads(frames)],
                              "aic-0914.out": [*_steps(), *_threads(frames if "all_reduce" in other[0] else DATA_WAIT)]})
     assert d["rule"] != "hang_in_program_code", d["reason"]
+
+
+MPICH_ERROR = ["[{r}] Fatal error in PMPI_Test: A process has failed, error stack:",
+               "[{r}] MPIR_Test_impl(65).........:",
+               "[{r}] MPID_nem_tcp_connpoll(1826): Communication error with rank {peer}: Connection reset by peer"]
+
+
+def _mpich_job(rank_map: list[str], reporters: tuple[int, ...], peer: int = 9) -> list[str]:
+    errors = [line.format(r=r, peer=peer) for r in reporters for line in MPICH_ERROR]
+    return ["SLURM_JOB_ID=1529903", *rank_map, "[0] step   7000  epoch 27  loss 2.0333", *errors,
+            *[f"srun: error: cn40{12 + i}: task {i}: Exited with exit code 7" for i in (0, 1, 3)]]
+
+
+@pytest.mark.parametrize("rank_map", [
+    [f"[{r}] rank {r} on cn40{12 + r // 4} (MPICH 3.4.3 ch3:nemesis tcp)" for r in range(16)],
+    [f"Hello, World! I am process {r} of 16 on cn40{12 + r // 4}." for r in range(16)],
+    ["(cn4012:0,1,2,3)", "(cn4013:4-7)", "(cn4014:8,9,10,11)", "(cn4015:12,13,14,15)"]])
+def test_mpich_peers_naming_one_rank_name_its_host_by_the_jobs_rank_map(tmp_path: Path, rank_map: list[str]) -> None:
+    """Two ranks on two hosts lose their connection with rank 9 (`-prepend-rank` tags): the map says cn4014."""
+    d = _diagnose(tmp_path, {"slurm-1529903.out": _mpich_job(rank_map, (2, 13))})
+    assert _said(d)[1:] == (["cn4014"], "resubmit_exclude"), d["reason"]
+    # one reporter alone: a strike on the host it names
+    one = _diagnose(tmp_path / "one", {"slurm-1529903.out": _mpich_job(rank_map, (13,))})
+    assert _said(one)[1:] == (["cn4014"], "resubmit"), one["reason"]
+
+
+def test_a_peer_rank_no_map_places_names_nobody(tmp_path: Path) -> None:
+    d = _diagnose(tmp_path, {"slurm-1529903.out": _mpich_job([], (2, 13))})
+    assert d["culprit_nodes"] == [], d["reason"]
+
+
+@pytest.mark.parametrize(("line", "rank"), [("[9] step 10", 9), ("[1] 12345", None), ("[12]+ Done  ./x.sh", None)])
+def test_mpichs_prepend_rank_tag_is_a_rank_and_bashs_job_line_is_not(line: str, rank: int | None) -> None:
+    from orchestrator.diagnose.origin import parse_prefixes
+    assert parse_prefixes(line).rank == rank
