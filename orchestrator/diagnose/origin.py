@@ -240,8 +240,8 @@ class HostMap:
             return
         if (one := RANK_ON_HOST.search(body) or HYDRA_MAP.match(body.strip())) is not None:
             for part in one.group("r").split(","):
-                first, _, last = part.partition("-")
-                for rank in range(int(first), min(int(last or first), int(first) + 1024) + 1):
+                lo, _, hi = part.partition("-")
+                for rank in range(int(lo), min(int(hi or lo), int(lo) + 1024) + 1):
                     self.ranks[rank] = one.group("h").rstrip(".")  # the sentence's end
             return
         sm = SUMMARY.match(body)
