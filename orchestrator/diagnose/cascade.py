@@ -124,11 +124,16 @@ def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: l
                         "node_reports_hardware", Owner.NODE)
     crashed = sorted({h for n, m in kinds if m.kind in ("crash", "killed") and (h := origin(n, m))})
     if len(crashed) == 1 and len(all_hosts(nodes)) > 1:
-        return verdict(Cause.UNKNOWN, crashed, True, 0.5,
+        # its only error a transport one (no host named, no peer): its own endpoint's, a strike
+        link = any(m.cause == Cause.NETWORK and not m.peer_ip and origin(n, m) in (None, crashed[0])
+                   for n, m in secondary)
+        return verdict(Cause.NETWORK if link else Cause.UNKNOWN, crashed, True, 0.5,
                         evs([(n, m) for n, m in kinds if m.kind in ("crash", "killed")], Role.ROOT,
                             10) + evs(secondary, Role.SECONDARY, 20),
-                        f"a rank on {crashed[0]} exited with an error and printed none; the others "
-                        "followed: a strike", "unexplained_crash", Owner.NODE_SUSPECT)
+                        f"a rank on {crashed[0]} exited with "
+                        + ("a transport error of its own" if link else "an error and printed none")
+                        + "; the others followed: a strike", "unexplained_crash",
+                        Owner.NODE_SUSPECT)
     if secondary:
         cause = cascade_cause(secondary)
         behind = progress_culprit(nodes)

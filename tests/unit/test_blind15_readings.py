@@ -246,3 +246,20 @@ def test_a_peer_rank_no_map_places_names_nobody(tmp_path: Path) -> None:
 def test_mpichs_prepend_rank_tag_is_a_rank_and_bashs_job_line_is_not(line: str, rank: int | None) -> None:
     from orchestrator.diagnose.origin import parse_prefixes
     assert parse_prefixes(line).rank == rank
+
+
+@pytest.mark.parametrize("error", [
+    "MPIDI_OFI_handle_cq_error(1075): OFI poll failed (ofi_events.c:1077:MPIDI_OFI_handle_cq_error:Input/output "
+    "error - PTLTE_NOT_FOUND)",
+    "MPIDI_OFI_handle_cq_error(593): OFI poll failed (default nic=hsn0: Input/output error)",
+    "MPICH ERROR: OFI Poll Failed UNDELIVERABLE"])
+def test_one_ranks_own_ofi_completion_error_is_a_network_strike_not_a_filesystem(tmp_path: Path, error: str) -> None:
+    """Cray MPICH over Slingshot: one rank's endpoint error (errno text `Input/output error`), the others terminated:
+    its host's link, a strike; never the shared filesystem."""
+    d = _diagnose(tmp_path, {"slurm-2281503.out": [
+        "SLURM_JOB_ID=2281503 SLURM_NODELIST=frontier[04412-04413,04418]", *_steps(),
+        "Fatal error in PMPI_Iprobe: Other MPI error, error stack:", error,
+        "srun: error: frontier04418: task 21: Exited with exit code 255",
+        "srun: error: frontier04412: tasks 0-7: Terminated", "srun: error: frontier04413: tasks 8-15: Terminated",
+        "srun: error: frontier04418: tasks 16-20,22-23: Terminated"]})
+    assert _said(d) == ("network", ["frontier04418"], "resubmit"), d["reason"]
