@@ -257,3 +257,4 @@ class BlacklistEntry(Frozen):
     strikes: int = 1
     hard: bool = True
     source: EntrySource = EntrySource.AUTO
+    run: str = ""  # the run whose verdict it was, when it came from the shared blacklist

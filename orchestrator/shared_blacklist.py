@@ -57,6 +57,10 @@ class SharedBlacklist:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
+    def entries(self) -> list[BlacklistEntry]:
+        """Every run's newest entry per node, as the file holds them (none if there is no file)."""
+        return self._read()
+
     def merge_into(self, bl: Blacklist) -> Blacklist:
         """The run's own entries plus the shared ones it does not have (or has older)."""
         own = {e.node: e for e in bl.entries}

@@ -10,6 +10,7 @@ from orchestrator.cli import (  # noqa: F401
     browse,
     diagnosing,
     inspect,
+    nodes,
     resuming,
     run,
     stopping,

@@ -127,6 +127,7 @@ def _blacklist_entry_json(e: BlacklistEntry, now: datetime) -> dict[str, Any]:
         "expires": _ts(e.expires),
         "strikes": e.strikes,
         "active": e.expires > now,
+        "from_run": e.run or None,  # another run's verdict, from the shared blacklist
     }
 
 
@@ -151,10 +152,8 @@ def drain_commands(state: RunState, now: datetime) -> list[str]:
             text = _evidence_line(e.evidence)
             # whose problem it is, for the admin reading sinfo -R
             owner = "node_problem" if e.hard else "node_suspect"
-            reason = cut(f"[{owner}] orchestrator {state.run}: {e.cause.value} job {e.job_id}: "
-                         f"{text}".replace(
-                "\n", " "), 200)
-            reason = shell_dq(reason)
+            reason = shell_dq(cut(f"[{owner}] orchestrator {e.run or state.run}: {e.cause.value} "
+                                  f"job {e.job_id}: {text}".replace("\n", " "), 200))
             out.append(f'scontrol update NodeName={e.node} State=DRAIN Reason="{reason}"')
     return out
 
@@ -291,7 +290,7 @@ def blacklist_table(state: RunState, now: datetime) -> Table:
     for e in state.blacklist.entries:
         expires = (_ts(e.expires) or "") + ("" if e.expires > now else " (expired)")
         key = (e.cause.value, str(e.strikes), _ts(e.since) or "", expires,
-               cut(_short_evidence(e.evidence), 100))
+               cut((f"run {e.run}: " if e.run else "") + _short_evidence(e.evidence), 100))
         groups.setdefault(key, []).append(e.node)
     for (cause, strikes, since, expires, evidence), nodes in groups.items():
         t.add_row(*(plain(c) for c in (compress(nodes), cause, strikes, since, expires)),
