@@ -23,6 +23,7 @@ from orchestrator.diagnose.endings import (
 from orchestrator.diagnose.finish import FINISH
 from orchestrator.diagnose.judge import (
     NodeMatch,
+    own_error_then_idle,
 )
 from orchestrator.diagnose.verdicts import Context, evs, verdict
 from orchestrator.evidence import NodeEvidence
@@ -231,8 +232,9 @@ def _scheduler_ended(f: Facts) -> Verdict | None:
     # a node stuck before the end that then could not be killed: its failure, not the end's
     faults = [(n, m) for n, m in f.hardware_roots if m.signature not in UNKILLABLE
               or origin(n, m) in alive]
+    if own_error_then_idle(f.nodes, f.roots, f.secondary):  # that error ended it: the next rule
+        return None
     if f.state_cause in (Cause.TIMELIMIT, Cause.PREEMPTED) and not faults:
-        assert f.state_cause is not None
         return scheduler_end(f.job, f.state_cause, f.nodes, f.roots, f.secondary)
     return None
 

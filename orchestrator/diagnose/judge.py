@@ -110,6 +110,19 @@ def progress_stopped_early(nodes: list[NodeEvidence],
     return gap if gap > HANG_GAP else None
 
 
+# what the program raises itself (a node's or the filesystem's trouble that stalls it is a hang's)
+OWN_ERRORS = frozenset({Cause.USER_OOM, Cause.USER_BUG, Cause.SEGFAULT, Cause.BUS_ERROR})
+
+
+def own_error_then_idle(nodes: list[NodeEvidence], roots: list[NodeMatch],
+                        secondary: list[NodeMatch]) -> bool:
+    """The job's own error after its last progress, then nothing until the time limit: not a
+    hang, that error."""
+    errors = [m for n, m in roots if m.cause in OWN_ERRORS
+              and (m.ts is None or n.last_progress_ts is None or m.ts >= n.last_progress_ts)]
+    return bool(errors) and progress_stopped_early(nodes, secondary) is not None
+
+
 # a date and time anywhere at a line's start (`[NeMo I 2026-03-05 14:27:00 ...]`, ISO stamps)
 _ANY_TS = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
 # a phase announced at a step (`Starting validation at step N`, a save): a sign of life, no progress

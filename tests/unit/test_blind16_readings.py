@@ -1,0 +1,40 @@
+"""Readings taught by blind16's misses (issue 38), each through `diagnose_dir`, the offline path a user runs, on
+variants of the real text, not the case's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_blind14_readings import _diagnose, _said
+
+LIMIT = "slurmstepd: error: *** JOB 640423 ON {h} CANCELLED AT 2025-06-04T06:47:12 DUE TO TIME LIMIT ***"
+
+
+def _progress(n: int = 4) -> list[str]:
+    return [f"2025-06-03 21:{10 + i:02d}:00 | INFO | step {250 * i:>5} | loss 1.{40 - i} | 2.41 it/s" for i in range(n)]
+
+
+@pytest.mark.parametrize(("error", "cause"), [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 31.25 GiB. GPU 0 has a total capacity of 79.19 GiB "
+     "of which 9.87 GiB is free.", "user_oom"),
+    ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 3; 39.59 GiB total capacity)", "user_oom"),
+    ("KeyError: 'ci_histograms'", "user_bug")])
+def test_the_jobs_own_error_on_every_rank_then_idle_to_the_time_limit_is_that_error(
+        tmp_path: Path, error: str, cause: str) -> None:
+    """Every rank raises the job's own error at an eval, the processes never exit, Slurm's time limit ends it hours
+    later: the error (which would recur), not a hang and not the time limit."""
+    lines = [*_progress(), "2025-06-03 21:14:30 | INFO | step 750 | running eval",
+             *[f"[rank{r}]: {error}" for r in range(16)], LIMIT.format(h="gpu-041")]
+    d = _diagnose(tmp_path, {"slurm-640423.out": ["SLURM_JOB_NODELIST=gpu-[041-042]", *lines]})
+    assert _said(d) == (cause, [], "stop_and_alert"), d["reason"]
+
+
+def test_a_filesystem_error_that_stalls_one_node_before_the_limit_stays_that_nodes_hang(tmp_path: Path) -> None:
+    """Not the program's own error: a node's Lustre client lost its OST and its rank sits in D state."""
+    stuck = ["[1204400.118220] LustreError: 11-0: fs-OST0042-osc: operation ost_write to node 10.1.2.42@o2ib failed: "
+             "rc = -110", "[1204645.311902] INFO: task python3:88214 blocked for more than 122 seconds."]
+    d = _diagnose(tmp_path, {"gpu-a1.out": [*_progress(), *stuck, LIMIT.format(h="gpu-a1")],
+                             "gpu-a2.out": [*_progress(), LIMIT.format(h="gpu-a2")]})
+    assert d["cause"] == "hang" or d["action"] != "stop_and_alert", d["reason"]
