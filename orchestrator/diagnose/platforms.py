@@ -100,6 +100,14 @@ PLATFORMS: tuple[Signature, ...] = (
               peer_group="peer", source="gloo/transport/tcp/pair.cc ('Connection closed by peer "
                                         "[IP]:port', 'Read error [IP]:port: Connection reset by "
                                         "peer')"),
+    # NCCL refusing what the job asked of it: a topology file of another machine (NCCL_TOPO_FILE),
+    # two ranks on one GPU, a call it does not allow: the job's configuration, on every node alike
+    Signature("nccl_misuse",
+              r"(?:NCCL WARN |^)Attribute \w+ of node \w+ not found|Duplicate GPU detected ?: rank "
+              r"\d+ and rank \d+ both on|ncclInvalidUsage: This usually reflects invalid usage",
+              C.USER_BUG, source="NCCL graph/xml.h 'Attribute arch of node cpu not found' (a "
+                                 "topology XML of another instance type), init.cc 'Duplicate GPU "
+                                 "detected', ncclInvalidUsage's own interpretation"),
     # Cray MPICH over libfabric (Slingshot CXI): a completion-queue error of this rank's own
     # endpoint (its errno text, `Input/output error`, is the provider's, not a filesystem's)
     Signature("ofi_cq_error",

@@ -38,3 +38,21 @@ def test_a_filesystem_error_that_stalls_one_node_before_the_limit_stays_that_nod
     d = _diagnose(tmp_path, {"gpu-a1.out": [*_progress(), *stuck, LIMIT.format(h="gpu-a1")],
                              "gpu-a2.out": [*_progress(), LIMIT.format(h="gpu-a2")]})
     assert d["cause"] == "hang" or d["action"] != "stop_and_alert", d["reason"]
+
+
+NCCL_ERR = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:"
+            "1970, {kind}, NCCL version 2.21.5")
+
+
+@pytest.mark.parametrize(("kind", "last"), [
+    ("internal error - please report this issue to the NCCL developers", "Attribute arch of node cpu not found"),
+    ("invalid usage (run with NCCL_DEBUG=WARN for details)",
+     "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1d000"),
+    ("invalid usage (run with NCCL_DEBUG=WARN for details)",
+     "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.")])
+def test_nccl_refusing_the_jobs_own_setup_on_every_node_stops(tmp_path: Path, kind: str, last: str) -> None:
+    """Every rank of both nodes: NCCL's init refuses the job's configuration before any progress: the job's."""
+    lines = [line for r in range(16) for line in (f"[1,{r}]<stderr>:{NCCL_ERR.format(kind=kind)}",
+                                                  f"[1,{r}]<stderr>:Last error:", f"[1,{r}]<stderr>:{last}")]
+    d = _diagnose(tmp_path, {"p5-st-1.out": lines[: len(lines) // 2], "p5-st-2.out": lines[len(lines) // 2:]})
+    assert _said(d) == ("user_bug", [], "stop_and_alert"), d["reason"]
