@@ -12,6 +12,7 @@ from orchestrator.model import Cause, Owner
 
 # /dev/shm, NCCL's shm segments, PyTorch's shared-memory tensors ("unable to write to file
 # </torch_...>")
+SHM_FULL = re.compile(r"\s100%\s+/dev/shm\s*$")  # a `df` row of a full /dev/shm
 SHM = re.compile(r"/dev/shm|\bshm\b|shared memory|</torch_\d+", re.IGNORECASE)
 # The CUDA runtime's own error, not PyTorch's allocator ("CUDA out of memory. Tried to allocate"):
 # at start-up, in a barrier or NCCL init, it means the GPU was unusable (BigScience tr1-13B,
@@ -78,6 +79,10 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
         cause = Cause.NCCL_TIMEOUT if cause == Cause.HANG else cause
         return (cause, [], Owner.NOBODY, "same_on_every_node",
                 f"the same {cause.value} on every node: nobody stands out")
+    if cause == Cause.BUS_ERROR and SHM.search(best.text) and sum(
+            bool(SHM_FULL.search(t)) for n in nodes for _, t in n.tail) > 1:  # shm full on 2+ hosts
+        return (cause, [], Owner.JOB, "shared_memory_exhausted", "a DataLoader worker's bus error "
+                "in shared memory (/dev/shm too small for its workers): it will happen again")
     if (weak := weak_node_error(cause, best, culprits, nodes, ctx)) is not None:
         return weak
     if cause in (Cause.USER_BUG, Cause.HOST_OOM):

@@ -56,3 +56,26 @@ def test_nccl_refusing_the_jobs_own_setup_on_every_node_stops(tmp_path: Path, ki
                                                   f"[1,{r}]<stderr>:Last error:", f"[1,{r}]<stderr>:{last}")]
     d = _diagnose(tmp_path, {"p5-st-1.out": lines[: len(lines) // 2], "p5-st-2.out": lines[len(lines) // 2:]})
     assert _said(d) == ("user_bug", [], "stop_and_alert"), d["reason"]
+
+
+BUS = ["ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+       "RuntimeError: DataLoader worker (pid 34569) is killed by signal: Bus error. Details are lost due to "
+       "multiprocessing. Rerunning with num_workers=0 may give better error trace."]
+
+
+@pytest.mark.parametrize("df", ["[epilog {h}] df -h /dev/shm: tmpfs 2.0G 2.0G 0 100% /dev/shm",
+                                "{h}: shm              64G   64G     0 100% /dev/shm"])
+def test_loader_bus_errors_with_shm_full_on_every_host_are_the_jobs(tmp_path: Path, df: str) -> None:
+    """DataLoader workers die of SIGBUS in shared memory and every host's /dev/shm is full: the job's loaders, which
+    will fill it again (stop), though no line ties the bus errors to a host."""
+    hosts = ["sh-idc-81", "sh-idc-82", "sh-idc-83"]
+    d = _diagnose(tmp_path, {"slurm-771309.out": [*_progress(), *BUS * 3,
+                                                  *[f"srun: error: {h}: task {i}: Exited with exit code 1"
+                                                    for i, h in enumerate(hosts)],
+                                                  *[df.format(h=h) for h in hosts]]})
+    assert _said(d) == ("bus_error", [], "stop_and_alert"), d["reason"]
+
+
+def test_one_hosts_loader_bus_error_without_shm_full_elsewhere_stays_a_strike(tmp_path: Path) -> None:
+    d = _diagnose(tmp_path, {"gpu-a011.out": [*_progress(), *BUS], "gpu-a012.out": [*_progress(), "Terminated"]})
+    assert _said(d) == ("bus_error", ["gpu-a011"], "resubmit"), d["reason"]
