@@ -86,6 +86,13 @@ PLATFORMS: tuple[Signature, ...] = (
     Signature("ucx_peer_ip",
               r"\[rqpn 0x[0-9a-f]+ .*dgid ::ffff:(?P<peer>\d+\.\d+\.\d+\.\d+)", C.NETWORK,
               cascade=True, peer_group="peer", source="UCX on RoCE (openucx/ucx#6871)"),
+    # UCX's UD transport gave up on a peer that stopped answering (its host:pid, when UCX has the
+    # debug data)
+    Signature("ucx_ud_timeout",
+              r"UD endpoint 0x[0-9a-f]+ to (?:(?P<peer>[A-Za-z][\w.-]*):\d+|<[^>]*>): unhandled "
+              r"timeout error", C.NETWORK, cascade=True, peer_group="peer",
+              source="UCX uct/ib/ud/base/ud_ep.c 'Fatal: UD endpoint 0x973660 to cn0419:70564: "
+                     "unhandled timeout error' ('to <no debug data>' without its debug data)"),
     # Open MPI's openib BTL names both ends of the failed queue pair (the reporter is the line's
     # host, origin.HOST_IN_LINE)
     Signature("openib_peer",

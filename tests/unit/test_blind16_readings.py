@@ -79,3 +79,22 @@ def test_loader_bus_errors_with_shm_full_on_every_host_are_the_jobs(tmp_path: Pa
 def test_one_hosts_loader_bus_error_without_shm_full_elsewhere_stays_a_strike(tmp_path: Path) -> None:
     d = _diagnose(tmp_path, {"gpu-a011.out": [*_progress(), *BUS], "gpu-a012.out": [*_progress(), "Terminated"]})
     assert _said(d) == ("bus_error", ["gpu-a011"], "resubmit"), d["reason"]
+
+
+def _ud(host: str, rank: int, peer: str) -> list[str]:
+    return [f"Tue Apr 20 05:47:14 2021[1,{rank}]<stderr>:[{host}:1405{rank}:0:1405{rank}]       ud_ep.c:270  Fatal: UD "
+            f"endpoint 0x973660 to {peer}: unhandled timeout error",
+            f"Tue Apr 20 05:47:14 2021[1,{rank}]<stderr>:[{host}:1405{rank}] *** Process received signal ***"]
+
+
+def test_ucx_ud_timeouts_of_two_peers_name_the_host_that_went_silent(tmp_path: Path) -> None:
+    """Two hosts' UCX UD endpoints time out on cn0419, whose own output stops mid-line: that node died."""
+    steps = [f"Tue Apr 20 05:{i:02d}:00 2021[1,8]<stdout>:step  {7000 + 400 * i}  loss 2.0" for i in range(3)]
+    d = _diagnose(tmp_path, {"cn0417.log": [*steps, *_ud("cn0417", 0, "cn0419:70564")],
+                             "cn0418.log": [*steps, *_ud("cn0418", 6, "cn0419:70571")],
+                             "cn0419.log": steps, "cn0420.log": [*steps, "Terminated"]}, cut="cn0419.log")
+    assert _said(d)[1:] == (["cn0419"], "resubmit_exclude"), d["reason"]
+    # without UCX's debug data no peer is named
+    bare = _diagnose(tmp_path / "bare", {"cn0417.log": [*steps, *_ud("cn0417", 0, "<no debug data>")],
+                                         "cn0418.log": [*steps, "Terminated"]})
+    assert bare["culprit_nodes"] != ["cn0418"] and bare["action"] != "stop_and_alert", bare["reason"]
