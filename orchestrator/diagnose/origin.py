@@ -63,8 +63,9 @@ HOSTS_TAG = re.compile(r"^[\w -]*\b(?:hosts?|nodes?|address(?:es)?|ips?)\b[\w -]
 IP_HOST_MAP = re.compile(rf"(?:\[[\w -]+\]:? |#\s*[\w -]+:\s*)?(?:(?:{_IP}\s+{HOST}|{HOST}\s+{_IP})"
                          rf"\s*[|,;]?\s*)+")
 # a section header of a job's epilog or prolog (`=== epilog gpu-7: dmesg -T ===`, `---- gpu-7
-# ----`): the node reports under it are that host's; one that names no host ends it
-SECTION = re.compile(r"^(?:={3,}|-{3,}|#{3,}) *(?P<t>.*?) *(?:={3,}|-{3,}|#{3,}) *$")
+# ----`, a hang monitor's `== gpu-7 rank 13 ==`): the node reports under it are that host's; one
+# that names no host ends it
+SECTION = re.compile(r"^(?:={2,}|-{3,}|#{3,}) *(?P<t>.*?) *(?:={2,}|-{3,}|#{3,}) *$")
 # (a NIC, a disk or a GPU index is no host: `ibstat mlx5_0`, `smartctl nvme0n1`, `ip link show ib0`)
 DEVICE = r"(?:mlx\d|ib\d|eth\d|en[ops]\d|nvme\d|sd[a-z]\d|hsn\d|bond\d|cxi\d|efa\d|rdmap?\d|hfi\d)"
 SECTION_HOST = re.compile(rf"(?<![\w.-])(?!{DEVICE})(?P<h>{HOST})(?![\w-])")

@@ -49,7 +49,7 @@ SPECIAL = (
     (r"base lid:|port_lid:|instance[-_ ]?id|My host id: ", True),  # a host's own names (lines.py)
     (r"\d\.\d{1,3}\s+[A-Za-z][\w-]*\d|[A-Za-z][\w-]*\d[\w.-]*\s+\d{1,3}\.\d{1,3}\.\d{1,3}\.\d",
      False),  # `IP host` / `host IP` maps (origin.IP_HOST_MAP)
-    (r"^(?:={3}|-{3}|#{3}).*(?:={3}|-{3}|#{3}) *$|^\+ +ssh ", False),  # origin.SECTION, ON_HOST
+    (r"^(?:={2}|-{3}|#{3}).*(?:={2}|-{3}|#{3}) *$|^\+ +ssh ", False),  # origin.SECTION, ON_HOST
     (r"^GPU \d+: .*\(UUID: GPU-|^\s*local_ranks=\[", False),  # origin.GPU_LISTED
     (r"(?:^|\s)(?:-H|--host|-hosts)\s+[A-Za-z][\w.-]*:\d|: py-spy dump", False),  # SLOTS, py-spy
     (r"\b(?:SLURM_(?:JOB_)?NODELIST|nodes|nodelist)(?: *[:=] *| +)[A-Za-z][\w.-]*\d|job \d+ on ",

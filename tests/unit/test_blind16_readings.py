@@ -98,3 +98,22 @@ def test_ucx_ud_timeouts_of_two_peers_name_the_host_that_went_silent(tmp_path: P
     bare = _diagnose(tmp_path / "bare", {"cn0417.log": [*steps, *_ud("cn0417", 0, "<no debug data>")],
                                          "cn0418.log": [*steps, "Terminated"]})
     assert bare["culprit_nodes"] != ["cn0418"] and bare["action"] != "stop_and_alert", bare["reason"]
+
+
+def _dump(header: str, frames: list[str]) -> list[str]:
+    return [header, "Process 54343: /usr/bin/python -u train.py", "", "Thread 54343 (active): \"MainThread\"",
+            *[f"    {f}" for f in frames]]
+
+
+@pytest.mark.parametrize("header", ["== {h} rank {r} ==", "=== {h} (rank {r}) ===", "==== py-spy {h} rank {r} ===="])
+def test_a_hang_monitors_dumps_under_two_equals_headers_are_their_hosts(tmp_path: Path, header: str) -> None:
+    """A watchdog's dumps in the job-wide file, each under `== HOST rank N ==`: the one rank inside a CUDA sync while
+    every other waits in all_reduce is its host's."""
+    wait = ["all_reduce (torch/distributed/distributed_c10d.py:2501)", "do_train (dinov2/train/train.py:274)"]
+    sync = ["cudaStreamSynchronize (libcudart.so.12)", "_local_scalar_dense (torch/_ops.py:755)"]
+    dumps = [line for i, h in enumerate(["gpu-b09", "gpu-b10", "gpu-b11", "gpu-b12"]) for r in range(4 * i, 4 * i + 4)
+             for line in _dump(header.format(h=h, r=r), sync if r == 13 else wait)]
+    d = _diagnose(tmp_path, {"slurm-730115.out": ["job 730115 on gpu-b[09-12]", *_progress(),
+                                                  "progress-watchdog: no step line for 20 min; dumping stacks",
+                                                  *dumps]})
+    assert _said(d) == ("hang", ["gpu-b12"], "resubmit_exclude"), d["reason"]
