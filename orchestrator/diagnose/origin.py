@@ -41,7 +41,7 @@ HOST_IN_LINE = re.compile(rf"(?:^|\s)(?P<h>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] (?:\
                           rf"|(?:^|\s)(?P<k>{HOST}) kernel: "
                           # UCX's log prefix `[host:pid:thread(:tid)] file.c:N` (its signal
                           # handler's `[host:pid:tid:tid] Caught signal 11 (...)` too)
-                          rf"|^\[(?P<u>{HOST}):\d+:\d+(?::\d+)?\] (?=\w+\.c:\d+ |Caught signal)"
+                          rf"|^\[(?P<u>{HOST}):\d+ ?:\d+(?::\d+)?\] +(?=\w+\.c:\d+ |Caught signal)"
                           # Open MPI's openib BTL: `handle_wc] from HOST to: PEER error polling`
                           rf"|\bhandle_wc\] from (?P<o>{HOST}) to: ")
 SRUN_TASK = re.compile(rf"srun: error: (?P<h>{HOST}): tasks? (?P<t>\d+)(?:-(?P<t2>\d+))?: ")
@@ -105,6 +105,8 @@ RANK_MAP = re.compile(rf"\brank(?:s|[ _-]?map(?:ping)?|\s*->\s*host)?\s*:?\s*"
 RANK_ON_HOST = re.compile(rf"\b(?:rank|process) (?P<r>\d+)(?: of \d+)?(?: is)? (?:on|@) "
                           rf"(?:host |node )?(?P<h>{HOST})(?![\w-])", re.IGNORECASE)
 HYDRA_MAP = re.compile(rf"^\((?P<h>{HOST}):(?P<r>\d+(?:[,-]\d+)*)\)$")
+# Intel MPI's `MPI startup(): Rank Pid Node name Pin cpu` rows
+IMPI_ROW = re.compile(rf"MPI startup\(\): +(?P<r>\d+) +\d+ +(?P<h>{HOST}) ")
 JOB_WIDE = re.compile(r"^(?:slurm|job|output|train|log|stdout|stderr)[-_.]?\d*(?:[-_.]\d+)*$",
                       re.IGNORECASE)
 MAX_TIES = 8192
@@ -239,7 +241,8 @@ class HostMap:
                 for rank in range(int(first), min(int(last or first), int(first) + 1024) + 1):
                     self.ranks[rank] = host  # a later allocation's map replaces an earlier one
             return
-        if (one := RANK_ON_HOST.search(body) or HYDRA_MAP.match(body.strip())) is not None:
+        if (one := next((m for rx in (RANK_ON_HOST, HYDRA_MAP, IMPI_ROW)
+                         if (m := rx.search(body.strip()))), None)) is not None:
             for part in one.group("r").split(","):
                 lo, _, hi = part.partition("-")
                 for rank in range(int(lo), min(int(hi or lo), int(lo) + 1024) + 1):

@@ -93,6 +93,16 @@ PLATFORMS: tuple[Signature, ...] = (
               r"timeout error", C.NETWORK, cascade=True, peer_group="peer",
               source="UCX uct/ib/ud/base/ud_ep.c 'Fatal: UD endpoint 0x973660 to cn0419:70564: "
                      "unhandled timeout error' ('to <no debug data>' without its debug data)"),
+    # MPICH / Intel MPI's hydra names the rank that ended the job badly and its host
+    Signature("hydra_bad_rank", r"^=\s+RANK \d+ PID \d+ RUNNING AT (?P<node>[A-Za-z][\w.-]*)\s*$",
+              C.UNKNOWN, blame=True, kind="crash", node_group="node",
+              source="MPICH hydra 'BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES / RANK 10 "
+                     "PID 9358 RUNNING AT HOST / KILLED BY SIGNAL: 6'"),
+    # UCX's UD transport: this rank's endpoint saw no answer in time (no peer named)
+    Signature("ucx_ud_iface_timeout", r"ud_iface\.c:\d+ +(?:UCX )?Fatal: transport error: "
+              r"Endpoint timeout", C.NETWORK, cascade=True,
+              source="UCX uct/ib/ud/base/ud_iface.c 'UCX Fatal: transport error: Endpoint timeout' "
+                     "(openucx/ucx#3087, #2501)"),
     # Open MPI's openib BTL names both ends of the failed queue pair (the reporter is the line's
     # host, origin.HOST_IN_LINE)
     Signature("openib_peer",

@@ -117,3 +117,18 @@ def test_a_hang_monitors_dumps_under_two_equals_headers_are_their_hosts(tmp_path
                                                   "progress-watchdog: no step line for 20 min; dumping stacks",
                                                   *dumps]})
     assert _said(d) == ("hang", ["gpu-b12"], "resubmit_exclude"), d["reason"]
+
+
+@pytest.mark.parametrize("ucx", [
+    "[{h}:9358 :0:9358]    ud_iface.c:737  UCX Fatal: transport error: Endpoint timeout",
+    "[{h}:17046:0:17046]    ud_iface.c:780  Fatal: transport error: Endpoint timeout"])
+def test_one_ranks_ucx_endpoint_timeout_under_intel_mpi_is_a_strike_on_its_host(tmp_path: Path, ucx: str) -> None:
+    """Intel MPI's startup rows map ranks to hosts; one rank's UCX endpoint timeout and hydra's `RUNNING AT HOST`:
+    that host's own link, weak evidence (a strike)."""
+    rows = ["[0] MPI startup(): Rank    Pid      Node name     Pin cpu",
+            *[f"[0] MPI startup(): {r:<7} {9340 + r:<8} compute-0-{18 + r // 4}  {{0-15}}" for r in range(16)]]
+    d = _diagnose(tmp_path, {"slurm-1187220.out": [
+        *rows, *_progress(), ucx.format(h="compute-0-20"), "==== backtrace ====",
+        "=" * 83, "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES",
+        "=   RANK 10 PID 9358 RUNNING AT compute-0-20", "=   KILLED BY SIGNAL: 6 (Aborted)", "=" * 83]})
+    assert _said(d) == ("network", ["compute-0-20"], "resubmit"), d["reason"]
