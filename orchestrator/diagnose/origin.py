@@ -54,6 +54,7 @@ PID_IN_LINE = re.compile(r"\bpid[=: ]+(\d+)")
 # job's own node map (`[nodes] 10.0.0.3 gpu-1 | 10.0.0.4 gpu-2`, `# nodes: gpu-1 10.0.0.3, ...`)
 _IP = r"\d{1,3}(?:\.\d{1,3}){3}"
 IP_HOST = re.compile(rf"({_IP})\s+({HOST})|({HOST})\s+({_IP})")
+HOST_IP_FIRST = re.compile(rf"{HOST}\s+{_IP}(?:\s|$)")  # a line that starts `host IP ...`
 # a job's own start line naming its host and address: `wk-a2 (172.28.0.12): init ok`
 HOST_PAREN_IP = re.compile(rf"(?:^|\s)(?P<h>{HOST}) \((?:ip |IP |addr(?:ess)? )?(?P<ip>{_IP})\)")
 # a tagged list of `host=IP` pairs: `hosts: gpu3=10.0.0.91 (rank 0-1), gpu4=10.0.0.92 (rank 2-3)`
@@ -105,8 +106,7 @@ RANK_MAP = re.compile(rf"\brank(?:s|[ _-]?map(?:ping)?|\s*->\s*host)?\s*:?\s*"
 RANK_ON_HOST = re.compile(rf"\b(?:rank|process) (?P<r>\d+)(?: of \d+)?(?: is)? (?:on|@) "
                           rf"(?:host |node )?(?P<h>{HOST})(?![\w-])", re.IGNORECASE)
 HYDRA_MAP = re.compile(rf"^\((?P<h>{HOST}):(?P<r>\d+(?:[,-]\d+)*)\)$")
-# Intel MPI's `MPI startup(): Rank Pid Node name Pin cpu` rows
-IMPI_ROW = re.compile(rf"MPI startup\(\): +(?P<r>\d+) +\d+ +(?P<h>{HOST}) ")
+IMPI_ROW = re.compile(rf"MPI startup\(\): +(?P<r>\d+) +\d+ +(?P<h>{HOST}) ")  # Intel MPI's rows
 JOB_WIDE = re.compile(r"^(?:slurm|job|output|train|log|stdout|stderr)[-_.]?\d*(?:[-_.]\d+)*$",
                       re.IGNORECASE)
 MAX_TIES = 8192
@@ -225,8 +225,8 @@ class HostMap:
         if nm and task is not None:
             self.tasks.setdefault(task, nm.group("h"))
             return
-        if IP_HOST_MAP.fullmatch(body):  # `10.0.0.3 gpu-1 | 10.0.0.4 gpu-2`: /etc/hosts, getent
-            for ip, host, host2, ip2 in IP_HOST.findall(body):
+        if IP_HOST_MAP.fullmatch(body) or HOST_IP_FIRST.match(body):  # /etc/hosts, getent, a
+            for ip, host, host2, ip2 in IP_HOST.findall(body)[:64]:  # job's `hostname; hostname -I`
                 self.learn_address(ip or ip2, host or host2)
             return
         if self._context(body):

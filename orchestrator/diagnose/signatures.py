@@ -218,12 +218,13 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + SERVICES + (
     ),
     Signature(
         "nccl_connect_peer",
-        r"Connect to (?P<peer>\d+\.\d+\.\d+\.\d+)<\d+> failed",
+        r"Connect to (?P<peer>\d+\.\d+\.\d+\.\d+)<\d+> (?:failed|returned \d+\()",
         C.NETWORK,
         cascade=True,
         peer_group="peer",
         source="NCCL socket.h 'Connect to IP<port> failed : Connection refused' (the peer is not "
-               "listening)",
+               "listening), socket.cc 'socketPollConnect: Connect to IP<port> returned 113(No "
+               "route to host)'",
     ),
     Signature(
         "nccl_ib_peer",

@@ -132,3 +132,17 @@ def test_one_ranks_ucx_endpoint_timeout_under_intel_mpi_is_a_strike_on_its_host(
         "=" * 83, "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES",
         "=   RANK 10 PID 9358 RUNNING AT compute-0-20", "=   KILLED BY SIGNAL: 6 (Aborted)", "=" * 83]})
     assert _said(d) == ("network", ["compute-0-20"], "resubmit"), d["reason"]
+
+
+@pytest.mark.parametrize("echo", ["{i}: {h} {ip} NCCL_SOCKET_IFNAME=eth0", "{i}: {h}   {ip}"])
+def test_one_peer_that_cannot_reach_an_address_the_job_printed_names_its_host_as_a_suspect(
+        tmp_path: Path, echo: str) -> None:
+    """The job's `hostname; hostname -I` lines map addresses to hosts; NCCL's `socketPollConnect: Connect to IP
+    returned 113(No route to host)` from one rank names that host: a strike, not an exclusion."""
+    hosts = [("gpu-q02", "10.0.0.2"), ("gpu-q03", "10.0.0.3"), ("gpu-q04", "10.0.0.4"), ("gpu-q05", "10.0.0.5")]
+    warn = ("3: gpu-q05:240:240 [0] misc/socket.cc:533 NCCL WARN socketPollConnect: Connect to 10.0.0.4<56849> "
+            "returned 113(No route to host) errno 115(Operation now in progress)")
+    d = _diagnose(tmp_path, {"slurm-203377.out": [
+        *[echo.format(i=i, h=h, ip=ip) for i, (h, ip) in enumerate(hosts)], *_progress(), warn,
+        "srun: error: gpu-q05: task 3: Exited with exit code 1", "srun: error: gpu-q03: task 1: Terminated"]})
+    assert _said(d) == ("network", ["gpu-q04"], "resubmit"), d["reason"]
