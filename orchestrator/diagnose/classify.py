@@ -15,6 +15,7 @@ from orchestrator.diagnose.cascade import from_cascade, killed_everywhere
 from orchestrator.diagnose.culprits import node_fail_culprits, origin
 from orchestrator.diagnose.endings import (
     UNKILLABLE,
+    before_end,
     from_roots,
     scheduler_end,
     stuck_alive,
@@ -230,8 +231,8 @@ def _scheduler_ended(f: Facts) -> Verdict | None:
     (`unkillable`) names its node but leaves the cause the scheduler's."""
     alive = stuck_alive(f.nodes, f.roots)
     # a node stuck before the end that then could not be killed: its failure, not the end's
-    faults = [(n, m) for n, m in f.hardware_roots if m.signature not in UNKILLABLE
-              or origin(n, m) in alive]
+    faults = [(n, m) for n, m in before_end(f.nodes, f.hardware_roots)
+              if m.signature not in UNKILLABLE or origin(n, m) in alive]
     if own_error_then_idle(f.nodes, f.roots, f.secondary):  # that error ended it: the next rule
         return None
     if f.state_cause in (Cause.TIMELIMIT, Cause.PREEMPTED) and not faults:

@@ -197,6 +197,13 @@ def scheduler_end(job: JobStatus, cause: Cause, nodes: list[NodeEvidence], roots
                    "scheduler_ended", Owner.NOBODY)
 
 
+def before_end(nodes: list[NodeEvidence], found: list[NodeMatch]) -> list[NodeMatch]:
+    """The matches printed before Slurm's end banner in their file (after it: its teardown)."""
+    ends = {n.file: min((m.line for m in n.matches if m.signature in END_BANNERS), default=None)
+            for n in nodes}
+    return [(n, m) for n, m in found if (end := ends.get(n.file)) is None or m.line < end]
+
+
 def stuck_before_end(nodes: list[NodeEvidence], roots: list[NodeMatch]) -> list[str]:
     """Hosts with a process stuck (D state, hung task) printed before Slurm's end banner in the same
     file (after it, the stuck process is the teardown's), unless every host of the job reports it

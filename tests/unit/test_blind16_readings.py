@@ -146,3 +146,18 @@ def test_one_peer_that_cannot_reach_an_address_the_job_printed_names_its_host_as
         *[echo.format(i=i, h=h, ip=ip) for i, (h, ip) in enumerate(hosts)], *_progress(), warn,
         "srun: error: gpu-q05: task 3: Exited with exit code 1", "srun: error: gpu-q03: task 1: Terminated"]})
     assert _said(d) == ("network", ["gpu-q04"], "resubmit"), d["reason"]
+
+
+@pytest.mark.parametrize("after", [
+    "(raylet, ip=10.8.0.42) The node with node id: 9f3c1a and address: 10.8.0.42 and node name: 10.8.0.42 has been "
+    "marked dead because the detector has missed too many heartbeats from it.",
+    "srun: error: Node failure on gpu-v42"])
+def test_a_nodes_death_printed_after_the_time_limit_is_its_teardown(tmp_path: Path, after: str) -> None:
+    """Steps ran to the end; Slurm's time limit cancelled the job; a node reported dead after that banner is the
+    teardown's (the time limit, resubmit), never an exclusion."""
+    steps = [f"(TaskRunner pid=3954228) step:{s} - actor/pg_loss:0.0085 - timing_s/step:53.0" for s in (350, 370, 390)]
+    d = _diagnose(tmp_path, {"slurm-3954228.out": [
+        *steps, "slurmstepd: error: *** JOB 3954228 ON gpu-v41 CANCELLED AT 2025-10-16T18:00:27 DUE TO TIME LIMIT ***",
+        "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", after,
+        "srun: error: gpu-v42: task 1: Terminated"]})
+    assert _said(d) == ("timelimit", [], "resubmit"), d["reason"]
