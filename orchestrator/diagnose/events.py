@@ -84,9 +84,12 @@ EVENTS: tuple[Signature, ...] = (
               r"(?:model|checkpoint)|Model weights saved in \S*final|Exiting after successful "
               r"completion|\[after training is done\]|Done training\b"
               r"|End time of running main|\blast_model_checkpoint: \S"
-              r"|validation results at the end of training", C.SUCCESS, kind="done",
-              source="torchtitan, HF Trainer, Lightning, Megatron, submitit, ms-swift "
-                     "end-of-training lines"),
+              r"|validation results at the end of training"
+              # detectron2 (fvcore's final save, its hooks' totals), fairseq
+              r"|Saving checkpoint to \S*model_final\.pth|Overall training speed: \d+ iterations in"
+              r"|\bdone training in [\d.]+ seconds", C.SUCCESS, kind="done",
+              source="torchtitan, HF Trainer, Lightning, Megatron, submitit, ms-swift, detectron2, "
+                     "fairseq end-of-training lines"),
     # The framework stopped itself ahead of the wall time: not a failure, not the end of the
     # training.
     Signature("framework_time_stop",

@@ -161,3 +161,15 @@ def test_a_nodes_death_printed_after_the_time_limit_is_its_teardown(tmp_path: Pa
         "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", after,
         "srun: error: gpu-v42: task 1: Terminated"]})
     assert _said(d) == ("timelimit", [], "resubmit"), d["reason"]
+
+
+@pytest.mark.parametrize("end", [
+    ["[01/15 12:37:42 fvcore.common.checkpoint]: Saving checkpoint to ./output/model_final.pth",
+     "[01/15 12:37:49 d2.engine.hooks]: Overall training speed: 29998 iterations in 3:25:21 (0.4108 s / it)"],
+    ["2021-03-02 10:11:12 | INFO | fairseq_cli.train | done training in 86400.3 seconds"]])
+def test_a_crash_after_the_training_printed_its_end_is_teardown(tmp_path: Path, end: list[str]) -> None:
+    d = _diagnose(tmp_path, {"slurm-2264.out": [
+        *_progress(), *[f"0: {line}" for line in end], "1: Segmentation fault (core dumped)",
+        "srun: error: gpu-t15: task 1: Segmentation fault (core dumped)", "srun: error: gpu-t14: task 0: Exited with exit "
+        "code 0"]})
+    assert _said(d) == ("success", [], "done"), d["reason"]
