@@ -170,6 +170,6 @@ def test_a_nodes_death_printed_after_the_time_limit_is_its_teardown(tmp_path: Pa
 def test_a_crash_after_the_training_printed_its_end_is_teardown(tmp_path: Path, end: list[str]) -> None:
     d = _diagnose(tmp_path, {"slurm-2264.out": [
         *_progress(), *[f"0: {line}" for line in end], "1: Segmentation fault (core dumped)",
-        "srun: error: gpu-t15: task 1: Segmentation fault (core dumped)", "srun: error: gpu-t14: task 0: Exited with exit "
-        "code 0"]})
+        "srun: error: gpu-t15: task 1: Segmentation fault (core dumped)",
+        "srun: error: gpu-t14: task 0: Exited with exit code 0"]})
     assert _said(d) == ("success", [], "done"), d["reason"]
