@@ -119,6 +119,7 @@ class CancelReason(StrEnum):
     SLOW_NODE = "slow_node"  # a node slows the job and a spare can take its place
     # a node's agent fell silent and slurmctld cannot reach the node either: it failed
     NODE_DOWN = "node_down"
+    DRAINED = "drained"  # an admin or a health check drained a node of the step: a spare takes it
 
 
 class SegmentSpec(Frozen):

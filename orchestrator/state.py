@@ -97,14 +97,14 @@ class SegmentRecord(Ledger):
     interval_advice: str = ""  # the checkpoint interval handed to this segment, and why
     # a job of its own, or a step of a job with spares
     placement: Placement = Field(default_factory=OwnJob)
-    # median checkpoint write time timed from the training's lines
-    checkpoint_write_s: float | None = None
+    checkpoint_write_s: float | None = None  # the median save, timed from the training's lines
     step_cadence_s: float | None = None  # its step cadence at the end: the next segment's seed
     # the job ran this many times slower than its own pace, from `slowdown_since` (lock-step)
     slowdown_factor: float | None = None
     slowdown_since: datetime | None = None
     slowdown_note: str = ""
     slow_nodes: list[SlowNodeRecord] = Field(default_factory=list)
+    drained: dict[str, str] = Field(default_factory=dict)  # a node of the step Slurm drained: why
 
     @model_validator(mode="before")
     @classmethod

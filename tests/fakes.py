@@ -85,6 +85,7 @@ class FakeCluster(BackendDefaults):
         self.unavailable_until: datetime | None = None
         self.down: set[str] = set()  # crashed nodes: no new job gets them
         self.admin_drained: set[str] = set()  # drained by an admin (sinfo: drain/drng): no new job gets them
+        self.drain_reasons: dict[str, str] = {}  # their reasons, as sinfo's %E shows them
         self.sinfo_fails = False  # sinfo does not answer: the usable nodes are unknown
         self.request_wait_s = 300.0  # the supervisor's REQUEST_WAIT_S: a failed step with no request ends the job
         self.rejected: list[str] = []  # requests the supervisor refused (the job then failed)
@@ -99,6 +100,11 @@ class FakeCluster(BackendDefaults):
         if self.sinfo_fails:
             return None
         return [n for n in self.node_names if n not in self.down and n not in self.admin_drained]
+
+    def drained_reasons(self, nodes: frozenset[str]) -> dict[str, str] | None:
+        if self.sinfo_fails:
+            return None
+        return {n: self.drain_reasons.get(n, "drained") for n in self.admin_drained if n in nodes}
 
     def render(self, spec: SegmentSpec) -> str:
         return f"fake submit {spec.job_name} exclude={spec.exclude_hostlist}"

@@ -61,6 +61,11 @@ class Backend(Protocol):
         or unknown)."""
         ...
 
+    def drained_reasons(self, nodes: frozenset[str]) -> dict[str, str] | None:
+        """Of `nodes`, those an admin or a health check drained (or that are failing), with the
+        reason they gave; None: unknown (never "none drained")."""
+        ...
+
     def drain(self, node: str, reason: str) -> None:
         """Take a node out of the scheduler's service with a reason (an admin's courtesy); may do
         nothing."""
@@ -87,6 +92,9 @@ class BackendDefaults:
 
     def ping_window_s(self) -> float:
         return 0.0
+
+    def drained_reasons(self, nodes: frozenset[str]) -> dict[str, str] | None:
+        return {}  # no scheduler whose admins drain nodes
 
     def drain(self, node: str, reason: str) -> None:
         return None  # no scheduler to drain in: the blacklist alone keeps the node out

@@ -2,8 +2,7 @@
 
 Every Slurm command is an argv list run with a timeout and retried by tenacity (bounded exponential
 backoff with jitter). A command that still fails makes the state *unknown* (SchedulerUnavailable),
-never *failed*. Jobs are submitted with --no-requeue so that only the controller retries them.
-"""
+never *failed*. Jobs are submitted with --no-requeue so that only the controller retries them."""
 
 from __future__ import annotations
 
@@ -33,6 +32,7 @@ from orchestrator.backends.slurm_commands import (
     SACCT_FIELDS,
     CommandFailed,
     Runner,
+    drained_reasons,
     first_failure,
     found_jobs,
     parse_node_states,
@@ -56,9 +56,8 @@ from orchestrator.settings import SlurmBackendCfg
 
 
 class SlurmBackend(BackendDefaults):
-    """Owns talking to Slurm: submission through submitit (--no-requeue), one sacct per poll with
-    a squeue fallback, bounded retries, drain; a command that fails is 'unknown', never a job
-    failure."""
+    """Owns talking to Slurm: submitit (--no-requeue), one sacct per poll (squeue as fallback),
+    bounded retries, drain; a command that fails is 'unknown', never a job failure."""
     name = "slurm"
     costly_poll = True  # sacct: a query of slurmdbd, shared by the whole cluster
 
@@ -75,9 +74,8 @@ class SlurmBackend(BackendDefaults):
 
     def _run(self, argv: list[str], quick: bool = False) -> str:
         """Run a Slurm command with bounded exponential backoff and jitter; SchedulerUnavailable at
-        the end. `quick` (a poll, which the loop repeats anyway): two attempts within a few seconds,
-        so an outage is said at once and the node logs are read meanwhile, never minutes of retries
-        inside one poll."""
+        the end. `quick` (a poll, which the loop repeats anyway): two attempts within seconds, so an
+        outage is said at once, never minutes of retries inside one poll."""
         retry = Retrying(
             retry=retry_if_exception_type(CommandFailed),
             stop=(stop_after_attempt(2) | stop_after_delay(min(self.cfg.retry_max_s, 10.0)))
@@ -101,29 +99,33 @@ class SlurmBackend(BackendDefaults):
         now = self.clock.now()
         if self._nodes and now - self._nodes[0] < timedelta(minutes=5):
             return self._nodes[1]
-        try:
-            text = self._run(["sinfo", "-h", "-N", "-o", "%N"])
-        except SchedulerUnavailable:
+        if not (text := self._sinfo("%N", quick=False)):
             return self._nodes[1] if self._nodes else None
         names = sorted({ln.strip() for ln in text.splitlines() if ln.strip()})
         self._nodes = (now, names)
         return names
 
-    def _node_states(self, quick: bool = False) -> list[tuple[str, str]] | None:
+    def _sinfo(self, fmt: str, quick: bool = True) -> str:
+        """`sinfo -h -N -o FMT`; '' when it does not answer (the parsers read that: unknown)."""
         try:
-            return parse_node_states(self._run(["sinfo", "-h", "-N", "-o", "%N %t"], quick))
+            return self._run(["sinfo", "-h", "-N", "-o", fmt], quick)
         except SchedulerUnavailable:
-            return None
+            return ""
 
     def usable_nodes(self) -> list[str] | None:
         """Nodes that can run a job now (not down, drained, failing or not responding): spares are
-        drawn from these, so a job never waits in the queue for a spare that is down. None when
-        sinfo does not answer."""
-        return None if (rows := self._node_states()) is None else usable(rows)
+        drawn from these, so a job never waits for a spare that is down. None: unknown."""
+        rows = parse_node_states(self._sinfo("%N %t", quick=False))
+        return None if rows is None else usable(rows)
 
     def unreachable(self, nodes: frozenset[str]) -> frozenset[str] | None:
         """Of `nodes`, those slurmctld cannot reach now (not responding or down); None: unknown."""
-        return None if (rows := self._node_states(quick=True)) is None else unreachable(rows, nodes)
+        rows = parse_node_states(self._sinfo("%N %t"))
+        return None if rows is None else unreachable(rows, nodes)
+
+    def drained_reasons(self, nodes: frozenset[str]) -> dict[str, str] | None:
+        """Of `nodes`, those drained, draining or failing, with the reason; None: unknown."""
+        return drained_reasons(self._sinfo("%N|%t|%E"), nodes)
 
     def ping_window_s(self) -> float:
         """From `scontrol show config`, read once: how long slurmctld may take to flag a node

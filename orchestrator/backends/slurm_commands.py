@@ -123,6 +123,21 @@ def parse_node_states(text: str) -> list[tuple[str, str]] | None:
     return [(r[0], r[1]) for r in rows]
 
 
+# drained (drain, drng, drained) or failing (fail, failg): an admin's or a health check's word
+DRAINED = ("drain", "drng", "fail")
+
+
+def drained_reasons(text: str, nodes: frozenset[str]) -> dict[str, str] | None:
+    """`sinfo -h -N -o "%N|%t|%E"`: of `nodes`, those drained or failing, with their reason (NHC,
+    Slurm's `Kill task failed`, `Not responding`, a health system's prefix); None when the answer is
+    not that table (unknown)."""
+    rows = [ln.split("|", 2) for ln in text.splitlines() if ln.strip()]
+    if not rows or any(len(r) != 3 or not r[0] or not r[1] for r in rows):
+        return None
+    return {n: (reason.strip() if reason.strip() not in ("", "none") else state)[:200]
+            for n, state, reason in rows if n in nodes and state.startswith(DRAINED)}
+
+
 def usable(rows: list[tuple[str, str]]) -> list[str]:
     return sorted({n for n, st in rows if not st.startswith(NOT_USABLE)
                    and not st.endswith(("*", "~", "#", "!", "%"))})

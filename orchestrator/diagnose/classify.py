@@ -95,8 +95,7 @@ def _split(nodes: list[NodeEvidence]) -> tuple[list[NodeMatch], list[NodeMatch],
 
 @dataclass(frozen=True)
 class Facts:
-    """What every rule reads: the job's end, the nodes' evidence and history, the matches split by
-    kind."""
+    """What every rule reads: the job's end, the nodes' evidence and history, the matches."""
     job: JobStatus
     nodes: list[NodeEvidence]
     ctx: Context
@@ -154,14 +153,18 @@ def _printed_its_end(f: Facts) -> Verdict | None:
 
 
 def _slow_node(f: Facts) -> Verdict | None:
-    """Cancelled to swap a slow node for a spare: the node, unless a hardware error says more."""
-    node = f.ctx.slow_node
-    if f.ctx.cancel_reason != CancelReason.SLOW_NODE or not node or f.hardware_roots:
+    """Cancelled to swap a slow node (or one Slurm shows drained) for a spare: the node, unless a
+    hardware error says more."""
+    node, drained = f.ctx.slow_node, f.ctx.cancel_reason == CancelReason.DRAINED
+    swapped = drained or f.ctx.cancel_reason == CancelReason.SLOW_NODE
+    if not swapped or not node or f.hardware_roots:
         return None
-    found = Evidence(node=node, text=f.ctx.slow_evidence, cause=Cause.SLOW_NODE)
-    return verdict(Cause.SLOW_NODE, [node], True, 0.8, [found, *evs(f.roots + f.secondary,
-                                                                    Role.SECONDARY)],
-                   f"{node} slowed the job: {f.ctx.slow_evidence}"[:300], "slow_node", Owner.NODE)
+    cause = Cause.NODE_FAIL if drained else Cause.SLOW_NODE
+    found = Evidence(node=node, text=f.ctx.slow_evidence, cause=cause)
+    return verdict(cause, [node], True, 0.8, [found, *evs(f.roots + f.secondary, Role.SECONDARY)],
+                   f"{node} {'was drained' if drained else 'slowed the job'}: "
+                   f"{f.ctx.slow_evidence}"[:300], "drained_in_slurm" if drained else "slow_node",
+                   Owner.NODE)
 
 
 def _node_down(f: Facts) -> Verdict | None:

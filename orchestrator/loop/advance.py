@@ -197,6 +197,13 @@ def _slowed(old: RunState, obs: o.SlowedDown, cfg: Settings | None,
                    if t.changed else ())
 
 
+def _drained(old: RunState, obs: o.NodeDrained, cfg: Settings | None, now: datetime) -> Transition:
+    """A node of the running step Slurm shows drained: named in the segment (status, verdict)."""
+    seg = old.current
+    assert seg is not None
+    return _current(old, now, drained={**seg.drained, obs.node: obs.reason[:200]})
+
+
 def _slow_node(old: RunState, obs: o.SlowNodeFound, cfg: Settings | None,
                now: datetime) -> Transition:
     """A slow node recorded in the segment; without a swap it gets a (soft) strike now, once a
@@ -278,7 +285,7 @@ HANDLERS: dict[type, Callable[[RunState, Any, Settings | None, datetime], Transi
     o.Halted: _halted,
     o.BlacklistEdited: _edited, o.Started: _started, o.FromScratch: _from_scratch,
     o.CancelledByOperator: _cancelled_by_operator, o.SlowedDown: _slowed,
-    o.SlowNodeFound: _slow_node,
+    o.SlowNodeFound: _slow_node, o.NodeDrained: _drained,
 }
 
 

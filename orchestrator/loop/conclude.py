@@ -12,14 +12,18 @@ from datetime import datetime, timedelta
 
 from orchestrator.blacklist import Blacklist
 from orchestrator.diagnose.classify import Context, classify
+from orchestrator.diagnose.verdicts import NOT_A_NODE
 from orchestrator.evidence import NodeEvidence
 from orchestrator.loop.effects import Alert, Drain, Effect, Publish
 from orchestrator.model import (
     HARDWARE_CAUSES,
     Action,
     CancelReason,
+    Cause,
     Decision,
+    Evidence,
     JobStatus,
+    Owner,
     Role,
     RunStatus,
     Verdict,
@@ -38,7 +42,10 @@ def recent_hardware(events: list[HardwareEvent], now: datetime) -> frozenset[str
 
 
 def _slow(seg: SegmentRecord) -> dict[str, str]:
-    """The slow node the step was cancelled to swap out, and why."""
+    """The slow (or drained) node the step was cancelled to swap out, and why."""
+    if seg.cancel_reason == CancelReason.DRAINED:  # the cancel's sentence begins with the node
+        node = next((n for n in seg.drained if seg.cancelled_by_controller.startswith(n + " ")), "")
+        return {"slow_node": node, "slow_evidence": f"drained in Slurm: {seg.drained.get(node)}"}
     if seg.cancel_reason != CancelReason.SLOW_NODE or not seg.slow_nodes:
         return {}
     return {"slow_node": seg.slow_nodes[-1].node, "slow_evidence": seg.slow_nodes[-1].evidence}
@@ -60,7 +67,21 @@ def judge(status: JobStatus, evidence: list[NodeEvidence], fs_stalls: list[str],
                   stalled=seg.cancel_reason == CancelReason.STALL, cancel_reason=seg.cancel_reason,
                   fs_stalls=tuple(fs_stalls), lost=tuple(n for n in lost if n in seg.nodes),
                   job_id=seg.job_id or "", cancelled_by=_cancelled_by(seg), **_slow(seg))
-    return classify(status, evidence, ctx)
+    return drained_culprit(classify(status, evidence, ctx), seg)
+
+
+def drained_culprit(v: Verdict, seg: SegmentRecord) -> Verdict:
+    """A segment that failed naming nobody while Slurm showed a node of its step drained (an admin,
+    a health check): that node, on their word."""
+    drained = sorted(n for n in seg.drained if n in seg.nodes)
+    if v.culprit_nodes or not drained or v.cause in NOT_A_NODE:
+        return v
+    found = tuple(Evidence(node=n, text=f"drained in Slurm while the step ran: {seg.drained[n]}",
+                           cause=Cause.NODE_FAIL, role=Role.ROOT) for n in drained)
+    return v.model_copy(update={
+        "culprit_nodes": tuple(drained), "blame": True, "owner": Owner.NODE, "rule":
+        "drained_in_slurm", "evidence": found + v.evidence, "summary": f"{v.summary}; "
+        f"{','.join(drained)} drained in Slurm ({seg.drained[drained[0]]})"[:300]})
 
 
 @dataclass(frozen=True)

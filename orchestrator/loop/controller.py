@@ -43,7 +43,7 @@ from orchestrator.loop.submission import (
 )
 from orchestrator.loop.supervise import Seen, Supervision, supervise
 from orchestrator.loop.vigil import Vigil, prior_cadence, swap_terms
-from orchestrator.model import CancelReason, JobRef, JobState, JobStatus, RunStatus
+from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
 from orchestrator.settings import PROGRESS_REGEX, Settings
 from orchestrator.state import RunState, SegmentRecord, StateStore
 from orchestrator.watch.reader import Listing, scan_dir
@@ -257,7 +257,7 @@ class Controller(Keeper):
         for line in slow.notes:
             logger.warning(line)
         if slow.swap:
-            sv = Supervision(cancel=slow.swap, reason=CancelReason.SLOW_NODE)
+            sv = Supervision(cancel=slow.swap, reason=slow.reason)
         if sv.clear_dumps:
             watch.clear_dumps()
         if sv.request_dumps:

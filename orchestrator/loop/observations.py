@@ -28,6 +28,14 @@ class Planned:
 
 
 @dataclass(frozen=True)
+class NodeDrained:
+    """Slurm shows a node of the running step drained (an admin, a health check), with its
+    reason."""
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Submitted:
     """The scheduler took the current segment's job (or it was found by its name after a
     restart)."""
@@ -168,4 +176,4 @@ class CancelledByOperator:
 Observation = (
     Planned | Submitted | Withdrawn | Polled | QueueNoted | Cancelling | Ended | AllocationKnown
     | JobEnding | RestartedInJob | CheckpointSeen | Halted | BlacklistEdited | Started | FromScratch
-    | CancelledByOperator | SlowedDown | SlowNodeFound)
+    | CancelledByOperator | SlowedDown | SlowNodeFound | NodeDrained)

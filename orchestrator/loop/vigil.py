@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Protocol
 
 from orchestrator.loop import observations as o
+from orchestrator.loop.drains import Drains
 from orchestrator.loop.injob import job_submitted_at
 from orchestrator.loop.supervise import EARLY_FLOOR_S, Seen
+from orchestrator.model import CancelReason
 from orchestrator.settings import Settings, Watch
 from orchestrator.spares import swap_gain_s, worth_swapping
 from orchestrator.state import RunState, SegmentRecord
@@ -35,11 +37,13 @@ REACH_EVERY_S = 10.0  # the scheduler is asked about silent nodes at most this o
 
 
 class Reach(Protocol):
-    """What the vigil asks the scheduler about silent nodes (the backend's)."""
+    """What the vigil asks the scheduler about silent and drained nodes (the backend's)."""
 
     def unreachable(self, nodes: frozenset[str]) -> frozenset[str] | None: ...
 
     def ping_window_s(self) -> float: ...
+
+    def drained_reasons(self, nodes: frozenset[str]) -> dict[str, str] | None: ...
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class SlowStep:
     observations: tuple[o.Observation, ...] = ()
     notes: tuple[str, ...] = ()
     swap: str = ""
+    reason: CancelReason = CancelReason.SLOW_NODE  # or DRAINED: an admin's drain, swapped out
 
     def unless(self, cancel: str) -> SlowStep:
         """No swap when the job is being cancelled for another reason: the node is struck."""
@@ -93,6 +98,7 @@ class Vigil:
         self._down: frozenset[str] | None = None  # the scheduler's last answer on silent nodes
         self._last: datetime | None = None  # the last progress, and the newest iteration, seen
         self._iteration: int | None = None
+        self.drains = Drains(reach, w.swap_drained)
 
     def seen(self, watch: SegmentWatch, base: Seen, now: datetime) -> Seen:
         """`base` with the cadence, a checkpoint save in progress and the stacks' confirmation."""
@@ -153,6 +159,19 @@ class Vigil:
 
     def slow(self, watch: SegmentWatch, now: datetime, checkpoint: str | None,
              terms_now: Callable[[], SwapTerms]) -> SlowStep:
+        """The pace's news (`_slow`) and the admins' drains of the step's nodes: a drained node is
+        swapped for a free spare at the next complete checkpoint, a slow one when it pays."""
+        found = self._slow(watch, now, checkpoint, terms_now)
+        live = frozenset(n for n, nw in watch.nodes.items() if nw.exit_record is None)
+        drain = self.drains.step(live, now, checkpoint,
+                                 lambda: ((t := terms_now()).spares, t.batch_host))
+        obs = found.observations + drain.observations
+        if drain.swap and not found.swap:
+            return SlowStep(obs, (*found.notes, drain.swap), drain.swap, CancelReason.DRAINED)
+        return replace(found, observations=obs)
+
+    def _slow(self, watch: SegmentWatch, now: datetime, checkpoint: str | None,
+              terms_now: Callable[[], SwapTerms]) -> SlowStep:
         """A new slowdown is reported and the agents asked for profiles; once they answered, the
         slow node is named (or why nobody is), and swapped when a spare is free and the time it
         saves over the rest of the segment exceeds a restart's cost, else struck."""

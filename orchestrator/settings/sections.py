@@ -245,11 +245,8 @@ class Watch(Section):
                                    description="No progress for this long: the segment is stalled.")
     startup_timeout_s: float = Field(3600.0, gt=0, le=YEAR_S,
                                      description="Longer stall timeout before the first progress.")
-    cascade_grace_s: float = Field(
-        30.0, ge=0, le=86_400,
-        description="After one node's training failed, wait this long for peers' errors, then "
-                    "cancel."
-    )
+    cascade_grace_s: float = Field(30.0, ge=0, le=86_400, description="After one node's training "
+                                   "failed, wait this long for peers' errors, then cancel.")
     read_timeout_s: float = Field(10.0, gt=0, le=3600,
                                   description="Timeout for one read of the shared filesystem.")
     pace_window_s: float = Field(20.0, ge=2, le=3600, description="Seconds of progress per pace "
@@ -259,6 +256,9 @@ class Watch(Section):
         "profiles that compare the nodes with each other (a node slow from the start); 0: none.")
     survey_after_s: float = Field(15.0, ge=0, le=86_400, description="Seconds of progress "
         "before the first of those profiles.")
+    swap_drained: bool = Field(True, description="A node of the running step that an admin or a "
+        "health check drains (sinfo) is swapped for a free spare after the next complete "
+        "checkpoint.")
 
 
 class UserSignature(Section):
@@ -293,8 +293,7 @@ class NotifyCfg(Section):
                                                               "mailto://..., json://...).")
     max_per_hour: int = Field(20, ge=1, le=1_000_000, description="At most this many notifications "
                                                                   "per hour.")
-    dedup_window_s: float = Field(3600.0, ge=0, le=YEAR_S,
-                                  description="An identical message within this window is not "
-                                              "resent.")
+    dedup_window_s: float = Field(3600.0, ge=0, le=YEAR_S, description="An identical message "
+                                  "within this window is not resent.")
 
     _urls = field_validator("urls")(apprise_urls)

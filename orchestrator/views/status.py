@@ -111,6 +111,7 @@ def _segment_json(s: SegmentRecord) -> dict[str, Any]:
         "cancelled_at": _ts(s.cancelled_at),
         "slowdown": ({"factor": s.slowdown_factor, "since": _ts(s.slowdown_since),
                       "detail": s.slowdown_note} if s.slowdown_factor else None),
+        "drained": s.drained,  # nodes of the step Slurm showed drained while it ran: the reason
         "evidence": [e.model_dump(mode="json") for e in s.evidence if e.role == Role.ROOT][:5],
         "node_evidence": [e.model_dump(mode="json") for e in s.evidence
                           if e.source == EvidenceSource.NODE][:5],
@@ -138,10 +139,8 @@ def _evidence_line(evidence: str) -> str:
 
 def _short_evidence(evidence: str) -> str:
     """'/path/to/host.log:44: text' as 'host.log:44: text'."""
-    if evidence.startswith("/") and ": " in evidence:
-        where, text = evidence.split(": ", 1)
-        return where.rsplit("/", 1)[-1] + ": " + text
-    return evidence
+    where, sep, text = evidence.partition(": ")
+    return where.rsplit("/", 1)[-1] + sep + text if evidence.startswith("/") and sep else evidence
 
 
 def drain_commands(state: RunState, now: datetime) -> list[str]:
@@ -193,6 +192,8 @@ def summary_table(state: RunState, now: datetime, controller: str | None = None)
         if cur.slowdown_factor:
             row("slowdown", f"{cur.slowdown_factor:.2f}x since {_ts(cur.slowdown_since)}"
                 + "".join(f"; {f.node} {f.action}" for f in cur.slow_nodes))
+        if cur.drained:
+            row("drained in Slurm", "; ".join(f"{n}: {why}" for n, why in cur.drained.items()))
     goal = f" / {state.target_iteration}" if state.target_iteration else ""
     row("iteration", f"{state.best_iteration()}{goal}{quiet_note(cur, now)}")
     row("rate", f"{m['rate_per_h']} iterations/h" if m["rate_per_h"] else "-")

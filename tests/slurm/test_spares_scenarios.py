@@ -7,6 +7,7 @@
     (node_fail, culprit node2); then the batch host node1 crashes -> the job ends, a NEW job excludes node1 and
     node2 and the run finishes on node3+node4.
 (C) an admin drains the spare node3 mid-run, then ECC on node2: node3 is not promoted, a new job follows.
+(D) an admin drains node2 of the running step: named in status, swapped for the spare after a checkpoint.
 Two faults per run keep the file short (scripts/test.sh budget). No fixed sleeps: conditions with deadlines.
 """
 
@@ -151,3 +152,32 @@ def test_c_a_spare_an_admin_drains_mid_run_is_not_promoted(cluster: None, tmp_pa
     assert "node3" not in s2["nodes"] and "node2" not in s2["nodes"], s2
     assert "node3" not in steps(str(s1["job_id"])).get(f"{s1['job_id']}.1", []), steps(str(s1["job_id"]))
     assert "drained or down in Slurm: not promoted" in (tmp_path / "ctl.log").read_text()
+
+
+def test_d_a_node_of_the_running_step_an_admin_drains_is_named_and_swapped_for_the_spare(
+        cluster: None, tmp_path: Path) -> None:
+    """Issue 40: while segment 1 trains on node1+node2 with node3 as its spare, an admin drains node2 with an
+    NHC-style reason: status --json names it on the segment, and after the next complete checkpoint the step
+    restarts inside the same job on node1+node3 (node2 excluded, on the admin's word)."""
+    name = uniq("step-drained")
+    cfg = make_config(tmp_path, name, iters=400, step=0.1, resources=SPARES)
+    proc = orch_bg("run", str(cfg), log=tmp_path / "ctl.log")
+    reason = "NHC: check_gpu_ecc: GPU 3 has 2 uncorrectable ECC errors"
+    try:
+        s1 = wait_until(lambda: training(cfg, 1, 5), 180, "segment 1 to make progress", every=1)
+        assert s1["nodes"] == ["node1", "node2"], s1
+        sh("scontrol", "update", "NodeName=node2", "State=DRAIN", f"Reason={reason}")
+        named = wait_until(lambda: (status(cfg).get("segments") or [{}])[0].get("drained"), 120,
+                           "the drain to be named on segment 1", every=1)
+        assert named == {"node2": reason}, named
+        assert proc.wait(timeout=420) == 0, (tmp_path / "ctl.log").read_text()[-4000:]
+    finally:
+        proc.kill() if proc.poll() is None else None
+        sh("scontrol", "update", "NodeName=node2", "State=RESUME", check=False)
+    st = status(cfg)
+    assert st["state"] == "done", st
+    s1, s2 = st["segments"][0], st["segments"][1]
+    assert s1["cause"] == "node_fail" and s1["culprit_nodes"] == ["node2"] and s1["rule"] == "drained_in_slurm", s1
+    assert s2["job_id"] == s1["job_id"] and s2["nodes"] == ["node1", "node3"], s2
+    assert s2["start_iteration"] > 0 and s2["resumed_from"], s2
+    assert "node2" not in steps(str(s1["job_id"])).get(f"{s1['job_id']}.1", []), steps(str(s1["job_id"]))

@@ -44,6 +44,9 @@ class Reach:
     def ping_window_s(self) -> float:
         return 50.0
 
+    def drained_reasons(self, nodes: frozenset[str]) -> dict[str, str] | None:
+        return {}  # nobody drains a node of this healthy job
+
 
 @dataclass
 class Node:

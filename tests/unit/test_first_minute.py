@@ -135,6 +135,9 @@ class Scheduler:
     def ping_window_s(self) -> float:
         return self.window_s
 
+    def drained_reasons(self, nodes: frozenset[str]) -> dict[str, str] | None:
+        return None if self.down is None else {}
+
 
 def silent_run(tmp_path: Path, sched: Scheduler) -> tuple[float | None, float, Supervision | None]:
     cancels: list[Supervision] = []
