@@ -13,6 +13,8 @@ Two faults per run keep the file short (scripts/test.sh budget). No fixed sleeps
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,22 @@ def submitted_exclude(run: Path, index: int) -> str:
     scripts = list((run / "segments" / f"{index:04d}" / "submitit").rglob("*submission.sh"))
     assert scripts, f"no submission script for segment {index}"
     return next((ln for ln in scripts[0].read_text().splitlines() if "--exclude" in ln), "")
+
+
+@contextlib.contextmanager
+def drained_while_running(cfg: Path, tmp_path: Path, node: str, reason: str) -> Iterator[None]:
+    """Run `cfg`; once segment 1 trains on node1+node2, an admin drains `node` with `reason`; the run must end
+    done; the node is resumed whatever happens."""
+    proc = orch_bg("run", str(cfg), log=tmp_path / "ctl.log")
+    try:
+        s1 = wait_until(lambda: training(cfg, 1, 5), 180, "segment 1 to make progress", every=1)
+        assert s1["nodes"] == ["node1", "node2"], s1
+        sh("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
+        yield
+        assert proc.wait(timeout=420) == 0, (tmp_path / "ctl.log").read_text()[-4000:]
+    finally:
+        proc.kill() if proc.poll() is None else None
+        sh("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
 
 
 def two_faults(tmp_path: Path, cfg: Path, first: str | None, crash: str) -> dict[str, Any]:
@@ -135,15 +153,8 @@ def test_c_a_spare_an_admin_drains_mid_run_is_not_promoted(cluster: None, tmp_pa
     node2 and runs where Slurm still gives nodes (node1+node4)."""
     name = uniq("spare-drained")
     cfg = make_config(tmp_path, name, iters=200, step=0.1, faults=("ecc:node2:80",), resources=SPARES)
-    proc = orch_bg("run", str(cfg), log=tmp_path / "ctl.log")
-    try:
-        s1 = wait_until(lambda: training(cfg, 1, 5), 180, "segment 1 to make progress", every=1)
-        assert s1["nodes"] == ["node1", "node2"], s1
-        sh("scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=NHC: check_gpu_ecc failed")
-        assert proc.wait(timeout=420) == 0, (tmp_path / "ctl.log").read_text()[-4000:]
-    finally:
-        proc.kill() if proc.poll() is None else None
-        sh("scontrol", "update", "NodeName=node3", "State=RESUME", check=False)
+    with drained_while_running(cfg, tmp_path, "node3", "NHC: check_gpu_ecc failed"):
+        pass
     st = status(cfg)
     assert st["state"] == "done", st
     s1, s2 = st["segments"][0], st["segments"][1]
@@ -161,19 +172,11 @@ def test_d_a_node_of_the_running_step_an_admin_drains_is_named_and_swapped_for_t
     restarts inside the same job on node1+node3 (node2 excluded, on the admin's word)."""
     name = uniq("step-drained")
     cfg = make_config(tmp_path, name, iters=400, step=0.1, resources=SPARES)
-    proc = orch_bg("run", str(cfg), log=tmp_path / "ctl.log")
     reason = "NHC: check_gpu_ecc: GPU 3 has 2 uncorrectable ECC errors"
-    try:
-        s1 = wait_until(lambda: training(cfg, 1, 5), 180, "segment 1 to make progress", every=1)
-        assert s1["nodes"] == ["node1", "node2"], s1
-        sh("scontrol", "update", "NodeName=node2", "State=DRAIN", f"Reason={reason}")
+    with drained_while_running(cfg, tmp_path, "node2", reason):
         named = wait_until(lambda: (status(cfg).get("segments") or [{}])[0].get("drained"), 120,
                            "the drain to be named on segment 1", every=1)
         assert named == {"node2": reason}, named
-        assert proc.wait(timeout=420) == 0, (tmp_path / "ctl.log").read_text()[-4000:]
-    finally:
-        proc.kill() if proc.poll() is None else None
-        sh("scontrol", "update", "NodeName=node2", "State=RESUME", check=False)
     st = status(cfg)
     assert st["state"] == "done", st
     s1, s2 = st["segments"][0], st["segments"][1]
