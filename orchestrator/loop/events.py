@@ -10,7 +10,10 @@ Every line: {"schema": 1, "key", "event", "time", "run", "ledger", ...}. Events:
   confidence, start_iteration, end_iteration
 - slowdown: segment, job_id, factor, note (the job runs `factor` times slower than before)
 - slow_node: segment, job_id, node, factor, evidence, action (swapped for a spare, or struck)
-- node_blacklisted: node, cause, evidence (first 300 characters), strikes, hard, source, expires
+- node_drained: segment, job_id, node, reason (Slurm showed a node of the running step drained)
+- node_blacklisted: node, cause, evidence (first 300 characters), strikes, hard, source, expires,
+  from_run (another run's verdict, from the shared blacklist), drain_reason (for `scontrol update
+  NodeName=... State=DRAIN Reason=...`)
 - run_ended: status, stop_reason, iteration
 """
 
@@ -29,6 +32,7 @@ from loguru import logger
 
 from orchestrator.model import RunStatus
 from orchestrator.state import RunState, SegmentRecord
+from orchestrator.views.nodes import drain_reason
 
 EVENTS_FILE = "events.jsonl"
 SCHEMA = 1
@@ -51,6 +55,10 @@ def _segment_events(seg: SegmentRecord) -> list[tuple[str, str, datetime, dict[s
         out.append((f"segment:{seg.index}:slowdown:{seg.slowdown_factor}", "slowdown",
                     seg.slowdown_since, {"segment": seg.index, "job_id": seg.job_id,
                                          "factor": seg.slowdown_factor, "note": seg.slowdown_note}))
+    if (when := seg.cancelled_at or seg.submitted_at) is not None:  # seen while it ran
+        out += [(f"segment:{seg.index}:drained:{node}", "node_drained", when,
+                 {"segment": seg.index, "job_id": seg.job_id, "node": node, "reason": why})
+                for node, why in seg.drained.items()]
     for i, f in enumerate(seg.slow_nodes):
         out.append((f"segment:{seg.index}:slow_node:{i}:{f.node}", "slow_node", f.since,
                     {"segment": seg.index, "job_id": seg.job_id, "node": f.node,
@@ -73,8 +81,9 @@ def events(state: RunState, now: datetime) -> list[tuple[str, str, datetime, dic
         out.append((f"blacklist:{b.node}:{b.since.isoformat()}:{b.strikes}", "node_blacklisted",
                     b.since,
                     {"node": b.node, "cause": _value(b.cause), "evidence": b.evidence[:300],
-                     "strikes": b.strikes,
-                     "hard": b.hard, "source": b.source, "expires": b.expires.isoformat()}))
+                     "strikes": b.strikes, "hard": b.hard, "source": b.source,
+                     "expires": b.expires.isoformat(), "from_run": b.run or None,
+                     "drain_reason": drain_reason(b, state.run)}))
     if state.status != RunStatus.RUNNING:  # once per ending: a raised goal ends the run again
         ending = f"run:{_value(state.status)}:{len(state.segments)}:{state.target_iteration}"
         out.append((ending, "run_ended", state.updated_at or now,

@@ -63,6 +63,14 @@ class NodeRecord:
         return f'scontrol update NodeName={self.node} State=DRAIN Reason="{reason}"'
 
 
+def drain_reason(e: BlacklistEntry, run: str) -> str:
+    """A blacklist entry as the reason an admin gives `scontrol update ... State=DRAIN`: whose
+    problem it is first (what `sinfo -R` shows), the cause, the run and job, the evidence line."""
+    owner = "node_problem" if e.hard else "node_suspect"
+    return cut(f"[{owner}] orchestrator {e.run or run}: {e.cause.value} job {e.job_id}: "
+               f"{_evidence_line(e.evidence)}".replace("\n", " "), REASON_CHARS)
+
+
 def _evidence_line(evidence: str) -> str:
     """'/path/to/host.log:44: text' as 'text'."""
     return evidence.split(": ", 1)[1] if evidence.startswith("/") and ": " in evidence else evidence

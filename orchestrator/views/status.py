@@ -13,6 +13,7 @@ from orchestrator.model import Action, BlacklistEntry, EntrySource, EvidenceSour
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import STARTUP, human, run_metrics, segment_label, short_advice
 from orchestrator.views.fit import as_lines, fits, kept_columns
+from orchestrator.views.nodes import drain_reason
 from orchestrator.views.restarts import (
     job_cell,
     job_spares,
@@ -148,11 +149,7 @@ def drain_commands(state: RunState, now: datetime) -> list[str]:
     out = []
     for e in state.blacklist.entries:
         if e.expires > now and e.source == EntrySource.AUTO:
-            text = _evidence_line(e.evidence)
-            # whose problem it is, for the admin reading sinfo -R
-            owner = "node_problem" if e.hard else "node_suspect"
-            reason = shell_dq(cut(f"[{owner}] orchestrator {e.run or state.run}: {e.cause.value} "
-                                  f"job {e.job_id}: {text}".replace("\n", " "), 200))
+            reason = shell_dq(drain_reason(e, state.run))
             out.append(f'scontrol update NodeName={e.node} State=DRAIN Reason="{reason}"')
     return out
 

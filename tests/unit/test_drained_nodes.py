@@ -4,6 +4,7 @@ the drain is seen, and is the culprit of a segment that fails naming nobody."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -100,6 +101,11 @@ def test_an_admin_drains_a_running_node_it_is_named_and_swapped_for_the_spare(tm
     assert s1.rule == "drained_in_slurm" and s1.action == Action.RESUBMIT_EXCLUDE
     assert s2.job_id == s1.job_id and s2.nodes == ["node1", "node3"], s2  # the spare, in the same job
     assert s2.start_iteration > 30  # from the checkpoint written after the drain was seen: no work lost
+    events = [json.loads(line) for line in (ctl.s.run_dir / "events.jsonl").read_text().splitlines()]
+    drained = [e for e in events if e["event"] == "node_drained"]
+    assert [(e["node"], e["reason"]) for e in drained] == [("node2", NHC)], drained
+    listed = next(e for e in events if e["event"] == "node_blacklisted" and e["node"] == "node2")
+    assert listed["drain_reason"].startswith("[node_problem] orchestrator ") and "node_fail" in listed["drain_reason"]
 
 
 def test_with_the_setting_off_the_drained_node_is_only_named(tmp_path: Path) -> None:
