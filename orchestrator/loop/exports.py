@@ -16,6 +16,7 @@ from loguru import logger
 from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
 from prometheus_client.metrics_core import Metric
 
+from orchestrator.loop.bundles import write_bundles
 from orchestrator.loop.events import EventLog
 from orchestrator.redact import shown_url
 from orchestrator.settings import Settings
@@ -63,6 +64,7 @@ class Exports:
                         lambda: self._serve(s.exports.http_addr, s.exports.http_port or 0))
         if s.exports.events:
             self._guard("event log", lambda: self._event_log(s).record(state, now))
+        self._guard("evidence bundles", lambda: write_bundles(state, s.run_dir))
         if s.exports.heartbeat_url and seen_at is not None:
             self._heartbeat(s.exports.heartbeat_url, s.exports.heartbeat_interval_s, now, seen_at)
 
