@@ -67,6 +67,12 @@ EVENTS: tuple[Signature, ...] = (
     Signature("info_pg_not_destroyed", r"process group has NOT been "
                                        r"destroyed|destroy_process_group\(\) was not called",
               C.UNKNOWN, kind="info", source="torch ProcessGroupNCCL destructor warning"),
+    # Python's own shutdown: an error raised while the interpreter exits (a DataLoader's __del__,
+    # an executor, an import after the end) says nothing about the training
+    Signature("info_interpreter_shutdown", r"(?:at|after) interpreter shutdown\b|Python is likely "
+              r"shutting down", C.UNKNOWN, kind="info",
+              source="CPython 'RuntimeError: can't create new thread at interpreter shutdown', "
+                     "'cannot schedule new futures after interpreter shutdown'"),
     # The process was told to stop (Slurm cancelled the step, torchrun relayed SIGTERM): not a
     # complaint.
     Signature("info_killed",

@@ -21,7 +21,8 @@ RUNTIME_OOM = re.compile(r"CUDA error: out of memory|cudaErrorMemoryAllocation|C
                          r"?'out of memory'")
 # A kernel's own crash on the device (PyTorch, NCCL's "Cuda failure", the driver API's names)
 CUDA_CRASH = re.compile(r"illegal memory access|unspecified launch failure|cudaErrorIllegalAddress|"
-                        r"cudaErrorLaunchFailure|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED")
+                        r"cudaErrorLaunchFailure|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED|"
+                        r"Memory access fault by GPU")  # ROCm's (HSA) page fault
 # the runtime's own words for it (`unspecified launch failure`, `hipErrorLaunchFailure`)
 LAUNCH_FAILURE = re.compile(r"launch[ _]?failure", re.IGNORECASE)
 # Positive evidence that a rank waits in the program's own machinery (a queue, a lock, a data

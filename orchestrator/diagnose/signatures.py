@@ -202,9 +202,10 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + SERVICES + (
     # terminated with exception: CUDA error: an illegal memory access ...`): the job's on every
     # node, one rank's a strike (rules.one_rank_cuda_crash)
     Signature("cuda_illegal_access", r"CUDA error: an illegal (?:memory access|instruction) was "
-              r"encountered|CUDA error: misaligned address|cudaErrorIllegalAddress", C.USER_BUG,
-              blame=True, source="CUDA runtime error strings (cudaGetErrorString) as torch "
-                                 "raises them"),
+              r"encountered|CUDA error: misaligned address|cudaErrorIllegalAddress"
+              r"|Memory access fault by GPU node-\d+ \(Agent handle: \S+\) on address",
+              C.USER_BUG, blame=True, source="CUDA runtime error strings (cudaGetErrorString) as "
+                                             "torch raises them; ROCm's HSA runtime page fault"),
     Signature("segfault", r"Segmentation fault|\bSIGSEGV\b|signal 11\b|Signals\.SIGSEGV|"
               r"return code = -11\b|exitcode\s*:\s*-11\b", C.SEGFAULT, blame=True),
     Signature("bus_error", r"Bus error|\bSIGBUS\b|signal 7\b|Signals\.SIGBUS|return code = "
