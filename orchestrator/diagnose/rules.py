@@ -13,6 +13,7 @@ from orchestrator.model import Cause, Owner
 # /dev/shm, NCCL's shm segments, PyTorch's shared-memory tensors ("unable to write to file
 # </torch_...>")
 SHM_FULL = re.compile(r"\s100%\s+/dev/shm\s*$")  # a `df` row of a full /dev/shm
+SHM_USE = re.compile(r"\s(\d{1,3})%\s+/dev/shm\s*$")
 SHM = re.compile(r"/dev/shm|\bshm\b|shared memory|</torch_\d+", re.IGNORECASE)
 # The CUDA runtime's own error, not PyTorch's allocator ("CUDA out of memory. Tried to allocate"):
 # at start-up, in a barrier or NCCL init, it means the GPU was unusable (BigScience tr1-13B,
@@ -193,6 +194,11 @@ def judge_fs(best: Match, culprits: list[str], symmetric: bool,
         local = local_disk(best.text) or any(
             m.signature == "df_full" and m.host in culprits and local_disk(m.text)
             for n in nodes for m in n.matches)
+        # /dev/shm full on the culprits only (their `df` rows beside the others'): left over there
+        shm = {n.node: int(u.group(1)) for n in nodes for _, t in n.tail
+               if (u := SHM_USE.search(t))}
+        local = local or bool(culprits) and all(shm.get(c) == 100 for c in culprits) and any(
+            v < 100 for v in shm.values())
         if not symmetric and culprits and local:
             return Cause.FILESYSTEM, culprits, Owner.NODE, "local_disk_full", (
                 f"a node-local disk is full on {','.join(culprits)} only")

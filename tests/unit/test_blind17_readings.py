@@ -32,3 +32,16 @@ def test_an_error_python_raised_while_shutting_down_stops_nothing(tmp_path: Path
     d = _diagnose(tmp_path, {f"asr-g2{i}.out": [*_steps(), "Checkpoint saved to ./outputs2/model.pt.ep20", *tail]
                              for i in (1, 2)})
     assert d["action"] != "stop_and_alert" and d["cause"] != "user_bug", d["reason"]
+
+
+def test_a_dev_shm_full_on_one_node_only_is_that_nodes_local_store(tmp_path: Path) -> None:
+    """ENOSPC on one node whose /dev/shm is full of an earlier job's files while the others' is nearly empty: that
+    node's local store (exclude), not the job's (never a stop)."""
+    def node(use: str, enospc: bool) -> list[str]:
+        return [*_steps(), *(["OSError: [Errno 28] No space left on device"] if enospc else ["Terminated"]),
+                "# epilog: df -h /dev/shm", "Filesystem      Size  Used Avail Use% Mounted on",
+                f"tmpfs           252G  {use}  {'0' if use == '252G' else '251G'} {'100' if use == '252G' else '1'}% "
+                "/dev/shm"]
+    d = _diagnose(tmp_path, {"lambda-g41.out": node("1.2G", False), "lambda-g42.out": node("252G", True),
+                             "lambda-g43.out": node("1.2G", False)})
+    assert _said(d) == ("filesystem", ["lambda-g42"], "resubmit_exclude"), d["reason"]
