@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.state import BACKUP_FILE, SET_ASIDE, STATE_FILE
+from orchestrator.state import BACKUP_FILE, EVIDENCE_DIR, SET_ASIDE, STATE_FILE
 
 RUN_DIR_ENTRIES = frozenset({STATE_FILE, BACKUP_FILE, "segments", "requests", "controller.lock",
                              "blacklist-edit.lock",
                              "controller.log", "stop-request", "local-backend", "report",
-                             "metrics.prom", "events.jsonl"})
+                             "metrics.prom", "events.jsonl", EVIDENCE_DIR})
 
 
 def foreign_entries(run_dir: Path) -> list[str]:

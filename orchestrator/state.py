@@ -26,7 +26,7 @@ BACKUP_FILE = "state.json.bak"
 # what --start-over moves out of the way (segments, the backup) is kept, renamed
 SET_ASIDE = "before-start-over-"
 # queued blacklist edits (requests.py); acknowledged here, after the state is saved
-REQUESTS_DIR = "requests"
+REQUESTS_DIR, EVIDENCE_DIR = "requests", "evidence"  # loop/bundles.py writes the evidence
 MAX_ACKED = 256
 PASSING = (errno.EIO, errno.ESTALE, errno.ETIMEDOUT, errno.EAGAIN, errno.EINTR)  # may not recur
 
@@ -188,9 +188,8 @@ class RunState(Ledger):
 
 def run_traces(run_dir: Path) -> list[str]:
     """What in `run_dir` shows a run has already happened there (besides state.json)."""
-    traces = []
-    if (run_dir / BACKUP_FILE).exists():
-        traces.append(BACKUP_FILE)
+    traces = [BACKUP_FILE] if (run_dir / BACKUP_FILE).exists() else []
+    traces += [f"{EVIDENCE_DIR}/"] if (run_dir / EVIDENCE_DIR).is_dir() else []
     try:
         if any(SegmentPaths.under(run_dir).iterdir()):
             traces.append("segments/")

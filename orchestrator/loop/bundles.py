@@ -15,10 +15,9 @@ from typing import Any
 from orchestrator.contract import SegmentPaths
 from orchestrator.files import atomic_write, private_dir
 from orchestrator.model import EvidenceSource
-from orchestrator.state import RunState, SegmentRecord
+from orchestrator.state import EVIDENCE_DIR, RunState, SegmentRecord
 from orchestrator.views.nodes import drain_reason
 
-EVIDENCE_DIR = "evidence"
 UNSAFE = re.compile(r"[^A-Za-z0-9_.-]|^\.")
 SCHEMA = 1
 

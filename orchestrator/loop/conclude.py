@@ -43,8 +43,9 @@ def recent_hardware(events: list[HardwareEvent], now: datetime) -> frozenset[str
 
 def _slow(seg: SegmentRecord) -> dict[str, str]:
     """The slow (or drained) node the step was cancelled to swap out, and why."""
-    if seg.cancel_reason == CancelReason.DRAINED:  # the cancel's sentence begins with the node
-        node = next((n for n in seg.drained if seg.cancelled_by_controller.startswith(n + " ")), "")
+    if seg.cancel_reason == CancelReason.DRAINED:  # the one loop.drains swaps: never the batch host
+        node = next((n for n in sorted(seg.drained)
+                     if n in seg.nodes and n not in seg.allocation[:1]), "")
         return {"slow_node": node, "slow_evidence": f"drained in Slurm: {seg.drained.get(node)}"}
     if seg.cancel_reason != CancelReason.SLOW_NODE or not seg.slow_nodes:
         return {}
