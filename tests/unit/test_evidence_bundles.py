@@ -8,8 +8,9 @@ import json
 import stat
 from pathlib import Path
 
-from orchestrator.loop.bundles import EVIDENCE_DIR, write_bundles
+from orchestrator.loop.bundles import write_bundles
 from orchestrator.model import RunStatus
+from orchestrator.state import EVIDENCE_DIR
 from tests.fakes import Fault
 from tests.unit.test_controller_fake import make
 
