@@ -25,6 +25,21 @@ TESTBED = REPO / "scripts" / "slurm-testbed.sh"
 DEFAULT_CONF = Path(os.environ.get("ORCH_TESTBED_DIR", "/tmp/orch-testbed")) / "etc" / "slurm.conf"
 
 
+_FIRST_FAILURES: list[tuple[str, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Keeps the failure of a scenario that scripts/test.sh runs a second time (--reruns): printed at the end."""
+    if str(report.outcome) == "rerun":  # the plugin's own outcome, beyond pytest's three
+        _FIRST_FAILURES.append((report.nodeid, report.longreprtext[-6000:]))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for nodeid, text in _FIRST_FAILURES:
+        terminalreporter.write_sep("=", f"first failure of {nodeid} (it was run again)")
+        terminalreporter.write_line(text)
+
+
 def slurm_env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("SLURM_CONF", str(DEFAULT_CONF))
@@ -74,8 +89,14 @@ def cluster(slurm_up: None) -> None:
         if st.startswith("down") or st.endswith("*") or st.startswith("drain"):
             sh(str(TESTBED), "revive", node, timeout=90, check=False)
             sh("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
-    wait_until(lambda: all(s == "idle" for s in node_states().values()) and len(node_states()) >= 4,
-               90, "all test nodes idle")
+    # a node the previous scenario crashed or froze can take a while to finish its job's teardown (state
+    # `completing`) on a loaded machine: the deadline is generous, the message names the states it saw
+    try:
+        wait_until(lambda: all(s == "idle" for s in node_states().values()) and len(node_states()) >= 4,
+                   240, "all test nodes idle")
+    except AssertionError as e:
+        queue = sh("squeue", "-h", "-o", "%i %T %R %N", check=False).stdout
+        raise AssertionError(f"{e}: sinfo {node_states()}; squeue {queue!r}") from None
 
 
 def make_config(tmp_path: Path, name: str, *, iters: int = 60, faults: tuple[str, ...] = (), nodes: int = 3,

@@ -120,14 +120,17 @@ def freeze_a_rank_on_node2_and_see_the_run_resume(cfg: Path, env: dict[str, str]
         wait_until(lambda: progressing(cfg, 20), 240, "segment 1 to make progress")
         if during is not None:
             during()
-        sh(str(TESTBED), "freeze-rank", "node2", "demo_train")
+        froze = sh(str(TESTBED), "freeze-rank", "node2", "demo_train")
+        frozen_at = status(cfg)["segments"][0]
         assert proc.wait(timeout=500) == 0, log.read_text()[-3000:]
     finally:
         sh(str(TESTBED), "thaw-job", "node2", check=False)
         proc.kill() if proc.poll() is None else None
     st = status(cfg)
     s1 = st["segments"][0]
-    assert s1["cause"] == "hang" and s1["culprit_nodes"] == ["node2"], (s1, log.read_text()[-3000:])
+    assert s1["cause"] == "hang" and s1["culprit_nodes"] == ["node2"], (
+        f"segment 1 {s1}\nat the freeze: {froze.stderr.strip()}; segment then {frozen_at}\n"
+        f"controller log:\n{log.read_text()[-3000:]}")
     assert all("node2" not in s["nodes"] for s in st["segments"][1:])
     assert st["segments"][1]["start_iteration"] > 0 and st["state"] == "done"
 
