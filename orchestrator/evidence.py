@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from orchestrator.model import Cause
+from orchestrator.model import Cause, LossAnomaly
 
 
 @dataclass(frozen=True)
@@ -56,4 +56,5 @@ class NodeEvidence:
     # the allocation's nodes as its own start line lists them (`==== job 7 nodes: gn[101-102] ====`)
     listed: frozenset[str] = frozenset()
     gpus: tuple[tuple[str, int], ...] = ()  # (host, GPUs it showed): "" is the file's own host
+    loss: LossAnomaly | None = None  # its printed loss went NaN/Inf or spiked (orchestrator/losses)
     signalled_at: datetime | None = None  # when the training was told to stop (its own clock)

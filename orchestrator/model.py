@@ -32,6 +32,7 @@ class Cause(StrEnum):
     SEGFAULT = "segfault"
     BUS_ERROR = "bus_error"
     SLOW_NODE = "slow_node"  # one node slowed the lock-step job: swapped for a spare
+    LOSS_ANOMALY = "loss_anomaly"  # the printed loss went NaN/Inf or spiked: roll back (issue 41)
     CANCELLED = "cancelled"  # an operator cancelled the job (orchestrator cancel, --cancel-on-exit)
     SUCCESS = "success"
     UNKNOWN = "unknown"
@@ -53,7 +54,7 @@ class Owner(StrEnum):
     FINISHED = "finished"  # the training reached its end
 
 
-JOB_CAUSES = frozenset({Cause.USER_BUG, Cause.USER_OOM, Cause.HOST_OOM})
+JOB_CAUSES = frozenset({Cause.USER_BUG, Cause.USER_OOM, Cause.HOST_OOM, Cause.LOSS_ANOMALY})
 SUSPECT_CAUSES = frozenset({Cause.SEGFAULT, Cause.BUS_ERROR, Cause.NETWORK, Cause.NCCL_TIMEOUT,
                             Cause.UNKNOWN})
 
@@ -120,6 +121,7 @@ class CancelReason(StrEnum):
     # a node's agent fell silent and slurmctld cannot reach the node either: it failed
     NODE_DOWN = "node_down"
     DRAINED = "drained"  # an admin or a health check drained a node of the step: a spare takes it
+    LOSS_ANOMALY = "loss_anomaly"  # the printed loss went NaN/Inf or spiked: roll back
 
 
 class SegmentSpec(Frozen):
@@ -189,6 +191,29 @@ class Role(StrEnum):
     EXIT = "exit"  # a node that exited non-zero
 
 
+class LossAnomaly(Frozen):
+    """The printed loss gone bad (orchestrator/losses.py): `nan` (NaN or Inf) or `spike`, from
+    which iteration (None: the line named none), the value, the baseline median it was judged
+    against, the line that began it and the node that printed it."""
+    kind: str
+    onset: int | None
+    value: float
+    baseline: float | None = None
+    line: str = ""
+    node: str = ""
+
+    def sentence(self) -> str:
+        """For people (the verdict, the alert): what the loss did, where and from when."""
+        at = f"iteration {self.onset}" if self.onset is not None else "an unknown iteration"
+        where = f" on {self.node}" if self.node else ""
+        if self.kind == "nan":
+            what = f"went {self.value}"
+        else:
+            base = f" (median {self.baseline:.4g} before)" if self.baseline is not None else ""
+            what = f"spiked to {self.value:.4g}{base}"
+        return f"the loss {what} at {at}{where}: {self.line.strip()[:200]}"
+
+
 class EvidenceSource(StrEnum):
     """Who printed a line of evidence."""
     LOG = "log"  # the training's own output
@@ -227,6 +252,7 @@ class Verdict(Frozen):
     summary: str = ""
     owner: Owner | None = None  # None: the cause's usual owner (default_owner)
     rule: str = ""  # the rule of docs/CAUSES.md that fired
+    loss: LossAnomaly | None = None  # loss_anomaly: what the loss did (the rollback's onset)
 
     @property
     def fault_owner(self) -> Owner:

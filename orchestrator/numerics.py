@@ -9,7 +9,17 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from orchestrator.model import Cause, Evidence, Role, Verdict
+from orchestrator.evidence import NodeEvidence
+from orchestrator.model import (
+    HARDWARE_CAUSES,
+    CancelReason,
+    Cause,
+    Evidence,
+    LossAnomaly,
+    Owner,
+    Role,
+    Verdict,
+)
 
 NOT_FINITE = re.compile(r"loss is (?:nan|inf)|nan loss|Detected (?:inf|nan)|FloatingPointError|"
                         r"found (?:NaN|Inf)|non-finite loss|loss (?:became|went|is) (?:NaN|inf)",
@@ -21,6 +31,31 @@ def not_finite(verdict: Verdict) -> bool:
     """The segment ended on the job's own check that the loss is no longer a number."""
     return verdict.cause == Cause.USER_BUG and any(
         e.role == Role.ROOT and NOT_FINITE.search(e.text) for e in verdict.evidence)
+
+
+def anomaly(verdict: Verdict) -> LossAnomaly | None:
+    """What the printed loss did, when the verdict is that it went bad (loss_anomaly)."""
+    return verdict.loss if verdict.cause == Cause.LOSS_ANOMALY else None
+
+
+def over_loss(v: Verdict, nodes: Sequence[NodeEvidence], cancel: CancelReason | None) -> Verdict:
+    """The printed loss went bad (orchestrator/losses.py): the segment's cause when the controller
+    cancelled it for that, or when the loss went NaN and the job then failed on its own error or
+    nothing named; a hardware fault the classifier found still says more (the node goes)."""
+    found = sorted((n.loss for n in nodes if n.loss is not None),
+                   key=lambda a: (a.onset is None, a.onset or 0))
+    if not found or v.cause in HARDWARE_CAUSES:
+        return v
+    bad = found[0]
+    if cancel != CancelReason.LOSS_ANOMALY and not (
+            bad.kind == "nan" and v.cause in (Cause.USER_BUG, Cause.UNKNOWN)):
+        return v
+    first = Evidence(node=bad.node, text=bad.sentence(), role=Role.ROOT, cause=Cause.LOSS_ANOMALY)
+    later = tuple(e.model_copy(update={"role": Role.SECONDARY}) if e.role == Role.ROOT else e
+                  for e in v.evidence)
+    return Verdict(cause=Cause.LOSS_ANOMALY, confidence=0.9, evidence=(first, *later)[:20],
+                   summary=bad.sentence(), owner=Owner.JOB, loss=bad,
+                   rule="loss_not_finite" if bad.kind == "nan" else "loss_spike")
 
 
 def onset(evidence: Sequence[Evidence], reached: int | None) -> int | None:

@@ -31,6 +31,8 @@ ADVICE = {  # what to change, for the job's own faults
     Cause.SEGFAULT: "the same crash on every node: a build, library or code problem",
     Cause.BUS_ERROR: "the same bus error on every node: usually /dev/shm too small for the "
                      "DataLoader workers (fewer workers, or a larger shared-memory size)",
+    Cause.LOSS_ANOMALY: "no checkpoint before the onset to roll back to: lower the learning rate, "
+                        "skip the batches or fix the data",
 }
 CLEAN_ENDS = frozenset({JobState.TIMEOUT, JobState.COMPLETED, JobState.PREEMPTED})
 
@@ -144,25 +146,28 @@ def _job_stop(state: RunState, verdict: Verdict, policy: Policy) -> Decision | N
 
 
 def _rollback(state: RunState, verdict: Verdict, policy: Policy) -> Decision | None:
-    """The loss went NaN (numerics.py): resume from a checkpoint written before the onset, at most
-    `policy.nan_rollbacks` times for the same onset, then stop with the history. A run with no
-    checkpoint yet has nothing to roll back to: the job's fault, as before."""
-    seg = state.segments[-1]
-    at = numerics.onset(verdict.evidence, seg.end_iteration)
+    """The loss went NaN or spiked (numerics.py, losses.py): resume from a checkpoint written
+    before the onset, at most `policy.nan_rollbacks` times for the same onset, then stop with the
+    history. A run with no checkpoint yet has nothing to roll back to: the job's fault."""
+    seg, bad = state.segments[-1], numerics.anomaly(verdict)
+    at = bad.onset if bad is not None and bad.onset is not None else numerics.onset(
+        verdict.evidence, seg.end_iteration)
     saved = state.checkpoint_seen or any(s.resumed_from for s in state.segments)
-    if not numerics.not_finite(verdict) or policy.nan_rollbacks == 0 or at is None or not saved:
+    if not (bad or numerics.not_finite(verdict)) or policy.nan_rollbacks == 0 or at is None \
+            or not saved:
         return None
+    what = "spiked" if bad is not None and bad.kind == "spike" else "went NaN"
     earlier = numerics.pending([(s.index, s.rollback_below, s.end_iteration)
                                 for s in state.segments[:-1] if s.index > state.scratch_after])
     if len(earlier) >= policy.nan_rollbacks:
         history = ", ".join(f"{below} (segment {index})" for index, below in earlier)
         return Decision(action=Action.STOP_AND_ALERT, rule="loss_not_finite_again",
-                        reason=f"the loss went NaN again at iteration {at} after "
+                        reason=f"the loss {what} again at iteration {at} after "
                                f"{len(earlier)} rollback(s) (before: {history}): the data or the "
                                "numerics, not bad luck: lower the learning rate, skip the batches "
                                "or fix the data, then 'orchestrator run --resume'")
     return Decision(action=Action.RESUBMIT, rule="loss_rollback", rollback_below=at,
-                    reason=f"the loss went NaN at iteration {at}: resume from a checkpoint "
+                    reason=f"the loss {what} at iteration {at}: resume from a checkpoint "
                            f"written before it (rollback {len(earlier) + 1} of "
                            f"{policy.nan_rollbacks})")
 

@@ -11,6 +11,7 @@ from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import NodeEvidence
+from orchestrator.model import LossAnomaly
 
 
 def scan_file(path: Path, node: str, signatures: tuple[Signature, ...], progress: re.Pattern[str],
@@ -43,7 +44,8 @@ def _cut_mid_line(path: Path) -> bool:
 
 
 def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: str = "",
-              top_frames: tuple[str, ...] = (), fs_suspect: bool = False) -> NodeEvidence:
+              top_frames: tuple[str, ...] = (), fs_suspect: bool = False,
+              loss: LossAnomaly | None = None) -> NodeEvidence:
     # a file whose own start line lists the allocation's nodes, its name not among them, is the
     # job's output (`gpt7b-lumi.out`), not a host's
     hm = scan.host_map
@@ -76,4 +78,5 @@ def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: st
         job_wide=job_wide,
         listed=frozenset(hm.listed),
         gpus=tuple(sorted(hm.gpus.items())),
+        loss=loss,
     )

@@ -42,7 +42,7 @@ def evs(pairs: list[NodeMatch], role: Role, limit: int = 20) -> list[Evidence]:
 
 
 NOT_A_NODE = frozenset({Cause.USER_BUG, Cause.USER_OOM, Cause.TIMELIMIT, Cause.PREEMPTED,
-                        Cause.SUCCESS, Cause.CANCELLED})
+                        Cause.SUCCESS, Cause.CANCELLED, Cause.LOSS_ANOMALY})
 
 
 def verdict(cause: Cause, culprits: list[str], blame: bool, conf: float, evidence: list[Evidence],

@@ -28,6 +28,7 @@ from orchestrator.model import (
     RunStatus,
     Verdict,
 )
+from orchestrator.numerics import over_loss
 from orchestrator.policy import decide
 from orchestrator.settings import Goal, Policy
 from orchestrator.state import HardwareEvent, RunState, SegmentRecord
@@ -68,7 +69,8 @@ def judge(status: JobStatus, evidence: list[NodeEvidence], fs_stalls: list[str],
                   stalled=seg.cancel_reason == CancelReason.STALL, cancel_reason=seg.cancel_reason,
                   fs_stalls=tuple(fs_stalls), lost=tuple(n for n in lost if n in seg.nodes),
                   job_id=seg.job_id or "", cancelled_by=_cancelled_by(seg), **_slow(seg))
-    return drained_culprit(classify(status, evidence, ctx), seg)
+    return over_loss(drained_culprit(classify(status, evidence, ctx), seg), evidence,
+                     seg.cancel_reason)
 
 
 def drained_culprit(v: Verdict, seg: SegmentRecord) -> Verdict:

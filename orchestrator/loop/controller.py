@@ -74,7 +74,6 @@ class Controller(Keeper):
         self.steps, self.own = Steps(self), OwnJob()  # the two placements' executors (modes.Mode)
         self.exports = Exports()  # metrics file and endpoint, heartbeat, events.jsonl, every poll
 
-    # ---- lifecycle -------------------------------------------------------------------------
     def run(self) -> RunState:
         operator.forget_stale_stop(self.s)
         state = self.load_or_init()
@@ -169,7 +168,8 @@ class Controller(Keeper):
         root = SegmentPaths.of(self.s.run_dir, seg.index).root
         self._watch = SegmentWatch(root, self.signatures, self.progress,
                                    self.s.watch.read_timeout_s, listing=self.listing,
-                                   first_only=self.s.resources.launch_nodes == "first")
+                                   first_only=self.s.resources.launch_nodes == "first",
+                                   loss_rule=self.s.loss.rule())
         self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch, root,  # the seed alone carries
                             prior_cadence(self.state, seg), self.backend)
         self._sched.reset()

@@ -15,7 +15,7 @@ from orchestrator.loop import observations as o
 from orchestrator.loop.drains import Drains
 from orchestrator.loop.injob import job_submitted_at
 from orchestrator.loop.supervise import EARLY_FLOOR_S, Seen
-from orchestrator.model import CancelReason
+from orchestrator.model import CancelReason, LossAnomaly
 from orchestrator.settings import Settings, Watch
 from orchestrator.spares import swap_gain_s, worth_swapping
 from orchestrator.state import RunState, SegmentRecord
@@ -99,6 +99,7 @@ class Vigil:
         self._last: datetime | None = None  # the last progress, and the newest iteration, seen
         self._iteration: int | None = None
         self.drains = Drains(reach, w.swap_drained)
+        self._loss_told = False  # the printed loss went bad and the segment was cancelled for it
 
     def seen(self, watch: SegmentWatch, base: Seen, now: datetime) -> Seen:
         """`base` with the cadence, a checkpoint save in progress and the stacks' confirmation."""
@@ -159,9 +160,14 @@ class Vigil:
 
     def slow(self, watch: SegmentWatch, now: datetime, checkpoint: str | None,
              terms_now: Callable[[], SwapTerms]) -> SlowStep:
-        """The pace's news (`_slow`) and the admins' drains of the step's nodes: a drained node is
-        swapped for a free spare at the next complete checkpoint, a slow one when it pays."""
+        """The pace's news (`_slow`), the printed loss gone bad (the segment is cancelled to roll
+        back) and the admins' drains of the step's nodes: a drained node is swapped for a free
+        spare at the next complete checkpoint, a slow one when it pays."""
         found = self._slow(watch, now, checkpoint, terms_now)
+        if (bad := first_anomaly(watch)) is not None and not self._loss_told:
+            self._loss_told = True  # cancelled once: the verdict and the rollback follow its end
+            why = f"{bad.sentence()}: cancelled to roll back to a checkpoint written before it"
+            return SlowStep(found.observations, (*found.notes, why), why, CancelReason.LOSS_ANOMALY)
         live = frozenset(n for n, nw in watch.nodes.items() if nw.exit_record is None)
         drain = self.drains.step(live, now, checkpoint,
                                  lambda: ((t := terms_now()).spares, t.batch_host))
@@ -245,6 +251,12 @@ class Vigil:
         self._tries += 1
         self.profiles.request(now)
         return f"{line}; profiles asked again ({self._tries} of {PROFILE_TRIES})"
+
+
+def first_anomaly(watch: SegmentWatch) -> LossAnomaly | None:
+    """The loss anomaly a node's printed losses completed, the earliest onset first."""
+    found = [a for nw in watch.nodes.values() if nw.losses and (a := nw.losses.found)]
+    return min(found, key=lambda a: (a.onset is None, a.onset or 0), default=None)
 
 
 def printed_period(watch: SegmentWatch, poll_s: float) -> float | None:

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from orchestrator.settings.backend import BackendCfg
 from orchestrator.settings.checks import PreflightCfg
 from orchestrator.settings.exports import ExportsCfg
+from orchestrator.settings.loss import LossCfg
 from orchestrator.settings.nodes import SAFE_NAME
 from orchestrator.settings.patterns import LINE_CHARS, catastrophic, python_unbounded, too_slow
 from orchestrator.settings.sections import (
@@ -132,6 +133,7 @@ class Settings(BaseSettings):
     preflight: PreflightCfg = Field(default_factory=PreflightCfg)
     notify: NotifyCfg = Field(default_factory=NotifyCfg)
     exports: ExportsCfg = Field(default_factory=ExportsCfg)
+    loss: LossCfg = Field(default_factory=LossCfg)
     config_path: Path | None = Field(None, exclude=True, description="Set by the loader.")
 
     @field_validator("run_dir", "workdir")

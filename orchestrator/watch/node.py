@@ -1,5 +1,5 @@
 """What the controller keeps of one node while it watches a segment: the node's log tail and scan,
-its exit record, heartbeat and stack dump, and when each was seen."""
+its exit record, heartbeat and stack dump, the losses it printed, and when each was seen."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from orchestrator.contract import DumpRecord, ExitRecord
+from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import NodeScan
+from orchestrator.losses import LOSS_BYTES, LossSeries
 from orchestrator.tail import LogTail
 
 
@@ -28,3 +30,10 @@ class NodeWatch:
     dump_mtime: str = ""
     # its log, heartbeat, exit and dump file names, once
     names: tuple[str, str, str, str] = ("", "", "", "")
+    losses: LossSeries | None = None  # the loss its ranks print (None: not watched)
+
+    def feed(self, first: int, block: bytes, prefilter: Prefilter, newlines: int) -> None:
+        """A block of complete lines of its log: scanned, and its printed losses judged."""
+        self.scan.feed_bytes(first, block, prefilter, newlines)
+        if self.losses is not None and LOSS_BYTES.search(block):
+            self.losses.feed_bytes(block, self.scan.progress, self.scan.last_iteration)

@@ -21,6 +21,7 @@ from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import NodeEvidence
 from orchestrator.flight import FLIGHT_DIR
+from orchestrator.losses import LossRule, LossSeries
 from orchestrator.saves import reported_saves
 from orchestrator.tail import LogTail
 from orchestrator.timeout import call_with_timeout
@@ -59,6 +60,7 @@ class SegmentWatch:
     scheduler_logs: dict[str, NodeWatch] = field(default_factory=dict)
     blind_since: datetime | None = None  # a read of the run directory has not returned since then
     first_only: bool = False  # resources.launch_nodes: first (the other nodes' agents idle)
+    loss_rule: LossRule | None = None  # the printed losses are judged by it (None: not watched)
     roster: Roster = field(default_factory=Roster)
     # one directory's entries (a test passes one that hangs)
     listing: Callable[[Path], Listing] = scan_dir
@@ -84,8 +86,7 @@ class SegmentWatch:
             return True, exc
 
     def _listing(self, directory: Path) -> dict[str, tuple[int, float]] | None:
-        """name -> (size, mtime) for one directory, in a worker with a timeout; None if it hangs or
-        fails."""
+        """name -> (size, mtime) of a directory, read with a timeout; None: it hung or failed."""
         ok, value = self._call(str(directory), self.listing, directory)
         return value if ok and isinstance(value, dict) else None
 
@@ -98,7 +99,8 @@ class SegmentWatch:
             p, path = self.paths, self.paths.log(node)
             self.nodes[node] = NodeWatch(tail=LogTail(path), scan=NodeScan(
                 node, str(path), self.signatures, self.progress), names=(
-                path.name, p.heartbeat(node).name, p.exit(node).name, p.dump(node).name))
+                path.name, p.heartbeat(node).name, p.exit(node).name, p.dump(node).name),
+                losses=LossSeries(self.loss_rule, node) if self.loss_rule else None)
         self.roster.warn_strays(final)
 
     def _discover_scheduler_logs(self) -> dict[str, int]:
@@ -141,7 +143,7 @@ class SegmentWatch:
         the rest of its batch is read next poll."""
         def feed(node: str, blocks: list[tuple[int, bytes, int]]) -> None:
             for first, block, newlines in blocks:
-                self.nodes[node].scan.feed_bytes(first, block, self.prefilter, newlines)
+                self.nodes[node].feed(first, block, self.prefilter, newlines)
             if blocks:
                 self.last_output_at = now
 
@@ -188,7 +190,7 @@ class SegmentWatch:
             if not final and sizes.get(key, 0) == sw.tail.offset:
                 continue  # read only when it grew
             for first, block, newlines in self._read_tail(key, sw, final) or []:
-                sw.scan.feed_bytes(first, block, self.prefilter, newlines)
+                sw.feed(first, block, self.prefilter, newlines)
         todo = []
         for node, nw in self.nodes.items():
             pending = nw.pending_read
@@ -197,7 +199,7 @@ class SegmentWatch:
                     continue  # still stuck: do not pile up readers
                 nw.pending_read = None
                 for first, block, newlines in pending.results.get(node, []):
-                    nw.scan.feed_bytes(first, block, self.prefilter, newlines)
+                    nw.feed(first, block, self.prefilter, newlines)
             size = logs.get(nw.names[0], (0, 0.0))[0]
             if final or size != nw.tail.offset:
                 todo.append((node, nw))

@@ -52,6 +52,7 @@ class Reach:
 class Node:
     dump: DumpRecord | None = None
     exit_record: None = None
+    losses: None = None  # no loss printed
     heartbeat_seen_at: datetime | None = None
     scan: SimpleNamespace = field(default_factory=lambda: SimpleNamespace(tail=[], progress=None))
 

@@ -95,6 +95,7 @@ class Node:
     """A node's watch as the judgement reads it."""
     dump: DumpRecord | None = None
     exit_record: ExitRecord | None = None
+    losses: None = None  # no loss printed
     heartbeat_seen_at: datetime | None = None
 
 

@@ -46,6 +46,7 @@ class Node:
     tail: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=40))
     dump: DumpRecord | None = None
     exit_record: None = None
+    losses: None = None  # no loss printed
     heartbeat_seen_at: datetime | None = None
 
     @property

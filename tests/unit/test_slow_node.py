@@ -161,8 +161,8 @@ def slowed_vigil(tmp_path: Path) -> tuple[Vigil, SimpleNamespace]:
     while t < 160:
         t, it = t + 5, it + 12
         vigil.pace.see(at(t), it)
-    live = SimpleNamespace(exit_record=None)
-    done = SimpleNamespace(exit_record=ExitRecord(node="node4", exit_code=0))
+    live = SimpleNamespace(exit_record=None, losses=None)
+    done = SimpleNamespace(exit_record=ExitRecord(node="node4", exit_code=0), losses=None)
     return vigil, SimpleNamespace(nodes={"node1": live, "node2": live, "node3": live, "node4": done})
 
 

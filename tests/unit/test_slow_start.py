@@ -137,7 +137,7 @@ def test_a_restart_or_a_new_node_set_clears_the_chain() -> None:
 def test_the_vigil_names_a_node_slow_from_the_start_with_the_mid_run_action_a_strike_without_spares() -> None:
     asker = Asker({"node1": 0.75, "node2": 0.01, "node3": 0.74})
     v = Vigil(Path("/nonexistent"), Watch(poll_interval_s=POLL), asker=asker)
-    nodes = {n: SimpleNamespace(exit_record=None, dump=None, heartbeat_seen_at=None,
+    nodes = {n: SimpleNamespace(exit_record=None, losses=None, dump=None, heartbeat_seen_at=None,
                                 scan=SimpleNamespace(tail=[], progress=None)) for n in NODES}
     found: list[o.SlowNodeFound] = []
     for i in range(40):

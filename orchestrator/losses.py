@@ -1,0 +1,153 @@
+"""The training loss as the ranks print it, and when it went bad (issue 41). Pure.
+
+`loss_of` reads the training loss from a progress line in the formats frameworks print (Megatron
+`lm loss: 6.9E+00`, Hugging Face `{'loss': 2.34, ...}`, Lightning and tqdm `loss=2.35`, nanoGPT
+`iter 100: loss 4.23`, llm.c `train loss 4.5`, torchtitan `loss:  8.12`, fairseq `| loss 9.1 |` and
+its JSON, composer `loss/train/total: 3.4`, OLMo `train/CrossEntropyLoss=7.2`, NeMo
+`reduced_train_loss=2.3`), never an evaluation's (`val loss`, `eval_loss`, `validation loss`) nor a
+component or the loss scale. `LossSeries` watches one node's losses: a loss printed as NaN or Inf
+`nan_points` times in a row, or a spike (a loss more than `spike_score` robust deviations and
+`spike_rise` of the level above the median of the last `window` normal losses, `confirm_points`
+times in a row, judged once `min_points` were seen) is an anomaly, with its onset: the step of its
+first point. Warm-up (a loss that falls), evaluations and a noisy fine-tune's ordinary spread do not
+trip it; a single outlier does not either (it never enters the baseline).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.model import LossAnomaly
+
+_VALUE = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+|nan|inf(?:inity)?)"
+_KEY = (r"(?<![\w/.-])((?:(?:lm|train|training|total|avg|mean|average|reduced_train)[ _/])?"
+        r"(?:CrossEntropy)?loss(?:/train(?:/total)?)?)")
+LOSS = re.compile(_KEY + r"""["']?\s*(?:[:=]\s*|\s+)["']?(""" + _VALUE + r")(?![\w.])",
+                  re.IGNORECASE)
+LOSS_BYTES = re.compile(rb"(?i)loss")  # a block without it has no loss line: nothing to decode
+# the word right before the key says it is an evaluation's loss
+_EVAL_BEFORE = re.compile(r"(?:\b|_)(?:val|valid|validation|eval|evaluation|test|dev)[\s_/-]*$",
+                          re.IGNORECASE)
+_ANSI = re.compile(r"\x1b\[[\d;]*[A-Za-z]")
+LINE_CHARS = 4096  # a line's first 4 KB: where frameworks print their loss
+
+
+def loss_of(line: str) -> float | None:
+    """The training loss a progress line prints (NaN and Inf included), or None."""
+    text = _ANSI.sub("", line[:LINE_CHARS]) if "\x1b" in line else line[:LINE_CHARS]
+    if "oss" not in text and "OSS" not in text:
+        return None
+    for m in LOSS.finditer(text):
+        if _EVAL_BEFORE.search(text, max(0, m.start() - 24), m.start()):
+            continue
+        try:
+            return float(m.group(2))
+        except ValueError:  # pragma: no cover - the pattern admits only numbers, nan and inf
+            continue
+    return None
+
+
+class LossRule(BaseModel):
+    """When a loss series is anomalous (the `loss` section of a run config carries these)."""
+    model_config = ConfigDict(frozen=True)
+    window: int = 100
+    min_points: int = 20
+    spike_score: float = 6.0
+    spike_rise: float = 0.25
+    confirm_points: int = 3
+    nan_points: int = 2
+
+
+@dataclass
+class LossSeries:
+    """One node's printed losses, judged as they come; `found` holds the first anomaly."""
+    rule: LossRule = field(default_factory=LossRule)
+    node: str = ""
+    points: int = 0
+    last: float | None = None
+    found: LossAnomaly | None = None
+    _base: deque[float] = field(default_factory=deque)
+    _run: list[tuple[int | None, float, str]] = field(default_factory=list)
+    _nan: list[tuple[int | None, float, str]] = field(default_factory=list)
+
+    def add(self, step: int | None, value: float, line: str) -> LossAnomaly | None:
+        """One printed loss; the anomaly it completes, if any (reported once)."""
+        self.points += 1
+        self.last = value
+        if self.found is not None:
+            return None
+        r = self.rule
+        if not math.isfinite(value):
+            self._nan.append((step, value, line))
+            if len(self._nan) >= r.nan_points:
+                self.found = self._anomaly("nan", self._nan, self._median())
+            return self.found
+        self._nan = []
+        if len(self._base) >= r.min_points:
+            med = self._median()
+            assert med is not None
+            spread = 1.4826 * statistics.median(abs(x - med) for x in self._base)
+            if value - med > max(r.spike_score * spread, r.spike_rise * abs(med), 1e-12):
+                self._run.append((step, value, line))
+                if len(self._run) >= r.confirm_points:
+                    self.found = self._anomaly("spike", self._run, med)
+                return self.found
+        self._run = []
+        self._base.append(value)
+        if len(self._base) > r.window:
+            self._base.popleft()
+        return None
+
+    def feed_bytes(self, block: bytes, progress: re.Pattern[str], fallback: int | None) -> None:
+        """Every line of a block of complete lines that prints a training loss; only those lines
+        are decoded. A line's step is its own progress, else `fallback` (the block's last)."""
+        done = -1
+        for m in LOSS_BYTES.finditer(block):
+            if m.start() < done:
+                continue  # a second `loss` on a line already read
+            start = block.rfind(b"\n", 0, m.start()) + 1
+            end = block.find(b"\n", m.start())
+            done = end = len(block) if end < 0 else end
+            line = block[start:min(end, start + LINE_CHARS)].decode("utf-8", "replace")
+            for part in line.split("\r") if "\r" in line else (line,):
+                if (value := loss_of(part)) is not None:
+                    self.add(step_of(part, progress, fallback), value, part)
+
+    def _median(self) -> float | None:
+        return statistics.median(self._base) if self._base else None
+
+    def _anomaly(self, kind: str, run: list[tuple[int | None, float, str]],
+                 baseline: float | None) -> LossAnomaly:
+        onset = next((s for s, _, _ in run if s is not None), None)
+        value = max(v for _, v, _ in run) if kind == "spike" else run[0][1]
+        return LossAnomaly(kind=kind, onset=onset, value=value, baseline=baseline,
+                           line=run[0][2][:300], node=self.node)
+
+
+def step_of(line: str, progress: re.Pattern[str], fallback: int | None) -> int | None:
+    """The iteration a line's progress names (its last), else `fallback`."""
+    found = fallback
+    for m in progress.finditer(line[:LINE_CHARS]):
+        try:
+            found = int(m.group(1))
+        except (IndexError, TypeError, ValueError):
+            continue
+    return found
+
+
+def losses_in(text: str, progress: re.Pattern[str]) -> list[tuple[int | None, float, str]]:
+    """(step, loss, line) of every line of `text` that prints a training loss; the step is the
+    line's own progress, else the last one seen before it."""
+    out: list[tuple[int | None, float, str]] = []
+    step: int | None = None
+    for line in re.split(r"[\r\n]", text):
+        step = step_of(line, progress, step)
+        if (value := loss_of(line)) is not None:
+            out.append((step, value, line))
+    return out
