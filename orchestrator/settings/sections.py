@@ -203,8 +203,8 @@ class Policy(Section):
     )
     stop_on_user_bug: bool = Field(True, description="Stop and alert on user_bug instead of "
                                                      "resubmitting.")
-    nan_rollbacks: int = Field(2, ge=0, le=100, description="Times a loss gone NaN or spiked rolls back to a "
-                               "checkpoint before it, then stop (0: stop at once).")
+    nan_rollbacks: int = Field(2, ge=0, le=100, description="Times a loss gone NaN or spiked rolls "
+                               "back to a checkpoint before it, then stop (0: stop at once).")
     max_infra_failures: int = Field(
         100, ge=1, le=1_000_000, description="Stop and alert after this many segments ended by "
         "nodes or the shared environment (a node's strong fault, excluded at once; a filesystem "
