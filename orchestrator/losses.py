@@ -2,15 +2,17 @@
 
 `loss_of` reads the training loss from a progress line in the formats frameworks print (Megatron
 `lm loss: 6.9E+00`, Hugging Face `{'loss': 2.34, ...}`, Lightning and tqdm `loss=2.35`, nanoGPT
-`iter 100: loss 4.23`, llm.c `train loss 4.5`, torchtitan `loss:  8.12`, fairseq `| loss 9.1 |` and
-its JSON, composer `loss/train/total: 3.4`, OLMo `train/CrossEntropyLoss=7.2`, NeMo
-`reduced_train_loss=2.3`), never an evaluation's (`val loss`, `eval_loss`, `validation loss`) nor a
-component or the loss scale. `LossSeries` watches one node's losses: a loss printed as NaN or Inf
-`nan_points` times in a row, or a spike (a loss more than `spike_score` robust deviations and
-`spike_rise` of the level above the median of the last `window` normal losses, `confirm_points`
-times in a row, judged once `min_points` were seen) is an anomaly, with its onset: the step of its
-first point. Warm-up (a loss that falls), evaluations and a noisy fine-tune's ordinary spread do not
-trip it; a single outlier does not either (it never enters the baseline).
+`iter 100: loss 4.23`, llm.c `train loss 4.5` and its main.log `trl:10.9`, torchtitan `loss:  8.12`,
+fairseq `| loss 9.1 |` and its JSON, composer `loss/train/total: 3.4`, OLMo
+`train/CrossEntropyLoss=7.2`, NeMo `reduced_train_loss=2.3`, OpenNMT-py `xent: 2.13`), never an
+evaluation's (`val loss`, `eval_loss`, `validation loss`) nor a component or the loss scale.
+`LossSeries` watches one node's losses: a loss printed as NaN or Inf `nan_points` times in a row,
+or a spike (a loss more than `spike_score` robust deviations and `spike_rise` of the level above
+the median of the last `window` normal losses, `confirm_points` times in a row, judged once
+`min_points` were seen, or at once with the previous segment's baseline as its seed) is an
+anomaly, with its onset: the step of its first point. Warm-up (a loss that falls), evaluations and
+a noisy fine-tune's ordinary spread do not trip it; a single outlier does not either (it never
+enters the baseline).
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from orchestrator.model import LossAnomaly
 
 _VALUE = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+|nan|inf(?:inity)?)"
 _KEY = (r"(?<![\w/.-])((?:(?:lm|train|training|total|avg|mean|average|reduced_train)[ _/])?"
-        r"(?:CrossEntropy)?loss(?:/train(?:/total)?)?)")
+        r"(?:CrossEntropy)?loss(?:/train(?:/total)?)?|xent|trl(?=:))")  # OpenNMT-py, llm.c main.log
 LOSS = re.compile(_KEY + r"""["']?\s*(?:[:=]\s*|\s+)["']?(""" + _VALUE + r")(?![\w.])",
                   re.IGNORECASE)
-LOSS_BYTES = re.compile(rb"(?i)loss")  # a block without it has no loss line: nothing to decode
+# a block without one of them has no loss line: nothing to decode
+_WORDS = r"(?i)loss|xent|trl:"
+LOSS_WORD, LOSS_BYTES = re.compile(_WORDS), re.compile(_WORDS.encode())
 # the word right before the key says it is an evaluation's loss
 _EVAL_BEFORE = re.compile(r"(?:\b|_)(?:val|valid|validation|eval|evaluation|test|dev)[\s_/-]*$",
                           re.IGNORECASE)
@@ -41,7 +45,7 @@ LINE_CHARS = 4096  # a line's first 4 KB: where frameworks print their loss
 def loss_of(line: str) -> float | None:
     """The training loss a progress line prints (NaN and Inf included), or None."""
     text = _ANSI.sub("", line[:LINE_CHARS]) if "\x1b" in line else line[:LINE_CHARS]
-    if "oss" not in text and "OSS" not in text:
+    if not LOSS_WORD.search(text):
         return None
     for m in LOSS.finditer(text):
         if _EVAL_BEFORE.search(text, max(0, m.start() - 24), m.start()):
@@ -62,6 +66,9 @@ class LossRule(BaseModel):
     spike_rise: float = 0.25
     confirm_points: int = 3
     nan_points: int = 2
+    # the baseline the previous segment of the run ended with (its normal losses): a spike right
+    # after a resume is judged at once, not after `min_points`
+    seed: tuple[float, ...] = ()
 
 
 @dataclass
@@ -75,6 +82,13 @@ class LossSeries:
     _base: deque[float] = field(default_factory=deque)
     _run: list[tuple[int | None, float, str]] = field(default_factory=list)
     _nan: list[tuple[int | None, float, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._base.extend(v for v in self.rule.seed[-self.rule.window:] if math.isfinite(v))
+
+    def baseline(self) -> tuple[float, ...]:
+        """The normal losses the series judges by (the next segment's seed)."""
+        return tuple(self._base)
 
     def add(self, step: int | None, value: float, line: str) -> LossAnomaly | None:
         """One printed loss; the anomaly it completes, if any (reported once)."""
@@ -93,7 +107,9 @@ class LossSeries:
             med = self._median()
             assert med is not None
             spread = 1.4826 * statistics.median(abs(x - med) for x in self._base)
-            if value - med > max(r.spike_score * spread, r.spike_rise * abs(med), 1e-12):
+            # a loss wandering around zero (a policy-gradient objective) has no level to spike from
+            line_up = max(r.spike_score * spread, r.spike_rise * abs(med), 1e-12)
+            if abs(med) > spread and value - med > line_up:
                 self._run.append((step, value, line))
                 if len(self._run) >= r.confirm_points:
                     self.found = self._anomaly("spike", self._run, med)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Protocol
 
 from orchestrator.evidence import NodeEvidence
 from orchestrator.model import (
@@ -70,10 +71,13 @@ def onset(evidence: Sequence[Evidence], reached: int | None) -> int | None:
 
 def pending(onsets: Sequence[tuple[int, int | None, int | None]]) -> list[tuple[int, int]]:
     """(segment, onset) of the rollbacks still in force: since the last segment that trained past
-    them. `onsets`: (segment, rollback_below, reached) per segment, oldest first."""
+    them with a sound loss (a segment whose own loss went bad trained soundly up to its own onset:
+    the controller cancels it a few steps later, past an earlier onset it met again). `onsets`:
+    (segment, rollback_below, reached) per segment, oldest first."""
     out: list[tuple[int, int]] = []
     for index, below, reached in onsets:
-        if out and reached is not None and reached > max(at for _, at in out):
+        sound = reached if below is None or reached is None else min(reached, below - 1)
+        if out and sound is not None and sound > max(at for _, at in out):
             out = []
         if below is not None:
             out.append((index, below))
@@ -84,3 +88,22 @@ def ceiling(onsets: Sequence[tuple[int, int | None, int | None]]) -> int | None:
     """The iteration at or above which no checkpoint may be resumed from: the lowest onset of the
     rollbacks in force (a checkpoint written after the loss went bad is never resumed from)."""
     return min((at for _, at in pending(onsets)), default=None)
+
+
+class Rolled(Protocol):
+    """A segment as the rollbacks see it (state.SegmentRecord)."""
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def rollback_below(self) -> int | None: ...
+
+    @property
+    def end_iteration(self) -> int | None: ...
+
+
+def run_ceiling(segments: Sequence[Rolled], scratch_after: int = 0) -> int | None:
+    """`ceiling` over a run's segments since it last started from scratch: checkpoints written at
+    or after it are suspect and never resumed from."""
+    return ceiling([(s.index, s.rollback_below, s.end_iteration) for s in segments
+                    if s.index > scratch_after])

@@ -14,6 +14,9 @@ Faults (--fault KIND:NODE:ARG, repeatable, on the ranks of NODE; once per run un
   spin:NODE:ITER    the rank spins in Python holding the GIL before the collective of ITER
   kill:NODE:ITER    the rank is killed (SIGKILL) at ITER: the peers' Gloo timeout fires
   slow:NODE:ITER    from ITER on, every step on NODE takes --slow-factor times as long (1.25: 25% slower)
+  nan:NODE:ITER     the ranks of NODE get a batch of NaN at ITER (bad data): the all-reduce spreads it, every
+                    rank's weights and loss are NaN from then on and the job trains on (every time it gets there)
+  nan_once:NODE:ITER  the same, once per run (a rare bad batch: a rollback gets past it)
 Pauses a healthy run makes: --eval-every N --eval-time S (every rank evaluates for S seconds, then an
 all-reduce of the metric), --eval0-every N (rank 0 alone evaluates for --eval-time seconds, announced as
 Hugging Face's Trainer does, while the others wait in a barrier), --save-time S (rank 0 spends S seconds
@@ -196,6 +199,10 @@ def main() -> int:
             print(f"[fault] slow on {node} at iteration {it}: {args.slow_factor}x per step", flush=True)
         slow = args.slow_factor if slow_from is not None and it >= slow_from else 1.0
         x = torch.randn(64, DIM, generator=gen)
+        if int(mine.get("nan", -1)) == it or (int(mine.get("nan_once", -1)) == it
+                                              and once(markers, "nan_once", node, it)):
+            print(f"[fault] a batch of NaN on {node} at iteration {it}", flush=True)
+            x = x * float("nan")
         loss = (model(x).squeeze(1) - x.sum(1).tanh()).pow(2).mean()
         opt.zero_grad()
         time.sleep(args.step_time)  # the rest of a real step's compute

@@ -41,7 +41,10 @@ STEP_KILLED_EXIT = 1  # srun's exit code when Slurm killed the step because one 
 
 @dataclass
 class Fault:
-    kind: str  # ecc | oom_startup | bug | nan | hang | segfault (nan, hang: once unless sticky)
+    # ecc | oom_startup | bug | nan | hang | segfault (nan, hang: once unless sticky) | nanloss, spike: from
+    # `at` on the ranks print a NaN loss or one nine times the usual and train on (once unless sticky: the
+    # first job that reaches `at`)
+    kind: str
     at: int = 0
     sticky: bool = True
 
@@ -77,6 +80,7 @@ class FakeCluster(BackendDefaults):
         self.clock, self.node_names, self.target, self.ckpt_dir = clock, nodes, target, Path(ckpt_dir)
         self.step_s, self.ckpt_every = step_s, ckpt_every
         self.faults = faults or {}
+        self.loss_job: str | None = None  # the job a once-only nanloss/spike fault fired in
         self.corrupt: set[int] = set()  # checkpoints (by iteration) that fail to load
         self.jobs: dict[str, FakeJob] = {}
         self.submitted: list[SegmentSpec] = []
@@ -290,14 +294,27 @@ class FakeCluster(BackendDefaults):
                 if f and f.at == it and self._fire(job, node, rank, f):
                     return
             job.iteration = it
+            loss = self._loss(job, it)
             for node in job.nodes:
-                self._log(job, node, f"{job.nodes.index(node)}:  iteration {it:8d}/{self.target:8d} | lm loss: 1.0 |")
+                rank = job.nodes.index(node)
+                self._log(job, node, f"{rank}:  iteration {it:8d}/{self.target:8d} | lm loss: {loss} |")
             if it % self.ckpt_every == 0 or it == self.target:
                 self._checkpoint(job, it)
         if job.iteration >= self.target:
             for node in job.nodes:
                 self._exit(job, node, 0)
             self._finish(job, JobState.COMPLETED)
+
+    def _loss(self, job: FakeJob, it: int) -> str:
+        """The loss every rank prints: 1.0 (+- 1%), or the nanloss/spike fault's from its iteration on."""
+        f = self.faults.get("all")
+        usual = f"{1.0 + 0.01 * ((it * 7) % 3 - 1):.2f}"
+        if f is None or f.kind not in ("nanloss", "spike") or it < f.at:
+            return usual
+        if not f.sticky and self.loss_job not in (None, job.ref.job_id):
+            return usual
+        self.loss_job = job.ref.job_id
+        return "nan" if f.kind == "nanloss" else "9.0"
 
     def _fire(self, job: FakeJob, node: str, rank: int, f: Fault) -> bool:
         if f.kind == "ecc":

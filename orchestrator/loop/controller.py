@@ -46,15 +46,15 @@ from orchestrator.loop.vigil import Vigil, prior_cadence, swap_terms
 from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
 from orchestrator.settings import PROGRESS_REGEX, Settings
 from orchestrator.state import RunState, SegmentRecord, StateStore
+from orchestrator.watch.losswatch import loss_terms
 from orchestrator.watch.reader import Listing, scan_dir
 from orchestrator.watch.segment import SegmentWatch
 
 
 class Controller(Keeper):
     """Owns the run loop and its I/O: observe (poll the backend, feed the watcher), call the pure
-    functions, carry out what they return, save the state. Decides nothing itself. Besides the clock
-    and the backend, a test may give it `prepare` (the next segment's spec: one that meets a hung
-    checkpoint directory) and `listing` (a directory of the run's logs: one that hangs)."""
+    functions, carry out what they return, save the state; decides nothing. A test may give it
+    `prepare` (a next spec meeting a hung checkpoint directory) and `listing` (one that hangs)."""
     def __init__(self, settings: Settings, backend: Backend, clock: Clock, store: StateStore,
                  notify: Notify | None = None, python: str = sys.executable,
                  failpoint: Callable[[str], None] | None = None, prepare: Preparer = prepare,
@@ -169,7 +169,7 @@ class Controller(Keeper):
         self._watch = SegmentWatch(root, self.signatures, self.progress,
                                    self.s.watch.read_timeout_s, listing=self.listing,
                                    first_only=self.s.resources.launch_nodes == "first",
-                                   loss_rule=self.s.loss.rule())
+                                   loss_rule=loss_terms(self.s, self._watch))
         self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch, root,  # the seed alone carries
                             prior_cadence(self.state, seg), self.backend)
         self._sched.reset()

@@ -170,8 +170,7 @@ def find_checkpoint(settings: Settings, state: RunState,
 
 def rollback_ceiling(state: RunState) -> int | None:
     """The iteration from which the checkpoints are suspect (the loss went NaN there), or None."""
-    return numerics.ceiling([(s.index, s.rollback_below, s.end_iteration) for s in state.segments
-                             if s.index > state.scratch_after])
+    return numerics.run_ceiling(state.segments, state.scratch_after)
 
 
 def _after_onset(settings: Settings, state: RunState) -> frozenset[str]:

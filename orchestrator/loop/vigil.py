@@ -15,11 +15,12 @@ from orchestrator.loop import observations as o
 from orchestrator.loop.drains import Drains
 from orchestrator.loop.injob import job_submitted_at
 from orchestrator.loop.supervise import EARLY_FLOOR_S, Seen
-from orchestrator.model import CancelReason, LossAnomaly
+from orchestrator.model import CancelReason
 from orchestrator.settings import Settings, Watch
 from orchestrator.spares import swap_gain_s, worth_swapping
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.watch.cadence import Cadence, written_since
+from orchestrator.watch.losswatch import first_anomaly
 from orchestrator.watch.pace import Pace, Slowdown
 from orchestrator.watch.pauses import pausing
 from orchestrator.watch.segment import SegmentWatch
@@ -251,12 +252,6 @@ class Vigil:
         self._tries += 1
         self.profiles.request(now)
         return f"{line}; profiles asked again ({self._tries} of {PROFILE_TRIES})"
-
-
-def first_anomaly(watch: SegmentWatch) -> LossAnomaly | None:
-    """The loss anomaly a node's printed losses completed, the earliest onset first."""
-    found = [a for nw in watch.nodes.values() if nw.losses and (a := nw.losses.found)]
-    return min(found, key=lambda a: (a.onset is None, a.onset or 0), default=None)
 
 
 def printed_period(watch: SegmentWatch, poll_s: float) -> float | None:

@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator import numerics
 from orchestrator.blacklist import compress
 from orchestrator.model import Action, BlacklistEntry, EntrySource, EvidenceSource, Role
 from orchestrator.state import RunState, SegmentRecord
@@ -56,6 +57,8 @@ def status_json(state: RunState, now: datetime) -> dict[str, Any]:
         "segments": [_segment_json(s) for s in state.segments],
         "slow_nodes": slow_nodes_json(state),
         "blacklist": [_blacklist_entry_json(e, now) for e in state.blacklist.entries],
+        # the loss went bad there: no checkpoint written at or after it is resumed from (issue 41)
+        "checkpoints_suspect_from": numerics.run_ceiling(state.segments, state.scratch_after),
     }
 
 
@@ -101,6 +104,7 @@ def _segment_json(s: SegmentRecord) -> dict[str, Any]:
         "reason": s.reason,
         "rule": s.rule,
         "decision_rule": s.decision_rule,
+        "rollback_below": s.rollback_below,  # resumed from a checkpoint before this iteration
         "in_job_of": s.in_job_of,
         "spare_count": s.spare_count,
         "allocation": s.allocation,

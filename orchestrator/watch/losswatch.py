@@ -1,0 +1,27 @@
+"""The loss detector of a running segment (orchestrator/losses.py) across its nodes: the first
+anomaly any node's printed losses completed, and the terms of the next segment's detector, seeded
+with the baseline this one ended with (issue 41)."""
+
+from __future__ import annotations
+
+from orchestrator.losses import LossRule
+from orchestrator.model import LossAnomaly
+from orchestrator.settings import Settings
+from orchestrator.watch.segment import SegmentWatch
+
+
+def loss_terms(s: Settings, before: SegmentWatch | None) -> LossRule | None:
+    """The loss detector's terms for a new segment (or step), seeded with the baseline of the one
+    before it in this controller: a spike in a resume's first steps is judged at once."""
+    rule = s.loss.rule()
+    if rule is None or before is None:
+        return rule
+    seed = max((nw.losses.baseline() for nw in before.nodes.values() if nw.losses), key=len,
+               default=())
+    return rule.model_copy(update={"seed": seed[-rule.window:]})
+
+
+def first_anomaly(watch: SegmentWatch) -> LossAnomaly | None:
+    """The loss anomaly a node's printed losses completed, the earliest onset first."""
+    found = [a for nw in watch.nodes.values() if nw.losses and (a := nw.losses.found)]
+    return min(found, key=lambda a: (a.onset is None, a.onset or 0), default=None)
