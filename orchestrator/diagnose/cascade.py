@@ -59,6 +59,12 @@ def _step_torn_down(nodes: list[NodeEvidence]) -> bool:
             and any(_TASK_FAILED.search(t) for t in lines))
 
 
+# errors of the reporting rank's own endpoint, naming no peer: NCCL's IB completion errors,
+# libfabric's (Cray MPICH `OFI poll failed`, EFA provider warnings). Not UCX's `Transport retry
+# count exceeded`: the peer did not answer (blind14 case-020: the port down was the peer's)
+OWN_ENDPOINT = frozenset({"nccl_ib_peer", "ofi_cq_error"})
+
+
 def cascade_cause(secondary: list[NodeMatch]) -> Cause:
     """IB completion errors, or transport errors with no collective timeout, are the network's;
     otherwise the peers only saw a collective time out."""
@@ -81,9 +87,9 @@ def _named_by_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch]) -> 
         return verdict(Cause.PREEMPTED, [], False, 0.7, evs(spot, Role.ROOT, 10),
                         "the cloud reclaimed the instances (spot termination): resubmit",
                        "preempted", Owner.NOBODY)
-    local = sorted({h for n, m in secondary if m.signature == "nccl_ib_peer" and not m.peer_ip
+    local = sorted({h for n, m in secondary if m.signature in OWN_ENDPOINT and not m.peer_ip
                     and (h := origin(n, m))})
-    # a local completion error (protection, length): its HCA
+    # a local completion error (protection, length; a libfabric or UCX endpoint's): its HCA
     if len(local) == 1 and len(all_hosts(nodes)) > 1:
         return verdict(Cause.NETWORK, local, True, 0.6, evs(secondary, Role.ROOT, 10),
                        f"IB completion errors on {local[0]} with no peer named: its own link",

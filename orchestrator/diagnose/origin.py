@@ -3,10 +3,8 @@ torch rank), the host it names (pdsh "host: ", NCCL "host:pid:tid", syslog "host
 "[host]"), and what a whole job's file teaches about which host runs which task, rank or address.
 
 A job-wide file (one slurm-%j.out for every node) is only useful when its lines can be tied to
-hosts; `HostMap` collects the ties real stacks print: srun's task reports, NCCL's per-rank init
-lines under an srun label, torchrun's failure summary (host, then rank) and NCCL's address
-announcements.
-"""
+hosts; `HostMap` collects the ties real stacks print (srun's task reports, NCCL's per-rank init
+lines, torchrun's failure summary, address announcements and maps)."""
 
 from __future__ import annotations
 
@@ -61,8 +59,10 @@ HOST_PAREN_IP = re.compile(rf"(?:^|\s)(?P<h>{HOST}) \((?:ip |IP |addr(?:ess)? )?
 HOST_EQ_IP = re.compile(rf"({HOST})\s*=\s*({_IP})\b")
 HOSTS_TAG = re.compile(r"^[\w -]*\b(?:hosts?|nodes?|address(?:es)?|ips?)\b[\w -]*:\s",
                        re.IGNORECASE)
-IP_HOST_MAP = re.compile(rf"(?:\[[\w -]+\]:? |#\s*[\w -]+:\s*)?(?:(?:{_IP}\s+{HOST}|{HOST}\s+{_IP})"
+# (atomic: a long row of pairs that fails at its end is not tried every way its spaces could split)
+IP_HOST_MAP = re.compile(rf"(?:\[[\w -]+\]:? |#\s*[\w -]+:\s*)?(?>(?:{_IP}\s+{HOST}|{HOST}\s+{_IP})"
                          rf"\s*[|,;]?\s*)+")
+HOSTS_ROW = re.compile(rf"\s*{_IP}\s+{HOST}(?:\s+{HOST}){{1,3}}\s*")  # /etc/hosts, with aliases
 # a section header of a job's epilog or prolog (`=== epilog gpu-7: dmesg -T ===`, `---- gpu-7
 # ----`, a hang monitor's `== gpu-7 rank 13 ==`): the node reports under it are that host's; one
 # that names no host ends it
@@ -225,8 +225,8 @@ class HostMap:
         if nm and task is not None:
             self.tasks.setdefault(task, nm.group("h"))
             return
-        if IP_HOST_MAP.fullmatch(body) or HOST_IP_FIRST.match(body):  # /etc/hosts, getent, a
-            for ip, host, host2, ip2 in IP_HOST.findall(body)[:64]:  # job's `hostname; hostname -I`
+        if IP_HOST_MAP.fullmatch(body) or HOST_IP_FIRST.match(body) or HOSTS_ROW.fullmatch(body):
+            for ip, host, host2, ip2 in IP_HOST.findall(body)[:64]:  # a job's `hostname -I` too
                 self.learn_address(ip or ip2, host or host2)
             return
         if self._context(body):

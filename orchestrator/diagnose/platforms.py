@@ -128,7 +128,7 @@ PLATFORMS: tuple[Signature, ...] = (
     # Cray MPICH over libfabric (Slingshot CXI): a completion-queue error of this rank's own
     # endpoint (its errno text, `Input/output error`, is the provider's, not a filesystem's)
     Signature("ofi_cq_error",
-              r"\bOFI [Pp]oll [Ff]ailed\b",
+              r"\bOFI [Pp]oll [Ff]ailed\b|\blibfabric:\d+:\d+::\w+:\w+:\w+\(\):\d+<(?:warn|error)>",
               C.NETWORK, cascade=True,
               source="Cray MPICH ofi_events.c 'MPIDI_OFI_handle_cq_error(1075): OFI poll failed "
                      "(... Input/output error - PTLTE_NOT_FOUND)', '(default nic=...)'; OLCF "
@@ -180,7 +180,7 @@ PLATFORMS: tuple[Signature, ...] = (
               peer_group="peer", source="NCCL RAS (ncclras) 'Communicator ranks have different "
                                         "AllReduce operation counts' report"),
     Signature("ucx_ib_error",
-              r"ib_mlx5_log\.c:\d+\s+(?:FATAL: Error on QP \w+ [\w\[\]]*: )?(?:Remote "
+              r"ib_mlx5_log\.c:\d+\s+(?:FATAL: Error on (?:\S+ )?QP \w+ [\w\[\]]*: )?(?:Remote "
               r"(?:operation|access|invalid request) error|Transport retry count exceeded|RNR "
               r"retry count exceeded|Local \w+ error)\b",
               C.NETWORK, cascade=True, source="UCX ib_mlx5_log completion errors"),

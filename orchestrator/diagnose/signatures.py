@@ -179,6 +179,8 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + SERVICES + (
         "hung_task",
         r"INFO: task \S+ blocked for more than \d+ seconds|blocked for more than \d+ seconds"
         r"|^\s*(?:\S+\s+)?\d+\s+D[lsNL+<]*\s+\S+.*\bpython|uninterruptible sleep"
+        # `ps aux`: USER PID %CPU %MEM VSZ RSS TTY STAT ...
+        r"|^\s*\S+\s+\d+\s+[\d.]+\s+[\d.]+\s+\d+\s+\d+\s+\S+\s+D[lsNL+<]*\s.*\bpython"
         # not a summary saying none is (`no process in state D`)
         r"|(?<!no process in )(?<!no processes in )(?<!none in )(?<!not in )state D\b",
         C.HANG,
@@ -257,7 +259,8 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + SERVICES + (
         r"DistStoreError|DistNetworkError|RendezvousTimeoutError|RendezvousClosedError|TCPStore|"
         r"Failed to recv|recvValue|NCCL communicator was aborted|ncclCommAbort|Some NCCL "
         r"operations have failed or timed out|ProcessGroupNCCL.*(?:abort|Timeout at NCCL "
-        r"work)|NCCL error.*remote process exited|exitcode\s*: -6\b|Signal 6 \(SIGABRT\)",
+        r"work)|NCCL error.*remote process exited|exitcode\s*: -6\b|Signal 6 \(SIGABRT\)"
+        r"|NCCL operation \w+\(\) failed: (?:remote process exited|unhandled system error)",
         C.NCCL_TIMEOUT,
         cascade=True,
         source="torch.distributed store/rendezvous/elastic errors printed after a peer failed",
