@@ -107,3 +107,13 @@ def run_ceiling(segments: Sequence[Rolled], scratch_after: int = 0) -> int | Non
     or after it are suspect and never resumed from."""
     return ceiling([(s.index, s.rollback_below, s.end_iteration) for s in segments
                     if s.index > scratch_after])
+
+
+def skip_ranges(segments: Sequence[Rolled], scratch_after: int = 0) -> str:
+    """The iterations to skip data for on a rollback (`ORCH_SKIP_BATCHES`: Megatron's
+    `--skip-train-iteration-range` form, `330-341 900-912`): from each onset in force to the last
+    iteration its segment reached. Empty when none is in force."""
+    ends = {s.index: s.end_iteration for s in segments}
+    found = pending([(s.index, s.rollback_below, s.end_iteration) for s in segments
+                     if s.index > scratch_after])
+    return " ".join(f"{at}-{max(at, ends.get(index) or at)}" for index, at in found)

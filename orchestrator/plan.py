@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from orchestrator import numerics
 from orchestrator.blacklist import ExcludePlan
 from orchestrator.checkpoint import Checkpoint
 from orchestrator.checkpoint_interval import (
@@ -164,7 +165,10 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
            "ORCH_CHECKPOINT_INTERVAL_S": str(every_s),
            "ORCH_RESUME_ROOT": values["checkpoint_root"], "ORCH_SEGMENT": str(index),
            "ORCH_RUN_DIR": str(run_dir), "ORCH_PYTHON": python,
-           "ORCH_CONFIG_DIR": values["config_dir"], **tracker_env(settings, state)}
+           "ORCH_CONFIG_DIR": values["config_dir"], **tracker_env(settings, state),
+           # a rollback in force: the iterations whose data the loss went bad on (docs/CAUSES.md)
+           **({"ORCH_SKIP_BATCHES": skip} if (skip := numerics.skip_ranges(
+               state.segments, state.scratch_after)) else {})}
     r = settings.resources
     k = spares(settings, state) if spare_nodes is None else spare_nodes
     return SegmentSpec(

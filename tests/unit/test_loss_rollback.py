@@ -29,6 +29,9 @@ def test_a_bad_loss_that_does_not_come_back_is_rolled_back_and_the_run_finishes(
     assert s1.evidence[0].text.startswith("the loss ") and "iteration 32" in s1.evidence[0].text
     assert _iteration(s2.resumed_from) == 30 and s2.end_iteration == 50
     assert not state.blacklist.entries and not s1.culprit_nodes  # the numerics, not a node
+    # the data-skip hint, Megatron's --skip-train-iteration-range form: from the onset to where segment 1 got
+    assert dict(cluster.submitted[1].env)["ORCH_SKIP_BATCHES"] == f"32-{s1.end_iteration}"
+    assert "ORCH_SKIP_BATCHES" not in dict(cluster.submitted[0].env)
 
 
 def test_a_spike_that_comes_back_after_each_resume_stops_after_two_rollbacks(tmp_path: Path) -> None:
