@@ -56,11 +56,18 @@ def restart_cost_s(state: RunState, default_s: float = 600.0) -> float:
     return statistics.median(costs) if costs else default_s
 
 
-def write_time_s(state: RunState, configured_s: float) -> tuple[float, bool]:
-    """The checkpoint write time: the median the agents timed over the last segments that saved,
-    else the configured one; and whether it was measured."""
+def measured_write_s(state: RunState) -> float | None:
+    """The median checkpoint write the agents timed over the last 5 segments that saved (from the
+    ranks' save lines: what a save blocks the training), or None."""
     timed = [s.checkpoint_write_s for s in state.segments if s.checkpoint_write_s is not None][-5:]
-    return (max(1.0, statistics.median(timed)), True) if timed else (configured_s, False)
+    return statistics.median(timed) if timed else None
+
+
+def write_time_s(state: RunState, configured_s: float) -> tuple[float, bool]:
+    """The checkpoint write time: the measured one (at least 1 s), else the configured one; and
+    whether it was measured."""
+    timed = measured_write_s(state)
+    return (max(1.0, timed), True) if timed is not None else (configured_s, False)
 
 
 def failure_rate_per_node_hour(obs: Observed, prior_per_node_day: float = FIELD_RATE_PER_NODE_DAY,

@@ -8,6 +8,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
+from orchestrator.checkpoint_interval import measured_write_s
 from orchestrator.model import Action, Cause, RunStatus
 from orchestrator.state import RunState, SegmentRecord
 
@@ -92,6 +93,8 @@ def run_metrics(state: RunState, now: datetime) -> dict[str, Any]:
                             if v > 0.05},
         "rate_per_h": round(rate_now * 3600, 1) if rate_now else None,
         "eta_s": round(eta, 0) if eta is not None else None,
+        # what a save blocks the training, timed from the ranks' save lines (the interval advice's)
+        "checkpoint_write_s": None if (w := measured_write_s(state)) is None else round(w, 2),
     }
 
 

@@ -41,6 +41,8 @@ def registry(state: RunState, now: datetime, job_seen_at: datetime | None) -> Co
     gauge("effective_training_seconds", "Productive training time since the first segment (kept "
                                         "progress).", m.get("productive_s"))
     gauge("eta_seconds", "Estimated time to the goal at the current rate.", m.get("eta_s"))
+    gauge("checkpoint_write_seconds", "Median time a checkpoint save blocked the training, timed "
+                                      "from the ranks' save lines.", m.get("checkpoint_write_s"))
     lost = Gauge("orchestrator_lost_seconds",
                  "Time lost, by the cause of the segment that lost it.",
                  ["run", "cause"], registry=reg)

@@ -27,8 +27,7 @@ from orchestrator.views.restarts import (
 from orchestrator.views.stopped import stop_rows
 from orchestrator.views.text import cut, plain, shell_dq
 
-# start-up and load time of healthy segments: overhead, not a failure's cost
-NOT_LOST = (STARTUP, "in progress")
+NOT_LOST = (STARTUP, "in progress")  # start-up and load time of healthy segments: not a failure's
 ACTION_WIDTH = max(len(a.value) for a in Action)
 WHOLE = ("nodes", "cause", "action")
 DROP_ORDER = ("resumed from", "excluded", "spares", "end", "job", "seg")  # least needed first
@@ -111,12 +110,13 @@ def _segment_json(s: SegmentRecord) -> dict[str, Any]:
         "submitted_at": _ts(s.submitted_at),
         "first_progress_at": _ts(s.first_progress_at),
         "ended_at": _ts(s.ended_at),
-        # the controller cancelled it: why (a hang named early says so), and when
-        "cancelled": s.cancelled_by_controller or None,
+        "cancelled": s.cancelled_by_controller or None,  # by the controller: why, and when
+        "checkpoint_write_s": s.checkpoint_write_s,  # its saves' median, timed from the save lines
+        "interval_advice": s.interval_advice or None,  # the checkpoint interval handed to it, why
         "cancelled_at": _ts(s.cancelled_at),
-        "slowdown": ({"factor": s.slowdown_factor, "since": _ts(s.slowdown_since),
-                      "detail": s.slowdown_note} if s.slowdown_factor else None),
-        "drained": s.drained,  # nodes of the step Slurm showed drained while it ran: the reason
+        "slowdown": {"factor": s.slowdown_factor, "since": _ts(s.slowdown_since),
+                     "detail": s.slowdown_note} if s.slowdown_factor else None,
+        "drained": s.drained,  # nodes of the step Slurm showed drained while it ran, and why
         "evidence": [e.model_dump(mode="json") for e in s.evidence if e.role == Role.ROOT][:5],
         "node_evidence": [e.model_dump(mode="json") for e in s.evidence
                           if e.source == EvidenceSource.NODE][:5],

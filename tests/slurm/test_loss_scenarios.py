@@ -30,3 +30,6 @@ def test_a_nan_batch_is_rolled_back_to_a_checkpoint_before_it_and_the_run_finish
     assert s2["resumed_from"].endswith("iter_0000300") and s2["start_iteration"] == 300, s2
     assert st["state"] == "done" and len(st["segments"]) == 2 and not st["blacklist"]
     assert st["checkpoints_suspect_from"] is None  # segment 2 trained past 330 with a sound loss
+    # what a save of the real job blocks it, timed from its save lines, and the interval advice built on it
+    assert s1["checkpoint_write_s"] is not None and st["metrics"]["checkpoint_write_s"] is not None, s1
+    assert "s checkpoint write (timed)" in s2["interval_advice"], s2["interval_advice"]
