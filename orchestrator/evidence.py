@@ -57,4 +57,5 @@ class NodeEvidence:
     listed: frozenset[str] = frozenset()
     gpus: tuple[tuple[str, int], ...] = ()  # (host, GPUs it showed): "" is the file's own host
     loss: LossAnomaly | None = None  # its printed loss went NaN/Inf or spiked (orchestrator/losses)
+    loss_sound_to: int | None = None  # the step of its newest sound printed loss
     signalled_at: datetime | None = None  # when the training was told to stop (its own clock)

@@ -78,6 +78,7 @@ class LossSeries:
     node: str = ""
     points: int = 0
     last: float | None = None
+    sound: int | None = None  # the step of the newest sound loss (one that entered the baseline)
     found: LossAnomaly | None = None
     _base: deque[float] = field(default_factory=deque)
     _run: list[tuple[int | None, float, str]] = field(default_factory=list)
@@ -116,6 +117,7 @@ class LossSeries:
                 return self.found
         self._run = []
         self._base.append(value)
+        self.sound = step if step is not None else self.sound
         if len(self._base) > r.window:
             self._base.popleft()
         return None

@@ -54,8 +54,15 @@ def over_loss(v: Verdict, nodes: Sequence[NodeEvidence], cancel: CancelReason | 
     first = Evidence(node=bad.node, text=bad.sentence(), role=Role.ROOT, cause=Cause.LOSS_ANOMALY)
     later = tuple(e.model_copy(update={"role": Role.SECONDARY}) if e.role == Role.ROOT else e
                   for e in v.evidence)
+    # its ranks alone: the others printed a sound loss at or after its onset (a strike on it)
+    alone = len(found) == 1 and bad.node != "" and bad.onset is not None and any(
+        n.loss is None and n.loss_sound_to is not None and n.loss_sound_to >= bad.onset
+        for n in nodes)
     return Verdict(cause=Cause.LOSS_ANOMALY, confidence=0.9, evidence=(first, *later)[:20],
-                   summary=bad.sentence(), owner=Owner.JOB, loss=bad,
+                   summary=bad.sentence() + ("; the other nodes' loss stayed sound" if alone
+                                             else ""),
+                   owner=Owner.NODE_SUSPECT if alone else Owner.JOB, loss=bad,
+                   culprit_nodes=(bad.node,) if alone else (), blame=alone,
                    rule="loss_not_finite" if bad.kind == "nan" else "loss_spike")
 
 

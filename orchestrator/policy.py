@@ -145,7 +145,8 @@ def _job_stop(state: RunState, verdict: Verdict, policy: Policy) -> Decision | N
                            f"{advice}"[:400])
 
 
-def _rollback(state: RunState, verdict: Verdict, policy: Policy) -> Decision | None:
+def _rollback(state: RunState, verdict: Verdict, policy: Policy,
+              blame: tuple[tuple[str, ...], bool] = ((), False)) -> Decision | None:
     """The loss went NaN or spiked (numerics.py, losses.py): resume from a checkpoint written
     before the onset, at most `policy.nan_rollbacks` times for the same onset, then stop with the
     history. A run with no checkpoint yet has nothing to roll back to: the job's fault."""
@@ -166,10 +167,13 @@ def _rollback(state: RunState, verdict: Verdict, policy: Policy) -> Decision | N
                                f"{len(earlier)} rollback(s) (before: {history}): the data or the "
                                "numerics, not bad luck: lower the learning rate, skip the batches "
                                "or fix the data, then 'orchestrator run --resume'")
-    return Decision(action=Action.RESUBMIT, rule="loss_rollback", rollback_below=at,
+    nodes, excludes = blame  # its ranks alone went bad: a strike on the node (excluded at two)
+    return Decision(action=Action.RESUBMIT_EXCLUDE if excludes else Action.RESUBMIT,
+                    rule="loss_rollback", rollback_below=at, blame_nodes=nodes,
                     reason=f"the loss {what} at iteration {at}: resume from a checkpoint "
                            f"written before it (rollback {len(earlier) + 1} of "
-                           f"{policy.nan_rollbacks})")
+                           f"{policy.nan_rollbacks})"
+                           + (f"; {','.join(nodes)} alone: a strike" if nodes else ""))
 
 
 def _shared_wait(state: RunState, verdict: Verdict, policy: Policy) -> Decision | None:
@@ -266,7 +270,7 @@ def decide(state: RunState, verdict: Verdict, policy: Policy, goal: Goal, now: d
     retry = None if clean_exit else _checkpoint_retry(state.segments[-1], state, verdict)
     if retry is not None:
         return retry
-    if not how and (back := _rollback(state, verdict, policy)) is not None:
+    if not how and (back := _rollback(state, verdict, policy, (blame, excludes))) is not None:
         return back
     if not how and (stop := _job_stop(state, verdict, policy)) is not None:
         return stop

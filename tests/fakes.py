@@ -294,9 +294,8 @@ class FakeCluster(BackendDefaults):
                 if f and f.at == it and self._fire(job, node, rank, f):
                     return
             job.iteration = it
-            loss = self._loss(job, it)
-            for node in job.nodes:
-                rank = job.nodes.index(node)
+            for rank, node in enumerate(job.nodes):
+                loss = self._loss(job, it, node)
                 self._log(job, node, f"{rank}:  iteration {it:8d}/{self.target:8d} | lm loss: {loss} |")
             if it % self.ckpt_every == 0 or it == self.target:
                 self._checkpoint(job, it)
@@ -305,9 +304,9 @@ class FakeCluster(BackendDefaults):
                 self._exit(job, node, 0)
             self._finish(job, JobState.COMPLETED)
 
-    def _loss(self, job: FakeJob, it: int) -> str:
-        """The loss every rank prints: 1.0 (+- 1%), or the nanloss/spike fault's from its iteration on."""
-        f = self.faults.get("all")
+    def _loss(self, job: FakeJob, it: int, node: str) -> str:
+        """The loss a node's rank prints: 1.0 (+- 1%), or the nanloss/spike fault's from its iteration on."""
+        f = self.faults.get(node) if self.faults.get(node) is not None else self.faults.get("all")
         usual = f"{1.0 + 0.01 * ((it * 7) % 3 - 1):.2f}"
         if f is None or f.kind not in ("nanloss", "spike") or it < f.at:
             return usual

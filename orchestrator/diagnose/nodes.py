@@ -45,7 +45,7 @@ def _cut_mid_line(path: Path) -> bool:
 
 def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: str = "",
               top_frames: tuple[str, ...] = (), fs_suspect: bool = False,
-              loss: LossAnomaly | None = None) -> NodeEvidence:
+              loss: LossAnomaly | None = None, loss_sound_to: int | None = None) -> NodeEvidence:
     # a file whose own start line lists the allocation's nodes, its name not among them, is the
     # job's output (`gpt7b-lumi.out`), not a host's
     hm = scan.host_map
@@ -79,4 +79,5 @@ def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: st
         listed=frozenset(hm.listed),
         gpus=tuple(sorted(hm.gpus.items())),
         loss=loss,
+        loss_sound_to=loss_sound_to,
     )

@@ -28,7 +28,8 @@ def node_evidences(nodes: Mapping[str, NodeWatch], scheduler: Iterable[NodeWatch
             code = nw.exit_record.exit_code if nw.exit_record else None
             ev = node_evidence(nw.scan, exit_code=code, stuck_detail=stuck(nw),
                                top_frames=frames(nw.dump), fs_suspect=fs_suspect(nw.dump),
-                               loss=nw.losses.found if nw.losses else None)
+                               loss=nw.losses.found if nw.losses else None,
+                               loss_sound_to=nw.losses.sound if nw.losses else None)
             if node in extra:
                 ev = dataclasses.replace(ev, matches=ev.matches + tuple(extra[node]))
         out.append(dataclasses.replace(ev, flight_detail=behind[node]) if node in behind else ev)

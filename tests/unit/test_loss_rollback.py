@@ -67,3 +67,17 @@ def test_no_checkpoint_before_the_onset_stops_with_what_to_change(tmp_path: Path
     s1 = state.segments[0]
     assert state.status == RunStatus.STOPPED and s1.cause == Cause.LOSS_ANOMALY
     assert s1.action == Action.STOP_AND_ALERT and "learning rate" in s1.reason
+
+
+def test_a_spike_on_one_nodes_ranks_alone_is_rolled_back_with_a_strike_on_that_node(tmp_path: Path) -> None:
+    """node2's ranks print a spiked loss while node1's and node3's stay sound past its onset: the numerics of that
+    node (a GPU computing garbage), a strike on it beside the rollback; the second time it is excluded."""
+    ctl, cluster, _ = make(tmp_path, {"node2": Fault("spike", at=32)})
+    state = ctl.run()
+    s1, s2 = state.segments[0], state.segments[1]
+    assert s1.cause == Cause.LOSS_ANOMALY and s1.culprit_nodes == ["node2"] and s1.decision_rule == "loss_rollback"
+    assert "node2 alone: a strike" in s1.reason and s1.rollback_below == 32
+    assert s2.cause == Cause.LOSS_ANOMALY and s2.action == Action.RESUBMIT_EXCLUDE, s2.reason
+    assert "node2" in state.segments[2].excluded and state.status == RunStatus.DONE
+    entry = state.blacklist.get("node2")
+    assert entry is not None and entry.cause == Cause.LOSS_ANOMALY
