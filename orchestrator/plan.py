@@ -148,6 +148,20 @@ def spares_reason(settings: Settings, state: RunState) -> str:
                                   basis)
 
 
+def _env(settings: Settings, state: RunState, values: dict[str, str]) -> dict[str, str]:
+    """The segment's environment: the run's own, then what the orchestrator tells the training."""
+    # Megatron's --load and DeepSpeed's load_dir take the checkpoint root (ORCH_RESUME_ROOT) and
+    # read its tracker
+    return {**settings.env, "ORCH_RESUME_FROM": values["checkpoint"],
+            "ORCH_CHECKPOINT_INTERVAL_S": values["checkpoint_interval"],
+            "ORCH_RESUME_ROOT": values["checkpoint_root"], "ORCH_SEGMENT": values["segment"],
+            "ORCH_RUN_DIR": values["run_dir"], "ORCH_PYTHON": values["python"],
+            "ORCH_CONFIG_DIR": values["config_dir"], **tracker_env(settings, state),
+            # a rollback in force: the iterations whose data the loss went bad on (CAUSES.md)
+            **({"ORCH_SKIP_BATCHES": skip} if (skip := numerics.skip_ranges(
+                state.segments, state.scratch_after)) else {})}
+
+
 def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: ExcludePlan,
          python: str, spare_nodes: int | None = None) -> SegmentSpec:  # spare_nodes None: spares()
     index = len(state.segments) + 1
@@ -159,16 +173,7 @@ def plan(settings: Settings, state: RunState, ckpt: Checkpoint | None, exclude: 
         "segment": str(index), "run_dir": str(run_dir), "python": python,
         "config_dir": str(settings.config_dir),
     }
-    # Megatron's --load and DeepSpeed's load_dir take the checkpoint root (ORCH_RESUME_ROOT) and
-    # read its tracker
-    env = {**settings.env, "ORCH_RESUME_FROM": ckpt.path if ckpt else "",
-           "ORCH_CHECKPOINT_INTERVAL_S": str(every_s),
-           "ORCH_RESUME_ROOT": values["checkpoint_root"], "ORCH_SEGMENT": str(index),
-           "ORCH_RUN_DIR": str(run_dir), "ORCH_PYTHON": python,
-           "ORCH_CONFIG_DIR": values["config_dir"], **tracker_env(settings, state),
-           # a rollback in force: the iterations whose data the loss went bad on (docs/CAUSES.md)
-           **({"ORCH_SKIP_BATCHES": skip} if (skip := numerics.skip_ranges(
-               state.segments, state.scratch_after)) else {})}
+    env = _env(settings, state, values)
     r = settings.resources
     k = spares(settings, state) if spare_nodes is None else spare_nodes
     return SegmentSpec(

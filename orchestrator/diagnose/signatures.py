@@ -2,9 +2,8 @@
 
 The first matching signature names a line's cause. `blame` says the line implicates the node it
 was printed on (or, with `node_group`, the node named inside the line). `cascade` marks errors that
-healthy peers print when someone else failed first; they are evidence, never the root cause when a
-non-cascade error exists. Users add their own signatures in config; those are tried first.
-"""
+healthy peers print when someone else failed first: evidence, never the root cause when a
+non-cascade error exists. Users' own signatures (config) are tried first."""
 
 from __future__ import annotations
 
