@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from orchestrator.diagnose.offline import diagnose_dir
+from orchestrator.offline.diagnosis import diagnose_dir
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 CORPUS = DATA / "corpus"

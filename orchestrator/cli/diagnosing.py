@@ -18,9 +18,9 @@ from orchestrator.cli.compressed import (
     is_compressed,
     scratch_dir,
 )
-from orchestrator.diagnose.offline import diagnose_dir, links_left_out, log_files
 from orchestrator.diagnose.origin import JOB_WIDE
 from orchestrator.model import JobState
+from orchestrator.offline.diagnosis import diagnose_dir, links_left_out, log_files
 from orchestrator.views.text import clean, cut
 
 

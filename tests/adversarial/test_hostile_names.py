@@ -9,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.diagnose.offline import diagnose_dir
+from orchestrator.offline.diagnosis import diagnose_dir
 
 runner = CliRunner()
 SEGV = "srun: error: task 3: Segmentation fault (core dumped)"

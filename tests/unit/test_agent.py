@@ -9,9 +9,9 @@ import pytest
 
 from orchestrator.agent import dump, preflight
 from orchestrator.diagnose.classify import Context, classify
-from orchestrator.diagnose.offline import action_without_history
 from orchestrator.evidence import NodeEvidence
 from orchestrator.model import Cause, JobState, JobStatus
+from orchestrator.offline.diagnosis import action_without_history
 from tests.waiter import waiting_process
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.diagnose.offline import diagnose_dir
+from orchestrator.offline.diagnosis import diagnose_dir
 
 
 def _steps(n: int = 3, start: int = 100) -> list[str]:

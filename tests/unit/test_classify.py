@@ -8,12 +8,12 @@ import pytest
 
 from orchestrator.diagnose.classify import Context, classify
 from orchestrator.diagnose.nodes import node_evidence
-from orchestrator.diagnose.offline import action_without_history
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import build_table
 from orchestrator.evidence import NodeEvidence
 from orchestrator.model import CancelReason, Cause, JobState, JobStatus, Owner
+from orchestrator.offline.diagnosis import action_without_history
 from orchestrator.settings import PROGRESS_REGEX, last_iteration
 
 SIGS = build_table()
@@ -299,7 +299,7 @@ def test_a_prefixed_line_reaches_a_signature_anchored_in_a_later_alternative() -
 
 
 def test_an_exception_of_any_name_qualified_by_its_module_is_the_programs_error(tmp_path: Path) -> None:
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     for host in ("gpu4-17", "gpu4-18"):
         (tmp_path / f"{host}.out").write_text(
@@ -315,7 +315,7 @@ def test_an_exception_of_any_name_qualified_by_its_module_is_the_programs_error(
 def test_a_task_launch_that_failed_on_one_node_names_that_node(tmp_path: Path, reason: str) -> None:
     """srun's `Task launch for StepId=J.S failed on node N: REASON` (slurmd drains a node whose prolog failed): the
     step never started, the node is at fault, whatever host printed the line (blind10 case-028)."""
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     (tmp_path / "slurm-918273.out").write_text(
         f"srun: error: Task launch for StepId=918273.0 failed on node hpc-g7-031: {reason}\n"
@@ -327,7 +327,7 @@ def test_a_task_launch_that_failed_on_one_node_names_that_node(tmp_path: Path, r
 @pytest.mark.parametrize("end", ["[INFO:swift] End time of running main: 2025-09-11 16:21:05.118233",
                                  "[INFO:swift] last_model_checkpoint: /out/v3-20250911/checkpoint-74"])
 def test_ms_swifts_end_of_training_then_aborts_in_teardown_is_a_success(tmp_path: Path, end: str) -> None:
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     for host in ("h20-11", "h20-12"):
         (tmp_path / f"{host}.log").write_text(
@@ -347,7 +347,7 @@ APPTAINER_BIND = ("FATAL:   container creation failed: mount hook function failu
 def test_a_container_that_cannot_start_on_every_node_is_the_jobs_set_up(tmp_path: Path) -> None:
     """Apptainer's `FATAL: container creation failed` (a bind whose destination the image lacks) on every task, and
     pyxis's `failed to import docker image`: the job's set-up, it stops (blind9 case-027, case-028)."""
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "slurm-4120955.out").write_text(
@@ -366,7 +366,7 @@ def test_a_container_that_cannot_start_on_every_node_is_the_jobs_set_up(tmp_path
 
 
 def test_a_container_that_cannot_start_on_one_node_only_does_not_stop_the_run(tmp_path: Path) -> None:
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     (tmp_path / "slurm-7.out").write_text(
         "".join(f"{t}: iteration 10/ 100 | lm loss 2.0\n" for t in (0, 1)) + f"2: {APPTAINER_BIND}\n"
@@ -378,7 +378,7 @@ def test_a_container_that_cannot_start_on_one_node_only_does_not_stop_the_run(tm
 def test_a_script_that_requeues_itself_starts_the_next_allocation_in_the_same_file(tmp_path: Path) -> None:
     """`+ scontrol requeue $SLURM_JOB_ID` ends an allocation: the same timeout after the same iteration on other nodes
     in the next one is the job's own problem (blind9 case-014); read as one allocation it was resubmitted."""
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     def alloc(nodes: list[str], start: int) -> str:
         lines = ["+ srun -l python pretrain_gpt.py --train-iters 250000 --load /ckpt --save /ckpt\n"]
@@ -416,7 +416,7 @@ def test_an_exception_name_with_a_digit_is_not_read_as_a_host_prefix() -> None:
 ])
 def test_an_object_store_that_throttles_the_uploads_is_the_shared_storages_passing_fault(tmp_path: Path,
                                                                                          text: str) -> None:
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     (tmp_path / "slurm-7711.out").write_text(
         "0: Uploading checkpoint ep1-ba400-rank0.pt to s3://bkt/ckpt\n"
@@ -427,7 +427,7 @@ def test_an_object_store_that_throttles_the_uploads_is_the_shared_storages_passi
 
 
 def _two_nodes(tmp_path: Path, first: str, second: str, dmesg: str = "") -> dict[str, Any]:
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     (tmp_path / "n-01.log").write_text(first)
     (tmp_path / "n-02.log").write_text(second)
@@ -480,7 +480,7 @@ def test_every_other_task_killed_after_srun_aborted_the_step_is_its_teardown_not
     """blind12 case-009: one task failed, srun ended the step (`Job step aborted: Waiting up to 32 seconds`) and the
     other tasks were SIGKILLed by it; read as every rank killed at once by the OOM killer, the run was stopped. The
     kills are that teardown; with no task failing first they are still the OOM killer's."""
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     body = "".join(f" 0: iteration {i}/100 | loss 2.5\n" for i in range(1, 30))
     torn = (f"{first}\nsrun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n"
@@ -539,7 +539,7 @@ def test_one_ranks_launch_failure_with_no_hardware_message_is_a_strike_not_an_ex
     """blind12 case-029 (issue 38, DECISIONS.md): one rank's `CUDA error: unspecified launch failure` after 20000
     iterations, its node's kernel log holding only Xid 13 for that process: a kernel's own crash, weak evidence
     (a strike), not a lost GPU; with a hardware message, or on every rank of the node at once, it is the node's."""
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     steps = "".join(f"[rank0]: iteration {i}/50000 | loss 2.1\n" for i in range(19900, 20001, 20))
     (tmp_path / "h1-r07-c2.log").write_text(steps)
@@ -556,7 +556,7 @@ def test_silence_before_the_time_limit_after_untimed_progress_is_a_hang(tmp_path
     """blind12 case-003: NeMo's progress lines carry no time; its `[NeMo I 2026-03-05 14:27:00 ...] Starting
     validation` line does, and nothing followed for 11.5 hours until the time limit: a hang in the validation, not
     the time limit. A short silence before the limit stays the time limit."""
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     steps = "".join(f"Training epoch 0, iteration {i}/100000 | lr: 0.00018 | global_step: {i} | "
                     "reduced_train_loss: 1.9 | train_step_timing in s: 3.2\n" for i in range(41300, 41381, 20))
@@ -578,7 +578,7 @@ def test_a_quiet_node_whose_heartbeats_the_coordination_lost_died(tmp_path: Path
     """blind12 case-041: XLA's coordination service lost task 2's heartbeats (sent from a thread of their own, so a
     hung process keeps sending them) and the other tasks terminated: the quiet node died (node_fail), it did not
     hang. Without that line the quiet node is a hang, as before."""
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     died = ("F0208 19:09:30.741552 48093 client.h:77] Terminating process because the JAX distributed service "
             "detected fatal errors. This most likely indicates that another task died; see the other task logs for "
@@ -598,7 +598,7 @@ def test_two_ucx_peers_naming_one_lid_name_the_host_the_jobs_ibstat_dump_maps_it
     """blind12 case-007: UCX's log prefix `[host:pid:thread:tid]` names the reporter, and the job's own `ibstat |
     sed "s/^/$h: /"` dump (ibstat's indentation after the host) maps LID 1219 to cn-r3-16: two peers naming it are
     strong evidence. Without the map nobody can be named."""
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     lids = "".join(f"{h}:                 Base lid: {lid}\n" for h, lid in
                    (("cn-r3-14", 1187), ("cn-r3-15", 1203), ("cn-r3-16", 1219), ("cn-r3-17", 1236)))
@@ -623,7 +623,7 @@ def test_a_rank_outside_the_collective_in_two_dumps_is_named_though_a_kill_ended
     """blind11 case-032: a hang monitor's two py-spy dumps on one node (one rank in cudaStreamSynchronize, its
     neighbour waiting in all_reduce), then the job's tasks SIGKILLed. The kill, with no error of its own, blocked
     the stacks' reading, and two dumps have no majority frame: the rank outside the collective call is the hang."""
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     steps = "".join(f"step {i} | loss 1.73 | lr 2.0e-04\n" for i in range(77000, 77101, 20))
     (tmp_path / "dgx-h-117.log").write_text(steps + "srun: error: dgx-h-117: tasks 0-7: Killed\n")
@@ -644,7 +644,7 @@ def test_a_rank_outside_the_collective_in_two_dumps_is_named_though_a_kill_ended
 def test_a_ray_node_marked_dead_by_address_is_named_through_the_jobs_node_map(tmp_path: Path, node_map: str) -> None:
     """Ray names a dead node by its address only; the job printed its node map (IP host, or host IP, pairs on one
     line): the dead node is named and excluded (corpus r3 and blind case-017, both unnamed before)."""
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     (tmp_path / "slurm-43751.out").write_text(
         "".join(f"(RayTrainWorker pid=6420, ip=10.72.56.3) Epoch 2: {p}%|#   | {22 * p}/5000 [31:11<39:40, 1.18it/s]\n"
@@ -667,7 +667,7 @@ def test_survivors_of_a_jax_barrier_timeout_name_the_host_that_never_arrived(tmp
     """blind13 case-021: XLA's coordination barrier timed out on every surviving task (the same
     `DEADLINE_EXCEEDED: Barrier timed out` on three hosts read as the job's own bug, the run stopped); the fourth
     host's log is cut off mid-line: it died (node_fail). A complete last line leaves a silent host: a hang."""
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     steps = "".join(f"I0524 14:4{i}:20.263 train.py:512] [step {21100 + 50 * i}] loss=2.098\n" for i in range(3))
     barrier = ("jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Barrier_id: "
@@ -682,8 +682,8 @@ def test_survivors_of_a_jax_barrier_timeout_name_the_host_that_never_arrived(tmp
 def test_a_summary_saying_no_process_is_in_state_d_names_nobody(tmp_path: Path) -> None:
     """blind13 case-019: an epilog's `n-01..n-04: ranks 3,9,14 in horovod_allreduce ...; no process in state D` was
     read as a process in D state on a host called `n-01..n-04` (a range, not a host), which was excluded."""
-    from orchestrator.diagnose.offline import diagnose_dir
     from orchestrator.diagnose.origin import parse_line
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     assert parse_line("n-01..n-04: ranks 3,9,14 in horovod_allreduce").host is None
     assert parse_line("n-01: ranks 3,9,14 in horovod_allreduce").host == "n-01"

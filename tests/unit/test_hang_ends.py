@@ -11,12 +11,12 @@ import pytest
 
 from orchestrator.diagnose.classify import Context, classify
 from orchestrator.diagnose.nodes import node_evidence, scan_file
-from orchestrator.diagnose.offline import action_without_history
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import build_table
 from orchestrator.evidence import NodeEvidence
 from orchestrator.model import Cause, JobState, JobStatus
+from orchestrator.offline.diagnosis import action_without_history
 
 SIGS = build_table()
 PROG = re.compile(r"iteration\s+(\d+)\s*/\s*\d+")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.diagnose.offline import diagnose_dir
+from orchestrator.offline.diagnosis import diagnose_dir
 
 # two real shapes of a rank's crash in a job-wide slurm-%j.out (faulthandler's and srun's lines)
 SEGV = ["Fatal Python error: Segmentation fault", "",

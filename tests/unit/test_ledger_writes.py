@@ -23,7 +23,7 @@ CONTAINERS = {f for f in FIELDS if f in ("segments", "nodes", "excluded", "culpr
 MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "sort", "reverse"}
 RECORDS = {"SegmentRecord", "RunState"}  # made only by advance (a segment) and RunState.begin (a new ledger)
 # `orchestrator diagnose`: a one-segment ledger, and the earlier allocations replayed as history, never saved
-THROWAWAY = {"orchestrator/diagnose/offline.py", "orchestrator/diagnose/history.py"}
+THROWAWAY = {"orchestrator/offline/diagnosis.py", "orchestrator/offline/history.py"}
 # attribute writes on objects that are not the ledger but share a field name: (module, object)
 # the local backend's own job record (its file, not state); `diagnose JOBID`'s facts about a Slurm job
 NOT_LEDGER = {("orchestrator/backends/local.py", "rec"), ("orchestrator/backends/slurmjob.py", "job")}

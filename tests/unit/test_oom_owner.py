@@ -79,7 +79,7 @@ def _job(tmp_path: Path, job_wide: bool, kernel: list[str]) -> dict[str, Any]:
     """Two hosts whose every rank raised the same KeyError before its first step; the second host's kernel log (the
     real lines of this machine's dmesg, `kernel_lines`) holds an OOM kill, its cgroup as given. One job-wide
     `slurm-4242.out` (pdsh-style host prefixes), or one file per host that names no job."""
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     tmp_path.mkdir(parents=True)
     bug = ("[rank{r}]: Traceback (most recent call last):\n[rank{r}]:   File \"train.py\", line 88, in collate\n"
@@ -117,7 +117,7 @@ def test_offline_an_xid_of_another_programs_gpu_is_context(tmp_path: Path) -> No
     """blind13 case-044: Lightning reached max_steps and saved; the epilog of one node shows Xid 79 for a GPU that
     another program (vllm-serve) used: read as this job's lost GPU, a healthy node excluded after a finished run.
     The same Xid naming the job's own python beside its ranks' crash is still the node's."""
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     done = ("Epoch 9:  100%|##########| 4120/4120 [34:20<00:00, 1.93it/s, v_num=17, train_loss=0.503]\n"
             "`Trainer.fit` stopped: `max_steps=200000` reached.\n")

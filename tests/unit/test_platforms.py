@@ -9,12 +9,12 @@ import pytest
 
 from orchestrator.diagnose.classify import Context, classify
 from orchestrator.diagnose.nodes import node_evidence
-from orchestrator.diagnose.offline import action_without_history
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.scan import NodeScan
 from orchestrator.diagnose.signatures import build_table
 from orchestrator.evidence import NodeEvidence
 from orchestrator.model import Cause, JobState, JobStatus, Owner, Verdict
+from orchestrator.offline.diagnosis import action_without_history
 
 SIGS = build_table()
 PREFILTER = Prefilter([(s.pattern, s.ignore_case) for s in SIGS])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.diagnose.offline import diagnose_dir
+from orchestrator.offline.diagnosis import diagnose_dir
 
 STEPS = "".join(f"(RayTrainWorker pid=22104, ip=10.1.94.146) [step {i}00] loss=2.{i:02d}\n" for i in range(1, 30))
 DIED = [

@@ -10,8 +10,8 @@ import pytest
 
 from orchestrator.backends.slurm_commands import CommandFailed
 from orchestrator.backends.slurmjob import JobLogs, JobNotFound, expand_pattern, find_job_logs
-from orchestrator.diagnose.offline import diagnose_dir
 from orchestrator.model import JobState
+from orchestrator.offline.diagnosis import diagnose_dir
 from tests.conftest import REPO
 
 DATA = REPO / "tests" / "data" / "slurmjob"

@@ -161,7 +161,7 @@ def test_a_breaker_stop_with_no_error_line_shows_the_ranks_last_output(tmp_path:
 def test_a_disk_full_stop_says_its_error_and_its_advice_once(tmp_path: Path) -> None:
     """The re-probe (D2): the `stopped by` row held the advice and the errno line, and the error and what to
     change rows repeated them. The reason is the one the diagnosis and the policy give for these logs."""
-    from orchestrator.diagnose.offline import diagnose_dir
+    from orchestrator.offline.diagnosis import diagnose_dir
 
     err = "OSError: [Errno 28] No space left on device: '/ckpt/iter_0000130'"
     (tmp_path / "logs").mkdir()

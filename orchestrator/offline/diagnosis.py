@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.diagnose.classify import Context, classify, infer_job_state
-from orchestrator.diagnose.history import decide_with_history, split_allocations
 from orchestrator.diagnose.nodes import scan_file
 from orchestrator.diagnose.owner import job_id, without_foreign_kills
 from orchestrator.diagnose.prefilter import Prefilter
 from orchestrator.diagnose.signatures import Signature, build_table
 from orchestrator.model import EvidenceSource, JobState, JobStatus, Verdict
+from orchestrator.offline.history import decide_with_history, split_allocations
 from orchestrator.policy import decide
 from orchestrator.settings import PROGRESS_REGEX, Goal, Policy
 from orchestrator.state import RunState, SegmentRecord
