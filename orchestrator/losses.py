@@ -79,6 +79,7 @@ class LossSeries:
     points: int = 0
     last: float | None = None
     sound: int | None = None  # the step of the newest sound loss (one that entered the baseline)
+    newest: tuple[int, float] | None = None  # the newest finite loss with its step (the curve's)
     found: LossAnomaly | None = None
     _base: deque[float] = field(default_factory=deque)
     _run: list[tuple[int | None, float, str]] = field(default_factory=list)
@@ -95,6 +96,8 @@ class LossSeries:
         """One printed loss; the anomaly it completes, if any (reported once)."""
         self.points += 1
         self.last = value
+        if step is not None and math.isfinite(value):
+            self.newest = (step, value)
         if self.found is not None:
             return None
         r = self.rule

@@ -105,6 +105,7 @@ class SegmentRecord(Ledger):
     slowdown_note: str = ""
     slow_nodes: list[SlowNodeRecord] = Field(default_factory=list)
     drained: dict[str, str] = Field(default_factory=dict)  # a node of the step Slurm drained: why
+    losses: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss) printed, thinned
 
     @model_validator(mode="before")
     @classmethod

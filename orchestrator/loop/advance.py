@@ -105,7 +105,7 @@ def _polled(old: RunState, obs: o.Polled, cfg: Settings | None, now: datetime) -
     assert seg is not None
     return _current(old, now,
                     **progress.changes(seg, obs.status, list(obs.scheduler_nodes),
-                                       list(obs.log_nodes), obs.iteration, now))
+                                       list(obs.log_nodes), obs.iteration, now, obs.loss))
 
 
 def _queue_noted(old: RunState, obs: o.QueueNoted, cfg: Settings | None,

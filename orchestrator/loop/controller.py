@@ -46,7 +46,7 @@ from orchestrator.loop.vigil import Vigil, prior_cadence, swap_terms
 from orchestrator.model import JobRef, JobState, JobStatus, RunStatus
 from orchestrator.settings import PROGRESS_REGEX, Settings
 from orchestrator.state import RunState, SegmentRecord, StateStore
-from orchestrator.watch.losswatch import loss_terms
+from orchestrator.watch.losswatch import loss_terms, newest_loss
 from orchestrator.watch.reader import Listing, scan_dir
 from orchestrator.watch.segment import SegmentWatch
 
@@ -214,7 +214,7 @@ class Controller(Keeper):
         watch.poll(now, final=status.state.terminal)
         before = seg.end_iteration
         changed = self.advance(o.Polled(status, tuple(watch.slurm_nodes), tuple(watch.nodes),
-                                        watch.max_iteration())).changed
+                                        watch.max_iteration(), newest_loss(watch))).changed
         assert (now_seg := self.state.current) is not None
         seg = now_seg
         if seg.end_iteration != before and (path := observe_checkpoint(self.s, self.state)):

@@ -51,11 +51,12 @@ class Withdrawn:
 @dataclass(frozen=True)
 class Polled:
     """One poll of the current segment: its scheduler status, the nodes the scheduler and the logs
-    name, and the newest iteration its logs show."""
+    name, the newest iteration its logs show and the newest loss they printed (step, loss)."""
     status: JobStatus
     scheduler_nodes: tuple[str, ...]
     log_nodes: tuple[str, ...]
     iteration: int | None
+    loss: tuple[int, float] | None = None
 
 
 @dataclass(frozen=True)

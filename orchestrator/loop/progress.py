@@ -13,9 +13,10 @@ PENDING_NOTE_S = 600.0  # how often a pending job's wait is logged
 
 
 def changes(seg: SegmentRecord, status: JobStatus, scheduler_nodes: list[str], log_nodes: list[str],
-            iteration: int | None, now: datetime) -> dict[str, Any]:
-    """The segment's fields a poll changes: scheduler state, nodes, iteration (empty: nothing
-    changed)."""
+            iteration: int | None, now: datetime,
+            loss: tuple[int, float] | None = None) -> dict[str, Any]:
+    """The segment's fields a poll changes: scheduler state, nodes, iteration, the loss curve
+    (empty: nothing changed)."""
     out: dict[str, Any] = {}
     # the live state, as the last poll saw it (not UNKNOWN: a job sacct does not list yet); the
     # conclusion sets the end
@@ -34,7 +35,19 @@ def changes(seg: SegmentRecord, status: JobStatus, scheduler_nodes: list[str], l
     if iteration is not None and iteration != seg.end_iteration:
         out.update(end_iteration=iteration, first_progress_at=seg.first_progress_at or now,
                    last_progress_at=now)
+    if loss is not None and (not seg.losses or loss[0] > seg.losses[-1][0]):
+        out["losses"] = curve(seg.losses, loss)
     return out
+
+
+CURVE_POINTS = 256  # a segment's loss curve in the ledger: thinned by half when it grows past this
+
+
+def curve(points: list[tuple[int, float]], new: tuple[int, float]) -> list[tuple[int, float]]:
+    """The curve with `new` appended, every other older point dropped once it holds CURVE_POINTS
+    (the shape of a long segment stays, at a coarser step)."""
+    kept = points[::2] if len(points) >= CURVE_POINTS else points
+    return [*kept, (new[0], float(f"{new[1]:.6g}"))]
 
 
 def pending_note(seg: SegmentRecord, status: JobStatus, where: str, now: datetime) -> str:

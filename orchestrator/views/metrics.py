@@ -41,6 +41,9 @@ def registry(state: RunState, now: datetime, job_seen_at: datetime | None) -> Co
     gauge("effective_training_seconds", "Productive training time since the first segment (kept "
                                         "progress).", m.get("productive_s"))
     gauge("eta_seconds", "Estimated time to the goal at the current rate.", m.get("eta_s"))
+    cur = state.current or (state.segments[-1] if state.segments else None)
+    gauge("loss", "The newest training loss the ranks printed.",
+          cur.losses[-1][1] if cur is not None and cur.losses else None)
     gauge("checkpoint_write_seconds", "Median time a checkpoint save blocked the training, timed "
                                       "from the ranks' save lines.", m.get("checkpoint_write_s"))
     lost = Gauge("orchestrator_lost_seconds",

@@ -107,8 +107,7 @@ def _segment_json(s: SegmentRecord) -> dict[str, Any]:
         "in_job_of": s.in_job_of,
         "spare_count": s.spare_count,
         "allocation": s.allocation,
-        "submitted_at": _ts(s.submitted_at),
-        "first_progress_at": _ts(s.first_progress_at),
+        "submitted_at": _ts(s.submitted_at), "first_progress_at": _ts(s.first_progress_at),
         "ended_at": _ts(s.ended_at),
         "cancelled": s.cancelled_by_controller or None,  # by the controller: why, and when
         "checkpoint_write_s": s.checkpoint_write_s,  # its saves' median, timed from the save lines
@@ -117,6 +116,7 @@ def _segment_json(s: SegmentRecord) -> dict[str, Any]:
         "slowdown": {"factor": s.slowdown_factor, "since": _ts(s.slowdown_since),
                      "detail": s.slowdown_note} if s.slowdown_factor else None,
         "drained": s.drained,  # nodes of the step Slurm showed drained while it ran, and why
+        "losses": s.losses,  # (step, loss) the ranks printed, thinned to at most 256 points
         "evidence": [e.model_dump(mode="json") for e in s.evidence if e.role == Role.ROOT][:5],
         "node_evidence": [e.model_dump(mode="json") for e in s.evidence
                           if e.source == EvidenceSource.NODE][:5],

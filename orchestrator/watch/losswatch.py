@@ -21,6 +21,13 @@ def loss_terms(s: Settings, before: SegmentWatch | None) -> LossRule | None:
     return rule.model_copy(update={"seed": seed[-rule.window:]})
 
 
+def newest_loss(watch: SegmentWatch) -> tuple[int, float] | None:
+    """The newest printed loss with its step (of the node with the newest step; the curve in the
+    ledger)."""
+    found = [p for nw in watch.nodes.values() if nw.losses and (p := nw.losses.newest)]
+    return max(found, key=lambda p: p[0], default=None)
+
+
 def first_anomaly(watch: SegmentWatch) -> LossAnomaly | None:
     """The loss anomaly a node's printed losses completed, the earliest onset first."""
     found = [a for nw in watch.nodes.values() if nw.losses and (a := nw.losses.found)]

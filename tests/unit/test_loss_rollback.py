@@ -81,3 +81,28 @@ def test_a_spike_on_one_nodes_ranks_alone_is_rolled_back_with_a_strike_on_that_n
     assert "node2" in state.segments[2].excluded and state.status == RunStatus.DONE
     entry = state.blacklist.get("node2")
     assert entry is not None and entry.cause == Cause.LOSS_ANOMALY
+
+
+def test_each_segment_keeps_its_printed_loss_curve_finite_points_only_thinned_when_long(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from prometheus_client import generate_latest
+
+    from orchestrator.loop.progress import CURVE_POINTS, curve
+    from orchestrator.views.metrics import registry
+    from orchestrator.views.status import status_json
+
+    ctl, _, _ = make(tmp_path, {"all": Fault("nanloss", at=32, sticky=False)})
+    state = ctl.run()
+    s1, s2 = state.segments
+    steps = [st for st, _ in s1.losses]
+    assert steps == sorted(steps) and steps[-1] < 32 and all(0.9 < v < 1.1 for _, v in s1.losses)  # NaN not kept
+    assert s2.losses and s2.losses[0][0] > 30 and s2.losses[-1][0] == 50
+    now = datetime.now(UTC)
+    assert tuple(status_json(state, now)["segments"][1]["losses"][-1]) == s2.losses[-1]
+    assert b"orchestrator_loss{" in generate_latest(registry(state, now, None))
+    long: list[tuple[int, float]] = []
+    for i in range(1, 2000):
+        long = curve(long, (i, 1.0 / i))
+    assert len(long) <= CURVE_POINTS + 1 and long[-1] == (1999, float(f"{1 / 1999:.6g}"))
+    assert [s for s, _ in long] == sorted(s for s, _ in long) and long[0][0] == 1
