@@ -19,6 +19,7 @@ from typing import Any
 from orchestrator.model import Role
 from orchestrator.state import RunState, SegmentRecord
 from orchestrator.views.ettr import human, run_metrics, segment_label
+from orchestrator.views.lossplot import has_losses, loss_panel
 from orchestrator.views.restarts import RestartEvent, job_cell, job_spares, restarts, summary_text
 from orchestrator.views.status import drain_commands, lost_text
 from orchestrator.views.text import clean, cut
@@ -28,7 +29,7 @@ COLOURS = {
     "gpu_lost": "#ad1457", "gpu_oom_startup": "#d84315", "node_fail": "#6a1b9a", "hang": "#ef6c00",
     "nccl_timeout": "#f9a825", "network": "#fbc02d", "filesystem": "#0277bd", "host_oom": "#8d6e63",
     "user_bug": "#212121", "user_oom": "#424242", "segfault": "#5d4037", "bus_error": "#4e342e",
-    "unknown": "#9e9e9e", "cancelled": "#607d8b", "running": "#1e88e5",
+    "unknown": "#9e9e9e", "cancelled": "#607d8b", "running": "#1e88e5", "loss_anomaly": "#7b1fa2",
     "lost: no checkpoint": "#b71c1c",
     "exit 0 before the goal": "#e57373",
 }
@@ -49,14 +50,22 @@ def render_png(state: RunState, now: datetime) -> bytes:
     import matplotlib.pyplot as plt
 
     segs = [s for s in state.segments if s.submitted_at]
+    rows = 3 if has_losses(segs) else 2  # the loss panel only when the ranks printed a loss
     with plt.rc_context({"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12}):
-        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(12, 7), sharex=True,
-                                       gridspec_kw={"height_ratios": [1, 2]})
-        _segment_bars(ax1, segs, now)
-        ax1.set_title(_totals(state, now), loc="left")
-        _iterations(ax2, segs, now)
-        fig.autofmt_xdate()
-        fig.tight_layout()
+        # constrained layout: the time panels' rotated labels need room the loss panel's do not
+        fig = plt.figure(figsize=(12, 7 + 3 * (rows - 2)), layout="constrained")
+        outer = fig.add_gridspec(rows - 1, 1, height_ratios=[3, 1.6][:rows - 1])
+        grid = outer[0].subgridspec(2, 1, height_ratios=[1, 2])
+        top = fig.add_subplot(grid[0])
+        axes = [top, fig.add_subplot(grid[1], sharex=top)]
+        axes += [fig.add_subplot(outer[1])] if rows == 3 else []
+        _segment_bars(axes[0], segs, now)
+        axes[0].set_title(_totals(state, now), loc="left")
+        _iterations(axes[1], segs, now)
+        if rows == 3:
+            loss_panel(axes[2], segs, COLOURS)
+        axes[0].tick_params(labelbottom=False)
+        plt.setp(axes[1].get_xticklabels(), rotation=30, ha="right")
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=110)
         plt.close(fig)

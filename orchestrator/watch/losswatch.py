@@ -22,10 +22,11 @@ def loss_terms(s: Settings, before: SegmentWatch | None) -> LossRule | None:
 
 
 def newest_loss(watch: SegmentWatch) -> tuple[int, float] | None:
-    """The newest printed loss with its step (of the node with the newest step; the curve in the
-    ledger)."""
-    found = [p for nw in watch.nodes.values() if nw.losses and (p := nw.losses.newest)]
-    return max(found, key=lambda p: p[0], default=None)
+    """The newest printed loss with its step (the curve in the ledger): of the node with the newest
+    step, one whose loss went bad first (the curve shows what was rolled back from)."""
+    found = [(p, nw.losses.found is not None) for nw in watch.nodes.values()
+             if nw.losses and (p := nw.losses.newest)]
+    return max(found, key=lambda f: (f[0][0], f[1]), default=(None, False))[0]
 
 
 def first_anomaly(watch: SegmentWatch) -> LossAnomaly | None:

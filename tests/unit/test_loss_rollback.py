@@ -106,3 +106,23 @@ def test_each_segment_keeps_its_printed_loss_curve_finite_points_only_thinned_wh
         long = curve(long, (i, 1.0 / i))
     assert len(long) <= CURVE_POINTS + 1 and long[-1] == (1999, float(f"{1 / 1999:.6g}"))
     assert [s for s, _ in long] == sorted(s for s, _ in long) and long[0][0] == 1
+
+
+def test_the_report_draws_the_loss_panel_only_for_a_run_whose_ranks_printed_a_loss(tmp_path: Path) -> None:
+    import struct
+    from datetime import UTC, datetime
+
+    from orchestrator.views.report import render_png
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with_loss = make(tmp_path / "a", {"all": Fault("nanloss", at=32, sticky=False)})[0].run()
+    without = make(tmp_path / "b", {}, overrides=["loss.watch=false"])[0].run()
+    assert with_loss.segments[0].losses and not without.segments[0].losses
+
+    def height(png: bytes) -> int:  # the IHDR chunk: width, height
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        return int(struct.unpack(">II", png[16:24])[1])
+
+    now = datetime.now(UTC)
+    assert height(render_png(with_loss, now)) > height(render_png(without, now))
