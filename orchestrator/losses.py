@@ -84,6 +84,7 @@ class LossSeries:
     _base: deque[float] = field(default_factory=deque)
     _run: list[tuple[int | None, float, str]] = field(default_factory=list)
     _nan: list[tuple[int | None, float, str]] = field(default_factory=list)
+    _printed: int | None = None  # the last step a loss line printed itself
 
     def __post_init__(self) -> None:
         self._base.extend(v for v in self.rule.seed[-self.rule.window:] if math.isfinite(v))
@@ -92,8 +93,17 @@ class LossSeries:
         """The normal losses the series judges by (the next segment's seed)."""
         return tuple(self._base)
 
-    def add(self, step: int | None, value: float, line: str) -> LossAnomaly | None:
-        """One printed loss; the anomaly it completes, if any (reported once)."""
+    def add(self, step: int | None, value: float, line: str,
+            own: bool = True) -> LossAnomaly | None:
+        """One printed loss; the anomaly it completes, if any (reported once). A step its line
+        prints (`own`: not one taken from elsewhere in the block) lower than the last such step is
+        a restart in the same log (from scratch, or an older checkpoint): the baseline starts
+        over."""
+        if own and step is not None:
+            if self._printed is not None and step < self._printed:
+                self._base.clear()
+                self._run, self._nan = [], []
+            self._printed = step
         self.points += 1
         self.last = value
         if step is not None and math.isfinite(value):
@@ -138,7 +148,8 @@ class LossSeries:
             line = block[start:min(end, start + LINE_CHARS)].decode("utf-8", "replace")
             for part in line.split("\r") if "\r" in line else (line,):
                 if (value := loss_of(part)) is not None:
-                    self.add(step_of(part, progress, fallback), value, part)
+                    own = step_of(part, progress, None)
+                    self.add(fallback if own is None else own, value, part, own is not None)
 
     def _median(self) -> float | None:
         return statistics.median(self._base) if self._base else None

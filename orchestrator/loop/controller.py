@@ -169,7 +169,7 @@ class Controller(Keeper):
         self._watch = SegmentWatch(root, self.signatures, self.progress,
                                    self.s.watch.read_timeout_s, listing=self.listing,
                                    first_only=self.s.resources.launch_nodes == "first",
-                                   loss_rule=loss_terms(self.s, self._watch))
+                                   loss_rule=loss_terms(self.s, self._watch, seg))
         self._vigil = Vigil(self.s.checkpoint.dir, self.s.watch, root,  # the seed alone carries
                             prior_cadence(self.state, seg), self.backend)
         self._sched.reset()

@@ -7,14 +7,16 @@ from __future__ import annotations
 from orchestrator.losses import LossRule
 from orchestrator.model import LossAnomaly
 from orchestrator.settings import Settings
+from orchestrator.state import SegmentRecord
 from orchestrator.watch.segment import SegmentWatch
 
 
-def loss_terms(s: Settings, before: SegmentWatch | None) -> LossRule | None:
+def loss_terms(s: Settings, before: SegmentWatch | None, seg: SegmentRecord) -> LossRule | None:
     """The loss detector's terms for a new segment (or step), seeded with the baseline of the one
-    before it in this controller: a spike in a resume's first steps is judged at once."""
+    before it in this controller when it resumes from a checkpoint (a spike in a resume's first
+    steps is judged at once); one that starts from scratch warms up: no seed."""
     rule = s.loss.rule()
-    if rule is None or before is None:
+    if rule is None or before is None or not seg.resumed_from:
         return rule
     seed = max((nw.losses.baseline() for nw in before.nodes.values() if nw.losses), key=len,
                default=())

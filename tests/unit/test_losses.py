@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -130,3 +131,38 @@ def test_a_loss_wandering_around_zero_has_no_level_to_spike_from_but_nan_still_c
     assert _series(values + [0.5, 0.6, 0.55]).found is None
     nan = _series(values + [math.nan, math.nan])
     assert nan.found is not None and nan.found.kind == "nan"
+
+
+def test_a_step_that_goes_back_is_a_restart_in_the_same_log_and_the_baseline_starts_over() -> None:
+    """Three runs appended to one file (or a resume from an older checkpoint): the second run's warm-up is not a
+    spike over the first run's converged loss. The same values with steps that keep rising are one."""
+    first = [1.0 + 0.01 * (i % 3) for i in range(100)]
+    again = [10.0 - 0.1 * i for i in range(10)]
+    restarted = LossSeries(LossRule())
+    for i, v in enumerate(first):
+        restarted.add(i + 1, v, "")
+    for i, v in enumerate(again):
+        restarted.add(i + 1, v, "")
+    assert restarted.found is None
+    assert _series(first + again).found is not None
+
+
+def test_a_segment_is_seeded_with_the_baseline_before_it_only_when_it_resumes(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+    from typing import cast
+
+    from orchestrator.state import SegmentRecord
+    from orchestrator.watch.losswatch import loss_terms
+    from orchestrator.watch.segment import SegmentWatch
+    from tests.unit.test_controller_fake import make
+
+    ctl, _, _ = make(tmp_path)
+    before = LossSeries(LossRule())
+    for i in range(30):
+        before.add(i + 1, 2.0, "")
+    watch = cast(SegmentWatch, SimpleNamespace(nodes={"node1": SimpleNamespace(losses=before)}))
+    resumed = SegmentRecord(index=2, job_name="j", resumed_from="/ckpt/iter_0000020")
+    scratch = SegmentRecord(index=2, job_name="j")
+    seeded, unseeded = loss_terms(ctl.s, watch, resumed), loss_terms(ctl.s, watch, scratch)
+    assert seeded is not None and seeded.seed == (2.0,) * 30
+    assert unseeded is not None and unseeded.seed == ()
