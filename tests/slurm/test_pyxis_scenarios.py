@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -128,9 +129,13 @@ def freeze_a_rank_on_node2_and_see_the_run_resume(cfg: Path, env: dict[str, str]
         proc.kill() if proc.poll() is None else None
     st = status(cfg)
     s1 = st["segments"][0]
+    seg1 = Path(yaml.safe_load(cfg.read_text())["run_dir"]) / "segments" / "0001"
+    ends = [f"{p.name}: {line[:200]}" for p in sorted(seg1.rglob("*.log")) + sorted(seg1.rglob("*.out"))
+            for line in p.read_text(errors="replace").splitlines()
+            if re.search(r"(?i)done|finish|complet", line)]  # what read as the training's end
     assert s1["cause"] == "hang" and s1["culprit_nodes"] == ["node2"], (
         f"segment 1 {s1}\nat the freeze: {froze.stderr.strip()}; segment then {frozen_at}\n"
-        f"controller log:\n{log.read_text()[-3000:]}")
+        f"lines that may read as an end: {ends[-20:]}\ncontroller log:\n{log.read_text()[-3000:]}")
     assert all("node2" not in s["nodes"] for s in st["segments"][1:])
     assert st["segments"][1]["start_iteration"] > 0 and st["state"] == "done"
 

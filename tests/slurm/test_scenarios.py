@@ -69,7 +69,7 @@ def test_timelimit_resubmits_without_blame(cluster: None, tmp_path: Path) -> Non
     assert res.returncode == 0, res.stdout + res.stderr
     st = status(cfg)
     s1 = st["segments"][0]
-    assert s1["cause"] == "timelimit" and s1["culprit_nodes"] == [] and s1["job_state"] == "TIMEOUT"
+    assert s1["cause"] == "timelimit" and s1["culprit_nodes"] == [] and s1["job_state"] == "TIMEOUT", s1
     # CI once saw segment 2 start at 0: say what segment 1 reached and which checkpoints were on disk
     ckpts = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("iter_*"))
     log = (tmp_path / "run" / "controller.log").read_text() if (tmp_path / "run" / "controller.log").exists() else ""
