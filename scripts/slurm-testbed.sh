@@ -202,6 +202,10 @@ start() {
   start_slurmdbd
   start_ctld
   for i in $(seq 1 "$NODES"); do start_node "node$i"; done
+  # slurmctld keeps a drain or down it saved (an earlier run's frozen or crashed node): back in service
+  for n in $(sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 ~ /^(drain|drng|drained|down|fail)/ {print $1}'); do
+    scontrol update NodeName="$n" State=RESUME >/dev/null 2>&1 || true
+  done
   wait_for 60 "nodes idle" nodes_idle || { sinfo -N >&2 || true; tail -20 "$D"/log/slurmd-node1.log >&2 || true; exit 1; }
   for i in $(seq 1 "$NODES"); do scontrol update NodeName="node$i" State=RESUME >/dev/null 2>&1 || true; done
   log "up: $(sinfo -h -o '%P %D %t %N' | tr '\n' ' ')"
