@@ -21,7 +21,7 @@ LOAD_FAILURES = frozenset({Cause.USER_BUG, Cause.UNKNOWN, Cause.SEGFAULT, Cause.
 LOAD_TEXT = re.compile(r"PytorchStreamReader|unpickl|zip archive|checkpoint|safetensors|"
                        r"load_state_dict|EOFError|corrupt|truncated|\.pt\b|\.bin\b|shard",
                        re.IGNORECASE)
-ADVICE = {  # what to change, for the job's own faults
+ADVICE: dict[str, str] = {  # what to change, for the job's own faults (by cause, or by rule)
     Cause.USER_BUG: "fix the code, data or config",
     Cause.USER_OOM: "the model does not fit: lower the batch size or sequence length, shard more, "
                     "or checkpoint activations",
@@ -33,6 +33,9 @@ ADVICE = {  # what to change, for the job's own faults
                      "DataLoader workers (fewer workers, or a larger shared-memory size)",
     Cause.LOSS_ANOMALY: "no checkpoint before the onset to roll back to: lower the learning rate, "
                         "skip the batches or fix the data",
+    # by rule: the job's own restart supervisor gave up (issue 40)
+    "supervisor_no_restart": "read why it gave up (its log, its attribution), fix the job or the "
+                             "nodes, then `orchestrator resume`",
 }
 CLEAN_ENDS = frozenset({JobState.TIMEOUT, JobState.COMPLETED, JobState.PREEMPTED})
 
@@ -139,7 +142,7 @@ def _job_stop(state: RunState, verdict: Verdict, policy: Policy) -> Decision | N
                         "numerics, not a node")
     if verdict.fault_owner != Owner.JOB or not policy.stop_on_user_bug:
         return None
-    advice = ADVICE.get(verdict.cause, "fix the job")
+    advice = ADVICE.get(verdict.rule) or ADVICE.get(verdict.cause, "fix the job")
     return Decision(action=Action.STOP_AND_ALERT, rule=verdict.rule or "job_fault",
                     reason=f"{verdict.cause.value}: {verdict.summary[:200]}; it will happen again: "
                            f"{advice}"[:400])

@@ -41,7 +41,7 @@ STEP_KILLED_EXIT = 1  # srun's exit code when Slurm killed the step because one 
 
 @dataclass
 class Fault:
-    # ecc | oom_startup | bug | nan | hang | segfault (nan, hang: once unless sticky) | nanloss, spike: from
+    # ecc | oom_startup | bug | nan | hang | segfault | ft_stop (nan, hang: once unless sticky) | nanloss, spike: from
     # `at` on the ranks print a NaN loss or one nine times the usual and train on (once unless sticky: the
     # first job that reaches `at`)
     kind: str
@@ -337,6 +337,15 @@ class FakeCluster(BackendDefaults):
             if not f.sticky:
                 self.faults.pop(node, None)
                 self.faults.pop("all", None)
+            self._finish(job, JobState.FAILED)
+            return True
+        if f.kind == "ft_stop":  # NVRx ft_launcher gave up inside the job: every launcher exits 93
+            for r, n in enumerate(job.nodes):
+                self._log(job, n, f"{r}: [default] Progress tracker detected no progress across restarts. No more "
+                                  "restarts will be attempted.")
+                self._log(job, n, f"{r}: [NVRx] [ERROR] NVRx decided the job must not be restarted (no_progress): "
+                                  "Progress tracker detected no progress across restarts.. Agent's exit code = 93")
+                self._exit(job, n, 93)
             self._finish(job, JobState.FAILED)
             return True
         if f.kind == "segfault":

@@ -22,10 +22,8 @@ from orchestrator.diagnose.endings import (
     who_stalled,
 )
 from orchestrator.diagnose.finish import FINISH
-from orchestrator.diagnose.judge import (
-    NodeMatch,
-    own_error_then_idle,
-)
+from orchestrator.diagnose.judge import NodeMatch, own_error_then_idle
+from orchestrator.diagnose.supervisor import supervisor_stop
 from orchestrator.diagnose.verdicts import Context, evs, verdict
 from orchestrator.evidence import NodeEvidence
 from orchestrator.model import (
@@ -273,6 +271,7 @@ RULES: tuple[Rule, ...] = (
     ("all_exited_0", _all_exited_0),
     ("printed_its_end", _printed_its_end),
     ("cancelled_by_operator", _cancelled),  # `orchestrator cancel`, --cancel-on-exit
+    ("supervisor_no_restart", lambda f: supervisor_stop(f.nodes, f.roots, f.secondary)),
     ("slow_node", _slow_node),  # cancelled to swap a slow node for a spare
     ("node_down", _node_down),  # cancelled: a silent node slurmctld cannot reach either
     # no root error and the controller saw a stall (or a rank is stuck): who stalled it

@@ -108,6 +108,13 @@ EVENTS: tuple[Signature, ...] = (
               r"stop_time_hours", C.TIMELIMIT, kind="stop",
               source="Megatron --exit-duration-in-mins and --exit-signal-handler; Lightning "
                      "Timer callback; submitit's timeout handling; fairseq --stop-time-hours"),
+    # Another recovery owner inside the job (NVRx ft_launcher) decided the job must not be
+    # restarted: its exit code (93 by default) and this line; the run stops (diagnose/supervisor.py)
+    Signature("supervisor_no_restart",
+              r"NVRx decided the job must not be restarted|detected no progress across restarts\. "
+              r"No more restarts will be attempted", C.USER_BUG, kind="no_restart",
+              source="nvidia-resiliency-ext ft_launcher: NoRestartRequested (attribution_stop, "
+                     "no_progress), DEFAULT_NO_RESTART_EXIT_CODE 93; its progress tracker"),
     Signature("spot_termination",
               r"[Ss]pot (?:[Ii]nstance )?(?:[Ii]nterruption|[Tt]ermination)(?: [Nn]otice| "
               r"[Ww]arning)?|instance-action.*(?:terminate|stop)|[Pp]reemption notice|[Ii]nstance "

@@ -241,7 +241,7 @@ def rewrite(launch: Launch, text: str, multinode: bool) -> tuple[int, int, str, 
     seg = launch.segment
     words = seg.texts(text)
     c = _command_index(words)
-    notes: list[str] = []
+    notes = restart_owner([unquote(w) for w in words])
     if launch.kind == "srun":
         notes.append(f"the training launch: the agent takes {launch.launcher}'s place (one agent "
                      "per node, resources.tasks_per_node copies of the command on each); "
@@ -260,6 +260,20 @@ def rewrite(launch: Launch, text: str, multinode: bool) -> tuple[int, int, str, 
                      "script; the agent now runs it on every node: check that it is told its node "
                      "rank ($SLURM_NODEID)")
     return seg.words[c][0], seg.words[c][0], "", notes
+
+
+def restart_owner(words: list[str]) -> list[str]:
+    """NVRx's `ft_launcher --max-restarts N` restarts the ranks inside the job itself (issue 40):
+    it stays the owner of those restarts, the controller owns the segments around them."""
+    if not any(w.rsplit("/", 1)[-1] == "ft_launcher" for w in words):
+        return []
+    n = next((v for i, w in enumerate(words) for v in [w.partition("=")[2] if "=" in w
+              else (words[i + 1] if i + 1 < len(words) else "")]
+              if w.split("=")[0] in ("--max-restarts", "--max_restarts")), "0")
+    return [f"IN-JOB RESTARTS: ft_launcher (NVRx) restarts the ranks inside each segment's job "
+            f"(--max-restarts {n}) and stays their owner: the controller resubmits a segment "
+            "only once its job ended, holds no spare nodes of its own (resources.spare_nodes: "
+            "0), and stops when NVRx decides the job must not be restarted (exit 93)"]
 
 
 def rank_step(launch: Launch, text: str, tasks: int,

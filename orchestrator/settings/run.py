@@ -40,6 +40,7 @@ UNFILLED = re.compile(r"CHANGE[-_ ]?ME|<[A-Za-z_ -]*>|\bTODO\b|/path/to/", re.I)
 # and Horovod's examples' `Train Epoch: N [x/y (p%)]` (the epoch); a dict or JSON line's `'step':
 # N,`. A checkpoint file name
 # such as `step=49.ckpt` is not progress.
+FT_LAUNCHER = re.compile(r"(?:^|[\s/])ft_launcher(?:\s|$)")
 PROGRESS_REGEX = (
     r"(?:\biteration:?\s+(?=\d+\s*/\s*\d)"
     r"|(?:^|[^\w.-]|\x1b\[[\d;]*m)(?:global_)?steps?(?:=|:\s*)(?=\d+(?:[\s,/\]|]|\x1b|$))"
@@ -222,6 +223,17 @@ class Settings(BaseSettings):
         if run == ckpt or ckpt in run.parents:
             raise ValueError(f"run_dir {run} is inside checkpoint.dir {ckpt}: give them separate "
                              "directories")
+        return self
+
+    @model_validator(mode="after")
+    def _one_restart_owner(self) -> Settings:
+        """NVRx's ft_launcher restarts ranks inside the job: spare nodes would make the controller
+        restart inside the same job too (issue 40: never two owners)."""
+        if self.resources.spare_nodes != 0 and any(FT_LAUNCHER.search(a) for a in self.command):
+            raise ValueError(f"resources.spare_nodes={self.resources.spare_nodes} with a command "
+                             "that runs NVRx's ft_launcher: it restarts the ranks inside the job "
+                             "itself; set resources.spare_nodes: 0 (the controller then resubmits "
+                             "segments only), or launch with torchrun")
         return self
 
     @model_validator(mode="after")
