@@ -285,3 +285,4 @@ class BlacklistEntry(Frozen):
     hard: bool = True
     source: EntrySource = EntrySource.AUTO
     run: str = ""  # the run whose verdict it was, when it came from the shared blacklist
+    run_created: datetime | None = None  # when that run began: runs of one name told apart

@@ -41,9 +41,9 @@ STEP_KILLED_EXIT = 1  # srun's exit code when Slurm killed the step because one 
 
 @dataclass
 class Fault:
-    # ecc | oom_startup | bug | nan | hang | segfault | ft_stop (nan, hang: once unless sticky) | nanloss, spike: from
-    # `at` on the ranks print a NaN loss or one nine times the usual and train on (once unless sticky: the
-    # first job that reaches `at`)
+    # ecc | oom_startup | bug | nan | hang | segfault | ft_stop (nan, hang, segfault: once unless sticky)
+    # | nanloss, spike: from `at` on the ranks print a NaN loss or one nine times the usual and train on (once
+    # unless sticky: the first job that reaches `at`)
     kind: str
     at: int = 0
     sticky: bool = True
@@ -351,6 +351,8 @@ class FakeCluster(BackendDefaults):
         if f.kind == "segfault":
             self._log(job, node, f"{rank}: Fatal Python error: Segmentation fault")
             self._exit(job, node, 139)
+            if not f.sticky:  # a one-off crash: the next job runs clean
+                self.faults.pop(node, None)
             return True
         if f.kind == "hang":
             job.stalled = True

@@ -121,7 +121,8 @@ def ledger(state: RunState, job_id: str, verdict: Verdict, decision: Decision, p
                        expiry=timedelta(hours=policy.blacklist_expiry_h))
         entry = bl.get(node)
         if entry is not None:
-            effects.append(Publish(entry.model_copy(update={"run": state.run})))
+            effects.append(Publish(entry.model_copy(update={"run": state.run,
+                                                              "run_created": state.created_at})))
             if policy.drain_blacklisted and entry.hard:
                 effects.append(Drain(node, f"[node_problem] orchestrator {state.run}: "
                                            f"{entry.cause.value} job {entry.job_id}"))

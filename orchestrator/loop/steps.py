@@ -153,8 +153,8 @@ class Steps:
         """The spares of the segment's job free now: held, not lost, not excluded by any run's
         blacklist nor blamed in this job."""
         state = self.host.state
-        bl = merged_blacklist(self.host.s,
-                              state.blacklist).excluding(now, self.host.s.policy.strike_threshold)
+        bl = merged_blacklist(self.host.s, state.blacklist, (state.run, state.created_at),
+                              now).excluding(now, self.host.s.policy.strike_threshold)
         banned = {e.node for e in bl} | state.blamed_in_job(seg)  # other runs' blacklist included
         # a spare an admin (or a health check) drained, or Slurm set down, is never promoted; when
         # sinfo does not answer, that is unknown: the spares stay as they were

@@ -63,12 +63,13 @@ def shared_path(settings: Settings) -> Path | None:
     return (p if p.is_absolute() else settings.config_dir / p) if p else None
 
 
-def merged_blacklist(settings: Settings, own: Blacklist) -> Blacklist:
+def merged_blacklist(settings: Settings, own: Blacklist, run: tuple[str, datetime] | None = None,
+                     now: datetime | None = None) -> Blacklist:
     path = shared_path(settings)
     if path is None:
         return own
     try:
-        return SharedBlacklist(path).merge_into(own)
+        return SharedBlacklist(path).merge_into(own, run, now)
     except (OSError, ValueError) as exc:
         logger.warning("shared blacklist unreadable, using the run's own: {}", exc)
         return own
@@ -206,7 +207,7 @@ def prepare(settings: Settings, state: RunState, backend: Backend, now: datetime
             find: Finder = ckpt_mod.find_latest) -> Prepared:
     """The next segment's spec. Raises FilesystemStall when the checkpoint directory does not
     answer."""
-    bl = merged_blacklist(settings, state.blacklist)
+    bl = merged_blacklist(settings, state.blacklist, (state.run, state.created_at), now)
     ckpt = find_checkpoint(settings, state, find)
     inventory = backend.nodes()
     n, k, note = settings.resources.nodes, spares(settings, state), ""

@@ -216,8 +216,7 @@ class Policy(Section):
     _causes = field_validator("on_cause")(known_causes)
     shared_blacklist: Path | None = Field(
         None, description="A blacklist file shared by several runs on one cluster (read and "
-                          "written with a lock)."
-    )
+                          "written with a lock); a node's strikes in every run add up.")
     scheduler_outage_max_s: float = Field(
         21600.0, gt=0, le=YEAR_S, description="Stop the run (after one alert) when sbatch cannot "
         "reach the scheduler for longer than this."

@@ -173,7 +173,7 @@ def test_shared_blacklist_and_drain_across_runs(tmp_path: Path) -> None:
     drained = cluster_a.drained
     assert drained and drained[0][0] == "node3" and "gpu_ecc" in drained[0][1]
     assert drained[0][1].startswith("[node_problem] ")  # whose problem it is, first in sinfo -R (issue 23)
-    ctl_b, cluster_b, _ = make(b_dir, policy={"shared_blacklist": shared})
+    ctl_b, cluster_b, _ = make(b_dir, policy={"shared_blacklist": shared}, name="b")  # another run
     assert ctl_b.run().status == RunStatus.DONE
     assert cluster_b.submitted[0].exclude == ("node3",)  # learned from run A before its first segment
 
@@ -228,3 +228,20 @@ def test_fake_cluster_and_real_backends_satisfy_the_backend_protocol(tmp_path: P
     slurm: Backend = SlurmBackend(SlurmBackendCfg(), clock, tmp_path / "run", runner=lambda argv, t: "node1\n")
     assert [b.name for b in (fake, local, slurm)] == ["fake", "local", "slurm"]
     assert fake.nodes() == NODES and fake.find_jobs("t.seg0001") == [] and fake.poll([]) == {}
+
+
+def test_a_node_struck_once_in_each_of_two_runs_is_excluded_from_a_third_runs_first_segment(tmp_path: Path) -> None:
+    """Issue 40 item 4: weak evidence (one rank's crash: a strike, the node kept) adds up across runs."""
+    shared = str(tmp_path / "cluster-blacklist.json")
+    firsts = []
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+        faults = {"node2": Fault("segfault", at=25, sticky=False)} if name != "c" else {}
+        ctl, cluster, _ = make(tmp_path / name, faults, policy={"shared_blacklist": shared}, name=name)
+        state = ctl.run()
+        assert state.status == RunStatus.DONE, state.stop_reason
+        firsts.append(cluster.submitted[0].exclude)
+        if name != "c":  # run A: a strike, not an exclusion; run B: its strike and A's exclude node2 at once
+            assert state.segments[0].culprit_nodes == ["node2"]
+            assert ("node2" in cluster.submitted[1].exclude) == (name == "b")
+    assert firsts == [(), (), ("node2",)]
