@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 from orchestrator.model import RunStatus
 from orchestrator.state import RunState
 from orchestrator.views.ettr import run_metrics
+from orchestrator.views.nodes import drain_reason
 from orchestrator.views.restarts import restarts, summary
 
 METRICS_FILE = "metrics.prom"
@@ -58,11 +59,32 @@ def registry(state: RunState, now: datetime, job_seen_at: datetime | None) -> Co
         kinds.labels(state.run, kind).set(row["count"])
     gauge("blacklisted_nodes", "Nodes on the run's blacklist that have not expired.",
           len(state.blacklist.prune(now).entries))
+    _nodes(reg, state, now)
     gauge("last_update_timestamp_seconds", "When this file was written.", now.timestamp())
     if job_seen_at is not None:
         gauge("job_seen_timestamp_seconds", "The last poll that could see the job (the scheduler "
                                             "answered).", job_seen_at.timestamp())
     return reg
+
+
+def _nodes(reg: CollectorRegistry, state: RunState, now: datetime) -> None:
+    """Per node, what an admin acts on (issue 40): its strikes on the run's blacklist with the
+    drain-ready reason `scontrol update ... State=DRAIN Reason=` takes, and the nodes of the
+    current job Slurm shows drained or down, with the admins' reason."""
+    struck = Gauge("orchestrator_node_strikes", "Strikes of a node on the run's blacklist "
+                   "(unexpired); hard=true excludes it at once. reason: drain-ready.",
+                   ["run", "node", "cause", "hard", "reason"], registry=reg)
+    for e in state.blacklist.prune(now).entries:
+        struck.labels(state.run, e.node, e.cause.value, str(e.hard).lower(),
+                      drain_reason(e, state.run)).set(e.strikes)
+    drained = Gauge("orchestrator_node_drained", "A node of the current job that Slurm shows "
+                    "drained or down, with the admins' reason.", ["run", "node", "reason"],
+                    registry=reg)
+    job = state.segments[-1].job_id if state.segments else None  # its steps: spares swapped in
+    seen = {n: why for s in state.segments if job and s.job_id == job
+            for n, why in s.drained.items()}
+    for node, why in sorted(seen.items()):
+        drained.labels(state.run, node, why[:200]).set(1)
 
 
 def write_metrics(path: Path, state: RunState, now: datetime, job_seen_at: datetime | None) -> None:

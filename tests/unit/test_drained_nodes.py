@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.backends.slurm_commands import drained_reasons
 from orchestrator.loop import observations as o
@@ -16,6 +18,7 @@ from orchestrator.loop.conclude import drained_culprit
 from orchestrator.loop.drains import DRAIN_EVERY_S, Drains
 from orchestrator.model import Action, CancelReason, Cause, RunStatus, Verdict
 from orchestrator.state import SegmentRecord
+from orchestrator.views.metrics import registry
 from orchestrator.views.status import status_json
 from tests.unit.test_controller_spares import make, run_until
 
@@ -94,6 +97,9 @@ def test_an_admin_drains_a_running_node_it_is_named_and_swapped_for_the_spare(tm
     state = run_until(ctl, state, 12 + int(DRAIN_EVERY_S) + 1)  # sinfo is asked at most every DRAIN_EVERY_S
     assert state.segments[0].drained == {"node2": NHC}
     assert status_json(state, clock.now())["segments"][0]["drained"] == {"node2": NHC}
+    prom = [s for fam in text_string_to_metric_families(generate_latest(registry(state, clock.now(), None)).decode())
+            for s in fam.samples if s.name == "orchestrator_node_drained"]
+    assert [(s.labels["node"], s.labels["reason"], s.value) for s in prom] == [("node2", NHC[:200], 1.0)]
     state = ctl.run()
     assert state.status == RunStatus.DONE
     s1, s2 = state.segments[:2]

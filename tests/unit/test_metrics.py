@@ -30,6 +30,12 @@ def test_a_run_exports_its_progress_ettr_losses_restarts_and_blacklist(tmp_path:
     assert got[("orchestrator_lost_seconds", (("cause", "gpu_ecc"), ("run", "t")))] > 0
     assert got[("orchestrator_restarts", (("kind", "new_job"), ("run", "t")))] == 1
     assert got[("orchestrator_blacklisted_nodes", run)] == 1
+    # issue 40: per node, its strikes with the reason an admin gives `scontrol update ... State=DRAIN`
+    struck = {dict(k[1])["node"]: (dict(k[1]), v) for k, v in got.items() if k[0] == "orchestrator_node_strikes"}
+    labels, strikes = struck["node3"]
+    assert strikes == 1 and labels["cause"] == "gpu_ecc" and labels["hard"] == "true"
+    assert labels["reason"].startswith("[node_problem] orchestrator t: gpu_ecc job 101: ")
+    assert len(labels["reason"]) <= 200
     assert ("orchestrator_job_seen_timestamp_seconds", run) in got
 
 
