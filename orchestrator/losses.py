@@ -7,12 +7,14 @@ fairseq `| loss 9.1 |` and its JSON, composer `loss/train/total: 3.4`, OLMo
 `train/CrossEntropyLoss=7.2`, NeMo `reduced_train_loss=2.3`, OpenNMT-py `xent: 2.13`), never an
 evaluation's (`val loss`, `eval_loss`, `validation loss`) nor a component or the loss scale.
 `LossSeries` watches one node's losses: a loss printed as NaN or Inf `nan_points` times in a row,
-or a spike (a loss more than `spike_score` robust deviations and `spike_rise` of the level above
-the median of the last `window` normal losses, `confirm_points` times in a row, judged once
-`min_points` were seen, or at once with the previous segment's baseline as its seed) is an
-anomaly, with its onset: the step of its first point. Warm-up (a loss that falls), evaluations and
-a noisy fine-tune's ordinary spread do not trip it; a single outlier does not either (it never
-enters the baseline).
+or a spike (a loss more than `spike_score` noise deviations and `spike_rise` of the level above the
+level, `confirm_points` times in a row, judged once `min_points` were seen, or at once with the
+previous segment's baseline as its seed) is an anomaly, with its onset: the step of its first
+point. The level is the median of the last `level_points` normal losses (a curve still falling in
+its warm-up is judged against where it is, not where it was); the noise is the robust spread of the
+step-to-step changes over the last `window` normal losses (a trend is no noise). Warm-up,
+evaluations and a noisy fine-tune's ordinary spread do not trip it; a single outlier does not
+either (it never enters the baseline).
 """
 
 from __future__ import annotations
@@ -64,8 +66,9 @@ class LossRule(BaseModel):
     min_points: int = 20
     spike_score: float = 6.0
     spike_rise: float = 0.25
-    confirm_points: int = 3
+    confirm_points: int = 2
     nan_points: int = 2
+    level_points: int = 5
     # the baseline the previous segment of the run ended with (its normal losses): a spike right
     # after a resume is judged at once, not after `min_points`
     seed: tuple[float, ...] = ()
@@ -118,15 +121,12 @@ class LossSeries:
             return self.found
         self._nan = []
         if len(self._base) >= r.min_points:
-            med = self._median()
-            assert med is not None
-            spread = 1.4826 * statistics.median(abs(x - med) for x in self._base)
-            # a loss wandering around zero (a policy-gradient objective) has no level to spike from
-            line_up = max(r.spike_score * spread, r.spike_rise * abs(med), 1e-12)
-            if abs(med) > spread and value - med > line_up:
+            level, spread = self._level(), self._noise()
+            line_up = max(r.spike_score * spread, r.spike_rise * abs(level), 1e-12)
+            if self._has_level() and value - level > line_up:
                 self._run.append((step, value, line))
                 if len(self._run) >= r.confirm_points:
-                    self.found = self._anomaly("spike", self._run, med)
+                    self.found = self._anomaly("spike", self._run, level)
                 return self.found
         self._run = []
         self._base.append(value)
@@ -153,6 +153,25 @@ class LossSeries:
 
     def _median(self) -> float | None:
         return statistics.median(self._base) if self._base else None
+
+    def _has_level(self) -> bool:
+        """A loss wandering around zero (a policy-gradient objective) has no level to spike from:
+        the window's median is within the window's robust spread of zero."""
+        med = statistics.median(self._base)
+        return abs(med) > 1.4826 * statistics.median(abs(x - med) for x in self._base)
+
+    def _level(self) -> float:
+        """Where the curve is now: the median of the newest normal losses."""
+        n = max(1, min(self.rule.level_points, len(self._base)))
+        return statistics.median(list(self._base)[-n:])
+
+    def _noise(self) -> float:
+        """The losses' own noise, not their trend: the robust spread (1.4826 x MAD) of the step-to-
+        step changes, over sqrt(2) (a change holds two points' noise)."""
+        b = list(self._base)
+        steps = [b[i + 1] - b[i] for i in range(len(b) - 1)]
+        mid = statistics.median(steps)
+        return 1.4826 * statistics.median(abs(d - mid) for d in steps) / math.sqrt(2)
 
     def _anomaly(self, kind: str, run: list[tuple[int | None, float, str]],
                  baseline: float | None) -> LossAnomaly:

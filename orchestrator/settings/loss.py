@@ -21,9 +21,12 @@ class LossCfg(Section):
     min_points: int = Field(_D.min_points, ge=3, le=100_000, description="Losses a segment prints "
                             "before a spike can be judged (warm-up, a resume's first steps).")
     spike_score: float = Field(_D.spike_score, gt=0, le=1e6, description="A spike is more than "
-                               "this many robust deviations (1.4826 x MAD) above the median ...")
+                               "this many noise deviations (the robust spread of the step-to-step "
+                               "changes) above the level ...")
     spike_rise: float = Field(_D.spike_rise, ge=0, le=1e6, description="... and more than this "
-                              "fraction of the median above it (0.25: 25% higher).")
+                              "fraction of the level above it (0.25: 25% higher).")
+    level_points: int = Field(_D.level_points, ge=1, le=100_000, description="The level: the "
+                              "median of this many newest normal losses (where the curve is now).")
     confirm_points: int = Field(_D.confirm_points, ge=1, le=10_000, description="Printed losses in "
                                 "a row above the spike line before it counts (an outlier is not a "
                                 "spike).")
@@ -34,4 +37,5 @@ class LossCfg(Section):
         """The detector's terms; None when the loss is not watched."""
         return None if not self.watch else LossRule(window=self.window, min_points=self.min_points,
                         spike_score=self.spike_score, spike_rise=self.spike_rise,
-                        confirm_points=self.confirm_points, nan_points=self.nan_points)
+                        confirm_points=self.confirm_points, nan_points=self.nan_points,
+                        level_points=self.level_points)

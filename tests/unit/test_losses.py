@@ -166,3 +166,21 @@ def test_a_segment_is_seeded_with_the_baseline_before_it_only_when_it_resumes(tm
     seeded, unseeded = loss_terms(ctl.s, watch, resumed), loss_terms(ctl.s, watch, scratch)
     assert seeded is not None and seeded.seed == (2.0,) * 30
     assert unseeded is not None and unseeded.seed == ()
+
+
+@pytest.mark.parametrize("noise", [0.005, 0.02])
+def test_a_spike_while_the_curve_still_falls_steeply_is_judged_against_where_the_curve_is(noise: float) -> None:
+    """A warm-up descent (10 -> ~4.6 over 60 prints): the window's median lags far above the curve, so a spike judged
+    against it is hidden. The level is the newest losses' median, the noise the spread of step-to-step changes."""
+    falling = [4.5 + 5.5 * math.exp(-i / 15) * (1 + noise * ((i * 5) % 7 - 3) / 3) for i in range(60)]
+    spiked = _series(falling + [7.9, 7.5, 7.1, 7.2])
+    assert spiked.found is not None and spiked.found.kind == "spike" and spiked.found.onset == 61
+    assert _series(falling + [falling[-1] * 0.99] * 10).found is None
+
+
+@pytest.mark.parametrize("jump", [1.5, 2.2, 4.0])
+def test_two_prints_in_a_row_over_the_line_are_a_spike_one_is_an_outlier(jump: float) -> None:
+    flat = [2.0 + 0.02 * ((i * 7) % 5 - 2) for i in range(120)]
+    two = _series(flat + [2.0 * jump, 1.9 * jump, 2.0, 2.01])
+    assert two.found is not None and two.found.onset == 121
+    assert _series(flat + [2.0 * jump, 2.0, 2.01, 1.99]).found is None
