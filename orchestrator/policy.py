@@ -33,23 +33,28 @@ ADVICE: dict[str, str] = {  # what to change, for the job's own faults (by cause
                      "DataLoader workers (fewer workers, or a larger shared-memory size)",
     Cause.LOSS_ANOMALY: "no checkpoint before the onset to roll back to: lower the learning rate, "
                         "skip the batches or fix the data",
-    # by rule: the job's own restart supervisor gave up (issue 40)
-    "supervisor_no_restart": "read why it gave up (its log, its attribution), fix the job or the "
-                             "nodes, then `orchestrator resume`",
+    "supervisor_no_restart": "read why it gave up (its log), fix it, then `orchestrator resume`",
 }
 CLEAN_ENDS = frozenset({JobState.TIMEOUT, JobState.COMPLETED, JobState.PREEMPTED})
+NOT_REPEATS = frozenset({Cause.PREEMPTED, Cause.TIMELIMIT, Cause.CANCELLED, Cause.SUCCESS})
 
 
 def _repeats_elsewhere(segments: list[SegmentRecord], verdict: Verdict) -> SegmentRecord | None:
-    """The previous segment ended with the same cause at the same iteration on a different node
-    set."""
-    if len(segments) < 2:
+    """The previous segment ended with the same failure at the same iteration on a different node
+    set; two that failed before any progress from the same start, with nobody named either time,
+    failed at the same step too. A scheduler's end or a cancel is no failure that repeats."""
+    if len(segments) < 2 or verdict.cause in NOT_REPEATS:
         return None
     cur, prev = segments[-1], segments[-2]
+    nobody = not verdict.culprit_nodes and not prev.culprit_nodes
+
+    def reached(s: SegmentRecord) -> int | None:
+        return s.end_iteration if s.end_iteration is not None or not nobody else s.start_iteration
+
     same = (
         prev.cause == verdict.cause
-        and prev.end_iteration is not None
-        and prev.end_iteration == cur.end_iteration
+        and reached(prev) is not None
+        and reached(prev) == reached(cur)
         and set(prev.nodes) != set(cur.nodes)
     )
     return prev if same else None

@@ -21,8 +21,9 @@ SHM = re.compile(r"/dev/shm|\bshm\b|shared memory|</torch_\d+", re.IGNORECASE)
 RUNTIME_OOM = re.compile(r"CUDA error: out of memory|cudaErrorMemoryAllocation|Cuda failure \d* "
                          r"?'out of memory'")
 # A kernel's own crash on the device (PyTorch, NCCL's "Cuda failure", the driver API's names)
-CUDA_CRASH = re.compile(r"illegal memory access|unspecified launch failure|cudaErrorIllegalAddress|"
-                        r"cudaErrorLaunchFailure|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED|"
+CUDA_CRASH = re.compile(r"illegal (?:memory access|instruction)|unspecified launch failure|"
+                        r"cudaErrorIllegal(?:Address|Instruction)|cudaErrorLaunchFailure|"
+                        r"CUDA_ERROR_ILLEGAL_(?:ADDRESS|INSTRUCTION)|CUDA_ERROR_LAUNCH_FAILED|"
                         r"Memory access fault by GPU")  # ROCm's (HSA) page fault
 # the runtime's own words for it (`unspecified launch failure`, `hipErrorLaunchFailure`)
 LAUNCH_FAILURE = re.compile(r"launch[ _]?failure", re.IGNORECASE)

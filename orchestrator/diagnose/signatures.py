@@ -199,12 +199,12 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + SERVICES + (
               source="errno ENOSPC/EDQUOT: a full /dev/shm, shared filesystem or quota is the "
               "job's; a node-local disk full on one node is the node's (classify tells them "
               "apart)"),
-    # a kernel's own crash on one rank (the watchdog re-raises it: `Process group watchdog thread
-    # terminated with exception: CUDA error: an illegal memory access ...`): the job's on every
-    # node, one rank's a strike (rules.one_rank_cuda_crash)
-    Signature("cuda_illegal_access", r"CUDA error: an illegal (?:memory access|instruction) was "
-              r"encountered|CUDA error: misaligned address|cudaErrorIllegalAddress"
-              r"|Memory access fault by GPU node-\d+ \(Agent handle: \S+\) on address",
+    # a kernel's own crash (the watchdog re-raises it: `... exception: CUDA error: an illegal
+    # memory access ...`): the job's on every node, one rank's a strike (one_rank_cuda_crash)
+    Signature("cuda_illegal_access", r"(?:CUDA error|CUDA_ERROR_ILLEGAL_(?:ADDRESS|INSTRUCTION)):"
+              r" an illegal (?:memory access|instruction) was encountered|CUDA error: misaligned "
+              r"address|cudaErrorIllegal(?:Address|Instruction)|Memory access fault by GPU "
+              r"node-\d+ \(Agent handle: \S+\) on address",
               C.USER_BUG, blame=True, source="CUDA runtime error strings (cudaGetErrorString) as "
                                              "torch raises them; ROCm's HSA runtime page fault"),
     Signature("segfault", r"Segmentation fault|\bSIGSEGV\b|signal 11\b|Signals\.SIGSEGV|"

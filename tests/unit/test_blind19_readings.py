@@ -1,0 +1,55 @@
+"""Readings taught by blind19's misses (issue 38), each through `diagnose_dir` on variants of the real text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_blind14_readings import _diagnose, _said, _steps
+
+JAX_STEPS = [f"I0804 06:{14 + i}:22.01 7000 callbacks.py:162] step {5 * i:4d} | loss 3.{90 - i} | lr 3.00e-04"
+             for i in range(1, 12)]
+
+
+@pytest.mark.parametrize("err", [
+    "E0804 06:32:31.55 7002 pjrt_stream_executor_client.cc:3097] Execution of replica 2 failed: INTERNAL: Failed to "
+    "retrieve branch_index value on stream 0x5603a1c7e0b0: CUDA error: Could not synchronize CUDA stream: "
+    "CUDA_ERROR_ILLEGAL_INSTRUCTION: an illegal instruction was encountered",
+    "E0804 06:32:31.60 7002 gpu_cudamallocasync_allocator.cc:414] cudaFreeAsync failed to free 0x7fcd18fc9fb6: "
+    "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered",
+    "RuntimeError: CUDA error: cudaErrorIllegalInstruction"])
+def test_one_tasks_illegal_instruction_after_progress_is_a_strike_on_its_node_not_the_jobs_bug(
+        tmp_path: Path, err: str) -> None:
+    """The driver API's names for a kernel's own crash (XLA prints them): one task's, after progress, nothing
+    else explaining it: weak evidence against that node (a strike), never a stop."""
+    beat = ("F0804 06:37:31.12 7000 client.h:77] Terminating process because the JAX distributed service detected "
+            "fatal errors. This most likely indicates that another task died")
+    files = {"s2grxs64.log": [*JAX_STEPS, beat], "s5k62nb4.log": [beat], "s91qxs64.log": [beat],
+             "s24qxs64.log": [err, "jax.errors.JaxRuntimeError: INTERNAL: Failed to retrieve branch_index value on "
+                                   "stream 0x5603a1c7e0b0:", beat]}
+    d = _diagnose(tmp_path, files)
+    assert d["culprit_nodes"] == ["s24qxs64"] and d["action"] == "resubmit", d["reason"]
+
+
+@pytest.mark.parametrize("before", [True, False])
+def test_the_same_failure_before_any_progress_on_two_allocations_of_other_nodes_stops(
+        tmp_path: Path, before: bool) -> None:
+    """Two `slurm-<jobid>.out` of one run on different node pairs, each timing out in the first collective before
+    any step: the same failure at the same step (the start), nobody named: the job's (its setup), stop. With
+    progress in between, the second is a new failure at another step: resubmit."""
+    timeout = ("[rank{r}]:[E0215 08:14:46.00 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+               "operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=23357030, NumelOut=23357030, "
+               "Timeout(ms)=600000) ran for 600075 milliseconds before timing out.")
+
+    def alloc(job: int, a: str, b: str, start: int) -> list[str]:
+        steps = [] if before else _steps(start=start)
+        return [f"{a}: {line}" for line in steps] + [f"{h}: " + timeout.format(r=r) for r, h in enumerate((a, b))] + [
+            "torch.distributed.DistBackendError: NCCL communicator was aborted on rank 0.",
+            f"slurmstepd: error: *** STEP {job}.1 ON {b} CANCELLED AT 2026-02-15T08:15:16 ***"]
+
+    d = _diagnose(tmp_path, {"slurm-6101.out": alloc(6101, "p5en-st-1", "p5en-st-2", 100),
+                             "slurm-6107.out": alloc(6107, "p5en-st-5", "p5en-st-6", 300)})
+    assert d["cause"] == "nccl_timeout" and d["action"] == ("stop_and_alert" if before else "resubmit"), d["reason"]
+    if before:
+        assert _said(d)[1] == []
