@@ -89,8 +89,14 @@ def _named_by_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch]) -> 
                        "preempted", Owner.NOBODY)
     local = sorted({h for n, m in secondary if m.signature in OWN_ENDPOINT and not m.peer_ip
                     and (h := origin(n, m))})
+    hosts = all_hosts(nodes)
+    if len(local) > 1 and set(local) >= set(hosts) and all(n.last_iteration is None for n in nodes):
+        return verdict(Cause.NETWORK, [], False, 0.7, evs(secondary, Role.ROOT, 10),
+                       "every node's own endpoint failed the same way before any step: the job's "
+                       "environment or transport settings (locked memory, provider options), not "
+                       "one node", "own_endpoint_everywhere", Owner.JOB)
     # a local completion error (protection, length; a libfabric or UCX endpoint's): its HCA
-    if len(local) == 1 and len(all_hosts(nodes)) > 1:
+    if len(local) == 1 and len(hosts) > 1:
         return verdict(Cause.NETWORK, local, True, 0.6, evs(secondary, Role.ROOT, 10),
                        f"IB completion errors on {local[0]} with no peer named: its own link",
                        "local_ib_error", Owner.NODE_SUSPECT)

@@ -128,11 +128,13 @@ PLATFORMS: tuple[Signature, ...] = (
     # Cray MPICH over libfabric (Slingshot CXI): a completion-queue error of this rank's own
     # endpoint (its errno text, `Input/output error`, is the provider's, not a filesystem's)
     Signature("ofi_cq_error",
-              r"\bOFI [Pp]oll [Ff]ailed\b|\blibfabric:\d+:\d+::\w+:\w+:\w+\(\):\d+<(?:warn|error)>",
+              r"\bOFI [Pp]oll [Ff]ailed\b|\blibfabric:\d+:\d+::\w+:\w+:\w+\(\):\d+<(?:warn|error)>"
+              r"|Unable to write to EQ: Missing or unavailable event queue",
               C.NETWORK, cascade=True,
               source="Cray MPICH ofi_events.c 'MPIDI_OFI_handle_cq_error(1075): OFI poll failed "
                      "(... Input/output error - PTLTE_NOT_FOUND)', '(default nic=...)'; OLCF "
-                     "Frontier known issue OLCFDEV-1597 'OFI Poll Failed UNDELIVERABLE'"),
+                     "Frontier known issue OLCFDEV-1597 'OFI Poll Failed UNDELIVERABLE'; EFA rxr "
+                     "'Unable to write to EQ' (aws-ofi-nccl#141)"),
     # MPICH's (and Intel MPI's) error stack names the peer rank the failed send or receive was
     # with; the job's rank map says its host (nodes.node_evidence)
     Signature("mpich_peer_rank",

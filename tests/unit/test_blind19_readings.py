@@ -53,3 +53,33 @@ def test_the_same_failure_before_any_progress_on_two_allocations_of_other_nodes_
     assert d["cause"] == "nccl_timeout" and d["action"] == ("stop_and_alert" if before else "resubmit"), d["reason"]
     if before:
         assert _said(d)[1] == []
+
+
+EQ = ("Unable to write to EQ: Missing or unavailable event queue. err: Cannot allocate memory (-12) prov_errno: Cannot "
+      "allocate memory (-12) ./prov/efa/src/rxr/rxr.h:683")
+OFI = ("MPIDI_OFI_handle_cq_error(1062): OFI poll failed (ofi_events.c:1064:MPIDI_OFI_handle_cq_error:Input/output "
+       "error - PTLTE_NOT_FOUND)")
+CLOSED = "{h}:8814:8877 [3] include/socket.h:409 NCCL WARN Net : Connection closed by remote peer {p}<53203>"
+
+
+@pytest.mark.parametrize("err", [EQ, OFI])
+@pytest.mark.parametrize("progress", [False, True])
+def test_every_nodes_own_endpoint_failing_alike_before_any_step_is_the_jobs_environment(
+        tmp_path: Path, err: str, progress: bool) -> None:
+    """EFA's `Unable to write to EQ ... Cannot allocate memory` (a locked-memory limit), Slingshot's `OFI poll failed`:
+    each host's own endpoint, on every host, before any step: the job's environment or transport settings, stop.
+    After progress the same lines are no setup problem: not a stop."""
+    hosts = [f"p4d-{i}" for i in range(1, 5)]
+    files = {f"{h}.log": [*(_steps() if progress else []), err, CLOSED.format(h=h, p=hosts[(i + 1) % 4]),
+                          "ncclSystemError: System call (socket, malloc, munmap, etc) failed."]
+             for i, h in enumerate(hosts)}
+    d = _diagnose(tmp_path, files)
+    assert (d["action"] == "stop_and_alert") == (not progress), d["reason"]
+    assert d["culprit_nodes"] == [] and d["cause"] == "network", d["reason"]
+
+
+def test_one_nodes_own_endpoint_error_before_any_step_is_that_nodes(tmp_path: Path) -> None:
+    hosts = [f"p4d-{i}" for i in range(1, 5)]
+    files = {f"{h}.log": [*([EQ] if h == "p4d-3" else []), CLOSED.format(h=h, p="p4d-3")] for h in hosts}
+    d = _diagnose(tmp_path, files)
+    assert d["culprit_nodes"] == ["p4d-3"] and d["action"] != "stop_and_alert", d["reason"]
