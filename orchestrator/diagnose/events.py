@@ -83,8 +83,9 @@ EVENTS: tuple[Signature, ...] = (
                                              "step cancel"),
     # The training reached its end: a crash or hang after this is teardown, the run succeeded.
     Signature("train_done",
+              # (not Ray Train's per-report `Training finished iteration 3 at ...`)
               r"Training completed|Training complete\b|training (?:is "
-              r")?(?:finished|done)\b|finished training|Training run \S+ "
+              r")?(?:finished|done)\b(?! iteration \d)|finished training|Training run \S+ "
               r"finished|\btrain_runtime\b|Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` "
               r"reached|Saving (?:the )?final (?:model|checkpoint)|saved final "
               r"(?:model|checkpoint)|Model weights saved in \S*final|Exiting after successful "
@@ -93,13 +94,15 @@ EVENTS: tuple[Signature, ...] = (
               r"|validation results at the end of training"
               # detectron2 (fvcore's final save, its hooks' totals), fairseq
               r"|Saving checkpoint to \S*model_final\.pth|Overall training speed: \d+ iterations in"
-              r"|\bdone training in [\d.]+ seconds", C.SUCCESS, kind="done",
+              r"|\bdone training in [\d.]+ seconds|^\d+ epochs completed in [\d.]+ hours\.?$",
+              C.SUCCESS, kind="done",
               source="torchtitan, HF Trainer, Lightning, Megatron, submitit, ms-swift, detectron2, "
-                     "fairseq end-of-training lines"),
+                     "fairseq, Ultralytics YOLO end-of-training lines"),
     # The framework stopped itself ahead of the wall time: not a failure, not the end of the
     # training.
     Signature("framework_time_stop",
-              r"exiting program after (?:[\d.]+ minutes|receiving SIG(?:TERM|USR\d))"
+              r"exiting program (?:after (?:[\d.]+ minutes|receiving SIG(?:TERM|USR\d))|at "
+              r"iteration \d+\])"
               r"|Time limit reached\. Elapsed time is"
               r"|Time limit of \S+ reached\.? Stopping training"
               r"|Signaling Trainer to stop|exit(?:ing)? (?:early )?(?:due to|because of) (?:the "

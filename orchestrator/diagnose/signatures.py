@@ -141,9 +141,9 @@ BUILTIN: tuple[Signature, ...] = EVENTS + PLATFORMS + SERVICES + (
               r"DUE TO JOB REQUEUE|[Rr]equeu(?:e|ing) job \d+|SLURM auto-requeueing|auto-requeue"
               r"|job (?:was |has been )?(?:preempted|requeued)|Requeued job"
               r"|submitit WARNING .*(?:[Pp]reempt|[Rr]equeu)|bypassing sigterm"
-              r"|handle_sigusr1|received SIGUSR1",
+              r"|handle_sigusr1|received SIGUSR1|\bRequeue=1 Restarts=[1-9]",
               C.PREEMPTED, cascade=True, source="Slurm requeue banner; Lightning SLURMEnvironment; "
-                                                "submitit"),
+                                                "submitit; `scontrol show job` of a requeued job"),
     Signature("orch_preflight", r"ORCH-PREFLIGHT FAILED", C.NODE_FAIL, blame=True,
               source="the agent's preflight (specific GPU causes match earlier signatures)"),
     Signature(

@@ -83,3 +83,53 @@ def test_one_nodes_own_endpoint_error_before_any_step_is_that_nodes(tmp_path: Pa
     files = {f"{h}.log": [*([EQ] if h == "p4d-3" else []), CLOSED.format(h=h, p="p4d-3")] for h in hosts}
     d = _diagnose(tmp_path, files)
     assert d["culprit_nodes"] == ["p4d-3"] and d["action"] != "stop_and_alert", d["reason"]
+
+
+@pytest.mark.parametrize("n", [1, 3, 12])
+def test_ray_trains_per_report_training_finished_iteration_is_progress_not_the_end(tmp_path: Path, n: int) -> None:
+    """Ray Train prints `Training finished iteration N at <time>. Total running time: ...` after every report: a
+    node that dies after it is a failure, not a finished run; its own end line still ends it."""
+    report = [f"Training finished iteration {i} at 2024-03-06 01:{40 + i}:55. Total running time: {i}8:05"
+              for i in range(1, n + 1)]
+    dead = ("WARNING worker.py:2058 -- The node with node id: 677df2a9 and address: 10.72.56.3 and node name: "
+            "10.72.56.3 has been marked dead because the detector has missed too many heartbeats from it.")
+    files = {"slurm-1902231.out": ["a100-g03: WORKER 2 ip 10.72.56.3", *report, dead,
+                                   "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this "
+                                   "task."]}
+    d = _diagnose(tmp_path, files)
+    assert d["action"] != "done" and d["cause"] != "success", d["reason"]
+    d2 = _diagnose(tmp_path / "end", {"slurm-1.out": [*report, "Training completed after 3 iterations at "
+                                                                "2024-03-06 02:14:07. Total running time: 51:17"]})
+    assert d2["action"] == "done", d2["reason"]
+
+
+@pytest.mark.parametrize("line", ["300 epochs completed in 41.223 hours.", "100 epochs completed in 0.087 hours."])
+def test_ultralytics_end_of_training_then_a_teardown_hang_is_a_finished_run(tmp_path: Path, line: str) -> None:
+    tail = ["Optimizer stripped from runs/train/exp7/weights/last.pt, 93.1MB", "Results saved to runs/train/exp7",
+            "slurmstepd: error: *** JOB 318802 ON gn-a03 CANCELLED AT 2022-04-04T11:02:00 DUE TO TIME LIMIT ***"]
+    files = {"gn-a03.out": ["      Epoch   GPU_mem   box_loss", "    299/299     10.2G    0.01234", line, *tail],
+             "gn-a04.out": ["slurmstepd: error: *** STEP 318802.0 ON gn-a04 CANCELLED AT 2022-04-04T11:02:00 DUE TO "
+                            "TIME LIMIT ***"]}
+    d = _diagnose(tmp_path, files)
+    assert _said(d) == ("success", [], "done"), d["reason"]
+
+
+@pytest.mark.parametrize("at", [21730, 5])
+def test_megatrons_exiting_program_at_iteration_is_a_stop_ahead_of_the_wall_time(tmp_path: Path, at: int) -> None:
+    files = {"slurm-402118.out": [*(f"0: {s}" for s in _steps()),
+                                  f"0: saving checkpoint at iteration {at:7d} to /ckpt in torch_dist format",
+                                  f"0: [exiting program at iteration {at}] datetime: 2025-02-21 19:51:26 "]}
+    d = _diagnose(tmp_path, files)
+    assert _said(d) == ("timelimit", [], "resubmit"), d["reason"]
+
+
+@pytest.mark.parametrize("restarts", ["1", "3"])
+def test_a_preemption_slurm_requeued_itself_is_waited_for_never_doubled(tmp_path: Path, restarts: str) -> None:
+    end = "slurmstepd: error: *** JOB 8812004 ON gpu-lowprio-21 CANCELLED AT 2024-12-02T14:46:01 DUE TO PREEMPTION ***"
+    epilog = ["==== epilog: scontrol show job 8812004 ====", "   JobState=PENDING Reason=BeginTime Dependency=(null)",
+              f"   Requeue=1 Restarts={restarts} BatchFlag=1 Reboot=0 ExitCode=0:0"]
+    d = _diagnose(tmp_path, {"slurm-8812004.out": [*_steps(), end, *epilog]})
+    assert _said(d) == ("preempted", [], "wait_and_resubmit"), d["reason"]
+    d2 = _diagnose(tmp_path / "no", {"slurm-8812004.out": [*_steps(), end, *epilog[:2],
+                                                          "   Requeue=0 Restarts=0 BatchFlag=1"]})
+    assert d2["action"] == "resubmit", d2["reason"]  # not requeued: a new segment
