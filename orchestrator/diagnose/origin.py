@@ -67,6 +67,7 @@ HOSTS_ROW = re.compile(rf"\s*{_IP}\s+{HOST}(?:\s+{HOST}){{1,3}}\s*")  # /etc/hos
 # ----`, a hang monitor's `== gpu-7 rank 13 ==`): the node reports under it are that host's; one
 # that names no host ends it
 SECTION = re.compile(r"^(?:={2,}|-{3,}|#{3,}) *(?P<t>.*?) *(?:={2,}|-{3,}|#{3,}) *$")
+KERNEL_LINES = frozenset({"hung_task", "xid_ecc", "gpu_lost", "host_oom"})
 # (a NIC, a disk or a GPU index is no host: `ibstat mlx5_0`, `smartctl nvme0n1`, `ip link show ib0`)
 DEVICE = r"(?:mlx\d|ib\d|eth\d|en[ops]\d|nvme\d|sd[a-z]\d|hsn\d|bond\d|cxi\d|efa\d|rdmap?\d|hfi\d)"
 SECTION_HOST = re.compile(rf"(?<![\w.-])(?!{DEVICE})(?P<h>{HOST})(?![\w-])")
@@ -185,20 +186,18 @@ class HostMap:
     tasks: dict[int, str] = field(default_factory=dict)
     ranks: dict[int, str] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)
-    # process id -> host, from NCCL's "host:pid:tid" prefix
-    pids: dict[str, str] = field(default_factory=dict)
+    pids: dict[str, str] = field(default_factory=dict)  # pid -> host, NCCL's "host:pid:tid"
     _summary_host: str = ""
-    # the host an epilog's (or a hang monitor's) section header named (`=== epilog gpu-7: nvidia-smi
-    # ===`, `=== py-spy rank 11 (gpu-7, pid 4881) ===`)
+    # the one host an epilog's (a hang monitor's) section header named (`=== epilog gpu-7: ... ===`)
     section: str | None = None
     listed: set[str] = field(default_factory=set)  # the allocation's node list, as a line gave it
     line_host: str | None = None  # the host prefix of the last line learned from
     # GPUs a host showed (`nvidia-smi -L`, torchrun's `local_ranks=[...]`); "" the file's own host
     gpus: dict[str, int] = field(default_factory=dict)
 
-    def section_host(self, kind: str) -> str | None:
-        """The host of a node report printed under a section header that names it."""
-        return self.section if kind == "hw" else None
+    def section_host(self, kind: str, name: str = "") -> str | None:
+        """The host of a node report or a kernel's line printed under a header that names it."""
+        return self.section if kind == "hw" or name in KERNEL_LINES else None
 
     def at(self, own: str) -> str:
         """A stack frame's tag: `@host` for a dump whose header line's prefix or section header
@@ -266,7 +265,8 @@ class HostMap:
             count = int(gm.group("i")) + 1 if gm.group("i") else len(gm.group("l").split(","))
             self.gpus[host] = max(self.gpus.get(host, 0), count)
         elif (sec := SECTION.match(body)) is not None:
-            self.section = (h := SECTION_HOST.search(sec.group("t"))) and h.group("h") or None
+            named = {h.group("h") for h in SECTION_HOST.finditer(sec.group("t"))}
+            self.section = named.pop() if len(named) == 1 else None  # a node list is no host's
         elif (cmd := ON_HOST.match(body)) is not None:
             self.section = cmd.group("h")
         elif self.line_host and body.startswith("py-spy dump"):  # `HOST: py-spy dump --pid N`

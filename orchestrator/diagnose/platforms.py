@@ -26,8 +26,9 @@ PLATFORMS: tuple[Signature, ...] = (
     Signature("fabric_not_ready",
               r"system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY"
               r"|nvidia-fabricmanager(?:\.service)?: .*(?:FAILURE|Failed with result)"
-              r"|Failed to bind NVLink SHARP \(NVLS\) Multicast"
-              r"|nvls\.cc:\d+ NCCL WARN Cuda failure 401\b", C.GPU_LOST, blame=True,
+              r"|Failed to bind NVLink SHARP \(NVLS\) Multicast|Fabric State: In Progress"
+              r"|nv-fabricmanager\[\d+\]: .*\bfailed with error"
+              r"|nvls\.cc:\d+ NCCL WARN Cuda failure (?:1|401)\b", C.GPU_LOST, blame=True,
               source="CUDA error 802 (pytorch/pytorch#35710, aws-samples DLAMI#33); systemd on "
                      "nvidia-fabricmanager (NVIDIA/gpu-operator#356); NCCL NVLS bind "
                      "(pytorch/pytorch#177472, NVIDIA/nccl#1788)"),

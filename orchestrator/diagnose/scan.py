@@ -213,7 +213,7 @@ class NodeScan:
                     and not self._teardown(p.ts or self.last_ts, line_no)):
                 # a fresh error after Slurm ended the job: the next allocation
                 self._new_allocation()
-            groups, host = m.groupdict(), p.host or self.host_map.section_host(sig.kind)
+            groups, host = m.groupdict(), p.host or self.host_map.section_host(sig.kind, sig.name)
             named, value = groups.get(sig.node_group or ""), groups.get(sig.peer_group or "")
             peer = peer_name(sig.peer_group or "", value) if value else None
             # NCCL names this host's own address in the same warning

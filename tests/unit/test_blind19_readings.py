@@ -133,3 +133,38 @@ def test_a_preemption_slurm_requeued_itself_is_waited_for_never_doubled(tmp_path
     d2 = _diagnose(tmp_path / "no", {"slurm-8812004.out": [*_steps(), end, *epilog[:2],
                                                           "   Requeue=0 Restarts=0 BatchFlag=1"]})
     assert d2["action"] == "resubmit", d2["reason"]  # not requeued: a new segment
+
+
+@pytest.mark.parametrize("line", [
+    "gpu45:78367:78492 [0] transport/nvls.cc:244 NCCL WARN Cuda failure 1 'invalid argument'",
+    "gpu45: failed | Fabric State: In Progress  Status: N/A",
+    "gpu45: nv-fabricmanager[3112]: request to query NVSwitch device information from NVSwitch driver failed with "
+    "error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]"])
+def test_one_nodes_nvswitch_fabric_not_set_up_is_that_nodes_lost_gpus(tmp_path: Path, line: str) -> None:
+    """NVLS setup failing on one node's ranks, its fabric manager failed or still `In Progress`: the node's NVSwitch
+    fabric (strong evidence), while the other nodes only time out in the first broadcast."""
+    timeout = ("{h}: [rank{r}]:[E0103 09:24:53.39 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective "
+               "operation timeout: WorkNCCL(SeqNum=2, OpType=BROADCAST, NumelIn=2621440, NumelOut=2621440, "
+               "Timeout(ms)=600000) ran for 600031 milliseconds before timing out.")
+    lines = ["SLURM_JOB_ID=90412 nodes=gpu[41-42,45-46]", line,
+             "gpu45: [rank16]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, "
+             "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.23.4",
+             *(timeout.format(h=h, r=r) for r, h in ((0, "gpu41"), (8, "gpu42"), (24, "gpu46")))]
+    d = _diagnose(tmp_path, {"slurm-90412.out": lines})
+    assert _said(d) == ("gpu_lost", ["gpu45"], "resubmit_exclude"), d["reason"]
+
+
+@pytest.mark.parametrize("header", ["==== epilog cn-g033: dmesg -T | tail -40 ====", "--- cn-g033 dmesg ---"])
+def test_a_kernel_line_under_a_section_naming_one_host_is_that_hosts(tmp_path: Path, header: str) -> None:
+    """A hung task (or an Xid) in an epilog's dmesg under a header naming one host: that host's. A header naming the
+    whole node list names none of them."""
+    timeouts = [f"{r}: [rank{r}]:[E1220 16:28:50.02 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+                f"operation timeout: WorkNCCL(SeqNum=984412, OpType=ALLREDUCE, NumelIn=212, NumelOut=212, "
+                f"Timeout(ms)=1800000) ran for 1800083 milliseconds before timing out." for r in (0, 1, 3)]
+    hung = "[Wed Dec 20 16:00:55 2023] INFO: task python3.11:17271 blocked for more than 122 seconds."
+    files = {"slurm-4476120.out": [*_steps(), *timeouts, header, hung]}
+    d = _diagnose(tmp_path, files)
+    assert _said(d) == ("hang", ["cn-g033"], "resubmit_exclude"), d["reason"]
+    listed = {"slurm-4476120.out": [*_steps(), *timeouts, "==== SLURM_JOB_NODELIST=cn-g031,cn-g033 ====", hung]}
+    d2 = _diagnose(tmp_path / "list", listed)
+    assert d2["culprit_nodes"] != ["cn-g031"], d2["reason"]
