@@ -124,9 +124,15 @@ class CancelReason(StrEnum):
     LOSS_ANOMALY = "loss_anomaly"  # the printed loss went NaN/Inf or spiked: roll back
 
 
+# The spec is what the controller hands each node's agent (pickled by submitit): a node whose
+# orchestrator reads another version refuses it in one line instead of misreading it (issue 42).
+SPEC_VERSION = 1
+
+
 class SegmentSpec(Frozen):
     """Everything needed to submit one segment; produced by plan, consumed by a backend."""
 
+    version: int = SPEC_VERSION
     run_name: str
     index: int = Field(ge=1)
     job_name: str

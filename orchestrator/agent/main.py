@@ -1,7 +1,6 @@
-"""The node agent: what submitit runs on every node of a segment. preflight -> launch the ranks ->
-tee their output to <segment>/logs/<host>.log (0600) with a timestamp and rank prefix -> heartbeat
-with the last progress -> the node's evidence (nodefacts.py) -> exit record. A dump request: each
-training process's state (dump.py), evidence."""
+"""The node agent: what submitit runs on every node of a segment. preflight -> the ranks -> their
+output teed to <segment>/logs/<host>.log (0600), timestamped, rank-prefixed -> heartbeats with the
+progress -> the node's evidence (nodefacts.py) -> exit record; dump requests (dump.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.agent import dump, idle, nodefacts, preflight, profile, rankstep, reaper
+from orchestrator.agent import dump, idle, nodefacts, preflight, profile, rankstep, reaper, version
 from orchestrator.agent.taskenv import flight_env, node_identity, srun_task_env, training_argv
 from orchestrator.contract import (
     CANNOT_START_EXIT,
@@ -35,8 +34,8 @@ from orchestrator.diagnose.linear import progress_pattern
 from orchestrator.files import append_private, read_request
 from orchestrator.flight import FLIGHT_DIR
 from orchestrator.model import SegmentSpec
+from orchestrator.progress import PROGRESS_REGEX, last_iteration
 from orchestrator.saves import CheckpointTimer
-from orchestrator.settings import PROGRESS_REGEX, last_iteration
 
 TERM_GRACE_S = 10.0
 
@@ -287,6 +286,7 @@ def run_node(spec: SegmentSpec, node_name: str | None = None, node_rank: int | N
     # a rank killed before its container stops: its monitor comes to the agent, not to PID 1, in
     # reach of the dumps and the stop (the agent's own process only, never one running it in-line)
     reaper.become_subreaper()
+    version.refuse_another_version(spec)
     node, rank, nnodes = node_identity(node_name, node_rank)
     if idle.idles(spec, rank):
         return idle.hold(spec, node)

@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Iterator
 
 from orchestrator.diagnose.prefilter import candidate_ends
-from orchestrator.settings.run import not_training_bytes
+from orchestrator.progress import not_training_bytes
 
 SEARCH_LINES = 400
 NEAR_END = 8

@@ -135,7 +135,7 @@ def last_sign_of_life(nodes: list[NodeEvidence], end: datetime) -> datetime | No
     """The time of the last line before `end` that carries one and is no progress line, when no
     progress line follows it in the node's tail (the job printed nothing after it until the
     end)."""
-    from orchestrator.settings import PROGRESS_REGEX  # noqa: PLC0415 - the default progress lines
+    from orchestrator.progress import PROGRESS_REGEX  # noqa: PLC0415 - the default progress lines
 
     progress = re.compile(PROGRESS_REGEX)
     latest: datetime | None = None

@@ -2,7 +2,7 @@
 custom `progress_regex`): they are compiled with RE2, whose matching time grows linearly with the
 line whatever the pattern, so no pattern can stop the controller's loop or the agent's output pump.
 A pattern RE2 cannot take (a backreference, a lookaround) keeps Python's engine only if it has at
-most one unbounded repeat (settings/patterns.py `python_unbounded`; `validate` refuses the others,
+most one unbounded repeat (patterns.py `python_unbounded`; `validate` refuses the others,
 the runtime leaves them out); `validate` has also timed it on crafted worst-case input, and lines
 are matched on their first 8 KB only."""
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import cast
 
-from orchestrator.settings.patterns import linear, python_unbounded
+from orchestrator.patterns import linear, python_unbounded
 
 __all__ = ["bounded", "bytes_twin", "is_linear", "linear", "progress_pattern"]
 

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchestrator.settings.patterns import LINE_CHARS, backtracking_only
+from orchestrator.patterns import LINE_CHARS, backtracking_only
 
 try:  # optional accelerator
     import hyperscan

@@ -36,7 +36,7 @@ from orchestrator.diagnose.rawlines import decode as _decode
 from orchestrator.diagnose.rawlines import hostnames_after, last_lines
 from orchestrator.diagnose.signatures import Signature
 from orchestrator.evidence import Match
-from orchestrator.settings.run import not_training
+from orchestrator.progress import not_training
 
 TEARDOWN = timedelta(minutes=5)
 # printed by the rank that drives the job, not quoted

@@ -14,8 +14,8 @@ from orchestrator.diagnose.platforms import PLATFORMS
 from orchestrator.diagnose.services import LATE, PYTHON_EXCEPTION, SERVICES
 from orchestrator.diagnose.signature import Signature
 from orchestrator.model import Cause
+from orchestrator.patterns import catastrophic, python_unbounded
 from orchestrator.settings import UserSignature
-from orchestrator.settings.patterns import catastrophic, python_unbounded
 
 __all__ = ["BUILTIN", "Signature", "build_table", "table_for"]
 

@@ -10,12 +10,13 @@ Every problem is reported as one line naming the file and the field path; the ca
 - `errors.py`: `ConfigError` and the one-line-per-problem formatting.
 """
 
+from orchestrator.progress import PROGRESS_REGEX, last_iteration
 from orchestrator.settings.backend import BackendCfg, LocalBackendCfg, SlurmBackendCfg
 from orchestrator.settings.base import Section
 from orchestrator.settings.checks import PreflightCfg
 from orchestrator.settings.errors import ConfigError
 from orchestrator.settings.loading import check_paths, load_settings, parse_overrides, path_warnings
-from orchestrator.settings.run import PLACEHOLDERS, PROGRESS_REGEX, Settings, last_iteration
+from orchestrator.settings.run import PLACEHOLDERS, Settings
 from orchestrator.settings.sections import (
     CheckpointCfg,
     Goal,

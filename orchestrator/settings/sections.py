@@ -10,10 +10,10 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from orchestrator.model import Cause
+from orchestrator.patterns import catastrophic, python_unbounded, too_slow
 from orchestrator.settings.base import Section
 from orchestrator.settings.causes import known_causes
 from orchestrator.settings.nodes import node_list
-from orchestrator.settings.patterns import catastrophic, python_unbounded, too_slow
 from orchestrator.settings.slurmtime import minutes_value
 from orchestrator.settings.urls import apprise_urls
 

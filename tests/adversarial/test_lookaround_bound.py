@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from orchestrator.diagnose.linear import progress_pattern
 from orchestrator.diagnose.prefilter import Prefilter
+from orchestrator.patterns import LINE_CHARS, backtracking_only, python_unbounded
 from orchestrator.settings import PROGRESS_REGEX, last_iteration
-from orchestrator.settings.patterns import LINE_CHARS, backtracking_only, python_unbounded
 
 
 def test_a_lookaround_signature_is_matched_on_each_lines_first_8_kb_only() -> None:
