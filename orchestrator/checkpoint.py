@@ -5,11 +5,14 @@ Each preset lists complete candidates newest first; `find_latest` returns the fi
 previous. The layouts, as the frameworks write them (tests/data/checkpoints/README.md cites the
 sources): accelerate `save_state` dirs whose last file written is `random_states_0.pkl`; DCP and
 torchtitan `step-N` dirs complete with the `.metadata` DCP writes last; NeMo `.ckpt` files and
-distributed-checkpoint dirs (`metadata.json`), less those with a `-unfinished` marker.
+distributed-checkpoint dirs (`metadata.json`), less those with a `-unfinished` marker. Every
+directory candidate must also be whole (`_whole`): no shard written empty, every shard a Hugging
+Face index lists present, DCP shards with their `.metadata` (issue 41).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +29,27 @@ class Checkpoint(Frozen):
 
 def _has_files(d: Path) -> bool:
     return d.is_dir() and any(p.is_file() and p.stat().st_size > 0 for p in d.rglob("*"))
+
+
+SHARD = re.compile(r".+\.(?:pt|pth|bin|safetensors|distcp)")
+
+
+def _whole(d: Path) -> bool:
+    """A checkpoint directory with no shard written empty, every shard a Hugging Face index
+    (`*.index.json` weight_map) lists present and non-empty, and DCP shards (`*.distcp`) beside
+    the `.metadata` DCP writes last: what a save cut short leaves otherwise."""
+    files = [p for p in d.rglob("*") if p.is_file()] if d.is_dir() else []
+    if any(SHARD.fullmatch(p.name) and p.stat().st_size == 0 for p in files):
+        return False
+    for index in (p for p in files if p.name.endswith(".index.json")):
+        try:
+            listed = set(json.loads(index.read_text(errors="replace"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return False
+        if not all(isinstance(n, str) and (f := index.parent / n).is_file() and f.stat().st_size
+                   for n in listed):
+            return False
+    return all((p.parent / ".metadata").is_file() for p in files if p.suffix == ".distcp")
 
 
 def _last_int(name: str) -> int | None:
@@ -47,7 +71,7 @@ def _megatron(root: Path, cfg: CheckpointCfg) -> list[Checkpoint]:
     out = []
     for d in root.glob("iter_*"):
         m = re.fullmatch(r"iter_(\d+)", d.name)
-        if m and int(m.group(1)) <= latest and _has_files(d):
+        if m and int(m.group(1)) <= latest and _has_files(d) and _whole(d):
             out.append(Checkpoint(path=str(d), iteration=int(m.group(1))))
     return sorted(out, key=lambda c: c.iteration or 0, reverse=True)
 
@@ -60,7 +84,7 @@ def _deepspeed(root: Path, cfg: CheckpointCfg) -> list[Checkpoint]:
     tag_step = _last_int(tag)
     out = []
     for d in root.iterdir():
-        if not d.is_dir() or not any(d.glob("*model_states.pt")):
+        if not d.is_dir() or not any(d.glob("*model_states.pt")) or not _whole(d):
             continue
         step = _last_int(d.name)
         if d.name == tag or (step is not None and tag_step is not None and step < tag_step):
@@ -72,7 +96,7 @@ def _hf(root: Path, cfg: CheckpointCfg) -> list[Checkpoint]:
     out = []
     for d in root.glob("checkpoint-*"):
         m = re.fullmatch(r"checkpoint-(\d+)", d.name)
-        if m and (d / "trainer_state.json").is_file():
+        if m and (d / "trainer_state.json").is_file() and _whole(d):
             out.append(Checkpoint(path=str(d), iteration=int(m.group(1))))
     return sorted(out, key=lambda c: c.iteration or 0, reverse=True)
 
@@ -118,7 +142,7 @@ def _glob(root: Path, cfg: CheckpointCfg) -> list[Checkpoint]:
 
 def _numbered(dirs: list[tuple[Path, int]], done: str) -> list[Checkpoint]:
     """The dirs holding their completion file `done`, highest number (then newest) first."""
-    out = [(d, n) for d, n in dirs if (d / done).is_file()]
+    out = [(d, n) for d, n in dirs if (d / done).is_file() and _whole(d)]
     out.sort(key=lambda e: (e[1], e[0].stat().st_mtime), reverse=True)
     return [Checkpoint(path=str(d), iteration=n) for d, n in out]
 

@@ -4,6 +4,7 @@ source file and commit for each), and a preset that recognises none of the check
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -141,3 +142,49 @@ def test_the_dry_run_says_the_checkpoint_it_resumes_from_and_refuses_a_preset_th
         assert "--set checkpoint.preset=dcp or --set checkpoint.preset=torchtitan" in lines[0]
     fixed = CliRunner().invoke(app, ["validate", str(bad), "--set", "checkpoint.preset=torchtitan"])
     assert fixed.exit_code == 0, fixed.output
+
+
+def _hf(d: Path, shards: int, written: int | None = None, empty: str = "") -> None:
+    """A Trainer checkpoint with a sharded model: the index names every shard; `written` of them on disk."""
+    names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
+    touch(d / "model.safetensors.index.json",
+          json.dumps({"metadata": {"total_size": 9}, "weight_map": {f"w{i}": n for i, n in enumerate(names)}}).encode())
+    for n in names[: shards if written is None else written]:
+        touch(d / n, b"" if n == empty else b"x")
+    touch(d / "trainer_state.json", b"{}")
+
+
+def test_a_checkpoint_missing_a_shard_its_index_lists_or_with_an_empty_shard_is_not_resumed(tmp_path: Path) -> None:
+    """Issue 41 item 4: completeness beyond the marker file: a save cut short (a shard missing, one written empty,
+    DCP shards without the `.metadata` written last) falls back to the one before."""
+    _hf(tmp_path / "checkpoint-100", 4)
+    _hf(tmp_path / "checkpoint-200", 4, written=3)
+    _hf(tmp_path / "checkpoint-300", 4, empty="model-00002-of-00004.safetensors")
+    got = find_latest(cfg(tmp_path, "hf"))
+    assert got is not None and got.iteration == 100
+    _hf(tmp_path / "checkpoint-400", 4)
+    got = find_latest(cfg(tmp_path, "hf"))
+    assert got is not None and got.iteration == 400
+
+
+def test_a_megatron_torch_dist_iteration_without_its_dcp_metadata_is_not_whole(tmp_path: Path) -> None:
+    for it, done in ((1000, True), (2000, False)):
+        d = tmp_path / f"iter_{it:07d}"
+        touch(d / "__0_0.distcp")
+        touch(d / "__1_0.distcp")
+        touch(d / "common.pt")
+        touch(d / "metadata.json", b"{}")
+        if done:
+            touch(d / ".metadata")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("2000")
+    got = find_latest(cfg(tmp_path, "megatron"))
+    assert got is not None and got.iteration == 1000
+
+
+def test_a_deepspeed_tag_with_an_empty_model_states_file_falls_back(tmp_path: Path) -> None:
+    for step, data in ((100, b"x"), (200, b"")):
+        touch(tmp_path / f"global_step{step}" / "mp_rank_00_model_states.pt", data)
+        touch(tmp_path / f"global_step{step}" / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    (tmp_path / "latest").write_text("global_step200")
+    got = find_latest(cfg(tmp_path, "deepspeed"))
+    assert got is not None and got.iteration == 100
