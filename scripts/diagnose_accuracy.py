@@ -29,12 +29,12 @@ SPLITS = {"corpus": CORPUS, "blind": DATA / "blind", "blind2": DATA / "blind2", 
           "blind10": DATA / "blind10", "blind11": DATA / "blind11", "blind12": DATA / "blind12",
           "blind13": DATA / "blind13", "blind14": DATA / "blind14", "blind15": DATA / "blind15",
           "blind16": DATA / "blind16", "blind17": DATA / "blind17", "blind18": DATA / "blind18",
-          "blind19": DATA / "blind19"}
+          "blind19": DATA / "blind19", "blind20": DATA / "blind20"}
 # blind splits scored, but not yet held to the bar by tests/unit/test_corpus.py: their honest first
-# run is in docs/BENCHMARKS.md (blind19: the engine has not been changed for it; blind9-blind18:
+# run is in docs/BENCHMARKS.md (blind20: the engine has not been changed for it; blind9-blind19:
 # changed for some of their misses since, see BENCHMARKS)
 HELD_OUT = {"blind9", "blind10", "blind11", "blind12", "blind13", "blind14", "blind15", "blind16",
-            "blind17", "blind18", "blind19"}
+            "blind17", "blind18", "blind19", "blind20"}
 STOP, DONE = "stop_and_alert", "done"
 
 
