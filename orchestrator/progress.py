@@ -13,7 +13,8 @@ from orchestrator.patterns import LINE_CHARS
 # `iteration N/M`; DeepSpeed `step=N` / `steps: N`; torchtitan `step: N` (ANSI colour codes before
 # the number); OLMo `[step=N/M`; fairseq `num_updates=N`; composer `[batch=N/M]`; tqdm bars `| N/M
 # [` (HF Trainer, Lightning, accelerate); plain `step N:` / `iter N:` / `[step N]` lines; PyTorch's
-# and Horovod's examples' `Train Epoch: N [x/y (p%)]` (the epoch); a dict or JSON line's `'step':
+# and Horovod's examples' `Train Epoch: N [x/y (p%)]` and Pointcept-style `Epoch: [N/M][i/K]` (the
+# epoch); RL trainers' `rollout N:` (slime, miles); a dict or JSON line's `'step':
 # N,`. A checkpoint file name
 # such as `step=49.ckpt` is not progress.
 PROGRESS_REGEX = (
@@ -23,7 +24,8 @@ PROGRESS_REGEX = (
     r"|\[batch=(?=\d+/\d)"
     r"|\|\s*(?=\d+/\d+\s*\[)"
     r"|(?:^|[^\w.-])(?:[Ii]ter|[Ss]tep|[Ii]teration)\s+(?=\d+\s*(?::|/|\||,|\]|$))"
-    r"|\bTrain Epoch:\s+(?=\d+\s*\[\d)"
+    r"|\bTrain Epoch:\s+(?=\d+\s*\[\d)|\bEpoch: \[(?=\d+/\d+\]\[\d+/\d+\])"
+    r"|(?:^|[^\w.-])rollout\s+(?=\d+:\s)"
     r"|[\"'](?:global_)?step[\"']\s*:\s*(?=\d+\s*[,}])"
     r")(\d+)"
 )

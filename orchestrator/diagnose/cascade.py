@@ -117,6 +117,17 @@ def _named_by_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch]) -> 
     return None
 
 
+COLLECTIVE_TIMEOUT = re.compile(r"collective operation timeout|Timeout\(ms\)=\d")
+
+
+def _after_timeouts(kinds: list[NodeMatch], secondary: list[NodeMatch]) -> bool:
+    """Every exit a launcher reported comes after a collective timeout printed above it in the
+    same file: it followed the timeouts, it did not begin them."""
+    timed = [(n.file, m.line) for n, m in secondary if COLLECTIVE_TIMEOUT.search(m.text)]
+    ends = [(n.file, m.line) for n, m in kinds if m.kind in ("crash", "killed")]
+    return bool(ends) and all(any(f == g and t < line for g, t in timed) for f, line in ends)
+
+
 def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: list[NodeMatch],
                  ctx: Context, job: JobStatus) -> Verdict:
     named = _named_by_cascade(nodes, secondary)
@@ -135,7 +146,7 @@ def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: l
                         f"the peers failed; {','.join(hosts)} reported a hardware error of its own",
                         "node_reports_hardware", Owner.NODE)
     crashed = sorted({h for n, m in kinds if m.kind in ("crash", "killed") and (h := origin(n, m))})
-    if len(crashed) == 1 and len(all_hosts(nodes)) > 1:
+    if len(crashed) == 1 and len(all_hosts(nodes)) > 1 and not _after_timeouts(kinds, secondary):
         # its only error a transport one (no host named, no peer): its own endpoint's, a strike
         link = any(m.cause == Cause.NETWORK and not m.peer_ip and origin(n, m) in (None, crashed[0])
                    for n, m in secondary)

@@ -55,6 +55,9 @@ def node_evidence(scan: NodeScan, exit_code: int | None = None, stuck_detail: st
     if job_wide and (hm.tasks or hm.ranks or hm.pids):
         matches = tuple(replace(m, host=m.host or hm.host_of(m.task, m.rank)
                                 or hm.host_of_text(m.text)) for m in matches)
+    if hm.addresses:  # a line whose prefix gave only an address (Ray's `ip=`): the host it maps to
+        matches = tuple(replace(m, host=hm.addresses.get(m.host, m.host)) if m.host else m
+                        for m in matches)
     if hm.ranks:  # a peer named by its rank (MPICH): its host, by the job's rank map
         matches = tuple(replace(m, peer_ip=hm.host_of(None, int(m.peer_ip[5:])) or m.peer_ip)
                         if m.peer_ip and m.peer_ip.startswith("rank:") else m for m in matches)

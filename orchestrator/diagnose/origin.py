@@ -21,19 +21,19 @@ PREFIX = re.compile(
     # MPICH / Intel MPI `-prepend-rank`: `[9] text` (not bash's `[1] 12345` job line)
     r"|\[(?P<r5>\d{1,6})\] (?!\d+$)(?=\S))?"
 )
-# (no empty label: `n-01..n-04` is a range of hosts, not one)
-HOST = (r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)(?![\w.-]*\.\.)"
+HOST = (r"(?!(?:rank|default|Rank|RANK|node_rank|local_rank)\d+\b)(?![\w.-]*\.\.)"  # not n-01..n-04
         r"[A-Za-z][\w-]*\d[\w.-]*")
-# "host: " (pdsh, after an optional "[tag] "), or "[host] " / "[tag host] " (an epilog or a wrapper
-# naming the host)
-# a Python exception's name is no host (`boto3.exceptions.S3UploadFailedError: ...`, `E1Error: ...`)
+# "host: " (pdsh, after an optional "[tag] "), "[host] " / "[tag host] " (an epilog, a wrapper), or
+# Ray's worker prefix `(Actor pid=8120, ip=X) `, an address (a host the line names comes first); a
+# Python exception's name is no host (`boto3.exceptions.S3UploadFailedError: ...`, `E1Error: ...`)
 EXCEPTION_NAME = r"(?:[\w-]+\.)+[A-Z]\w*|[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit)"
-# (a tag may hold a time, `[hang-check 21:31]`; a kernel log's `[Wed Aug 19 03:58:12 2026]` or
-# `[ 123.456]` is no tag: what follows is a driver's name, `nvidia-nvswitch2: SXid ...`)
+# (a tag may hold a time, `[hang-check 21:31]`; a kernel log's `[Wed Aug 19 03:58:12 2026]`,
+# `[ 12.3]` is no tag)
 HOST_PREFIX = re.compile(rf"^(?:\[(?![A-Z][a-z]{{2}} [A-Z][a-z]{{2}} )(?! *\d+\.\d+\])[\w :.-]*\] ?"
                          rf"|(?:prolog|epilog): +)?(?!(?:{EXCEPTION_NAME}): )"
                          rf"(?P<h>{HOST})(?:: +| (?=nvidia-smi: |dmesg: ))(?=\S)"
-                         rf"|^\[(?:\w+ )?(?P<b>{HOST})\] ?")
+                         rf"|^\[(?:\w+ )?(?P<b>{HOST})\] ?"
+                         r"|^\([\w.]+(?: pid=\d+)?, ip=(?P<y>\d{1,3}(?:\.\d{1,3}){3})\) ")
 # NCCL's "host:pid:tid [dev]" is distinctive enough to take a host name without digits from it
 HOST_IN_LINE = re.compile(rf"(?:^|\s)(?P<h>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL"
                           rf"|(?:^|\s)(?P<k>{HOST}) kernel: "
@@ -43,29 +43,27 @@ HOST_IN_LINE = re.compile(rf"(?:^|\s)(?P<h>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] (?:\
                           # Open MPI's openib BTL: `handle_wc] from HOST to: PEER error polling`
                           rf"|\bhandle_wc\] from (?P<o>{HOST}) to: ")
 SRUN_TASK = re.compile(rf"srun: error: (?P<h>{HOST}): tasks? (?P<t>\d+)(?:-(?P<t2>\d+))?: ")
-# torchrun's ChildFailedError summary
-SUMMARY = re.compile(r"^\s*(?P<key>host|rank)\s+: (?P<val>\S.*)$")
+SUMMARY = re.compile(r"^\s*(?P<key>host|rank)\s+: (?P<val>\S.*)$")  # torchrun's ChildFailedError
 NCCL_RANK = re.compile(rf"^(?P<h>{HOST}):\d+:\d+ \[\d+\] NCCL INFO comm \S+ rank (?P<r>\d+) ")
 NCCL_PID = re.compile(r"^(?P<h>[A-Za-z][\w.-]*):(?P<p>\d+):\d+ \[\d+\] ")
 PID_IN_LINE = re.compile(r"\bpid[=: ]+(\d+)")
-# a line that is only `IP host` (or `host IP`) pairs, a tag first: `/etc/hosts`, `getent hosts`, a
-# job's own node map (`[nodes] 10.0.0.3 gpu-1 | 10.0.0.4 gpu-2`, `# nodes: gpu-1 10.0.0.3, ...`)
+# a line of `IP host` (`host IP`) pairs, a tag first: `/etc/hosts`, `getent hosts`, a job's own
+# node map (`[nodes] 10.0.0.3 gpu-1 | 10.0.0.4 gpu-2`, `# nodes: gpu-1 10.0.0.3, ...`)
 _IP = r"\d{1,3}(?:\.\d{1,3}){3}"
 IP_HOST = re.compile(rf"({_IP})\s+({HOST})|({HOST})\s+({_IP})")
 HOST_IP_FIRST = re.compile(rf"{HOST}\s+{_IP}(?:\s|$)")  # a line that starts `host IP ...`
-# a job's own start line naming its host and address: `wk-a2 (172.28.0.12): init ok`
-HOST_PAREN_IP = re.compile(rf"(?:^|\s)(?P<h>{HOST}) \((?:ip |IP |addr(?:ess)? )?(?P<ip>{_IP})\)")
-# a tagged list of `host=IP` pairs: `hosts: gpu3=10.0.0.91 (rank 0-1), gpu4=10.0.0.92 (rank 2-3)`
-HOST_EQ_IP = re.compile(rf"({HOST})\s*=\s*({_IP})\b")
+# a job's own line naming a host and its address: `wk-a2 (172.28.0.12): init ok`, `ray node n3 ip X`
+HOST_PAREN_IP = re.compile(rf"(?:^|\s)(?P<h>{HOST}) (?:\((?:ip |IP |addr(?:ess)? )?(?P<ip>{_IP})\)"
+                           rf"|(?:ip|IP|addr(?:ess)?)[:=]? ?(?P<ip2>{_IP})\b)")
+HOST_EQ_IP = re.compile(rf"({HOST})\s*=\s*({_IP})\b")  # `hosts: gpu3=10.0.0.91 (rank 0-1), ...`
 HOSTS_TAG = re.compile(r"^[\w -]*\b(?:hosts?|nodes?|address(?:es)?|ips?)\b[\w -]*:\s",
                        re.IGNORECASE)
 # (atomic: a long row of pairs that fails at its end is not tried every way its spaces could split)
 IP_HOST_MAP = re.compile(rf"(?:\[[\w -]+\]:? |#\s*[\w -]+:\s*)?(?>(?:{_IP}\s+{HOST}|{HOST}\s+{_IP})"
                          rf"\s*[|,;]?\s*)+")
 HOSTS_ROW = re.compile(rf"\s*{_IP}\s+{HOST}(?:\s+{HOST}){{1,3}}\s*")  # /etc/hosts, with aliases
-# a section header of a job's epilog or prolog (`=== epilog gpu-7: dmesg -T ===`, `---- gpu-7
-# ----`, a hang monitor's `== gpu-7 rank 13 ==`): the node reports under it are that host's; one
-# that names no host ends it
+# a section header of an epilog or prolog (`=== epilog gpu-7: dmesg -T ===`, `---- gpu-7 ----`, a
+# hang monitor's `== gpu-7 rank 13 ==`): what it holds is that host's; one naming none ends it
 SECTION = re.compile(r"^(?:={2,}|-{3,}|#{3,}) *(?P<t>.*?) *(?:={2,}|-{3,}|#{3,}) *$")
 KERNEL_LINES = frozenset({"hung_task", "xid_ecc", "gpu_lost", "host_oom"})
 # (a NIC, a disk or a GPU index is no host: `ibstat mlx5_0`, `smartctl nvme0n1`, `ip link show ib0`)
@@ -171,9 +169,10 @@ def parse_line(raw: str) -> Prefixes:
     hm = HOST_PREFIX.match(p.body)
     if hm:
         p2 = parse_prefixes(p.body[hm.end():])
+        named = hm.group("y") and HOST_IN_LINE.search(p2.body)  # a host beside Ray's address
         return Prefixes(p.ts or p2.ts, p.task if p.task is not None else p2.task,
                         p.rank if p.rank is not None else p2.rank, p2.body, hm.group("h")
-                        or hm.group("b"))
+                        or hm.group("b") or (named and named.group("h")) or hm.group("y"))
     hm2 = HOST_IN_LINE.search(p.body)
     host = hm2 and (hm2.group("h") or hm2.group("k") or hm2.group("u") or hm2.group("o"))
     return Prefixes(p.ts, p.task, p.rank, p.body, host or None)
@@ -230,8 +229,9 @@ class HostMap:
             return
         if self._context(body):
             return
-        if "(" in body and (pm2 := HOST_PAREN_IP.search(body)) is not None:
-            self.learn_address(pm2.group("ip"), pm2.group("h"))
+        if ("(" in body or "ip" in (low := body.lower()) or "addr" in low) and (
+                pm2 := HOST_PAREN_IP.search(body)):
+            self.learn_address(pm2.group("ip") or pm2.group("ip2"), pm2.group("h"))
         elif "=" in body and HOSTS_TAG.match(body):
             for host, ip in HOST_EQ_IP.findall(body):
                 self.learn_address(ip, host)

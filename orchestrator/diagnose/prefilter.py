@@ -55,8 +55,8 @@ SPECIAL = (
     (r"\b(?:SLURM_(?:JOB_)?NODELIST|nodes|nodelist)(?: *[:=] *| +)[A-Za-z][\w.-]*\d|job \d+ on ",
      True),  # origin.NODE_LIST
     # origin.HOST_PAREN_IP, HOST_EQ_IP
-    (r"[A-Za-z][\w-]*\d[\w.-]* \((?:ip |IP |addr\w* )?\d{1,3}\.\d{1,3}\.\d{1,3}\.\d"
-     r"|[A-Za-z][\w-]*\d *= *\d{1,3}\.\d{1,3}\.\d{1,3}\.\d", False),
+    (r"[A-Za-z][\w-]*\d[\w.-]* (?:\((?:ip |IP |addr\w* )?|(?:ip|IP|addr\w*)[:=]? ?)\d{1,3}\.\d{1,3}"
+     r"\.\d{1,3}\.\d|[A-Za-z][\w-]*\d *= *\d{1,3}\.\d{1,3}\.\d{1,3}\.\d", False),
     (r"rank[\w ()>-]*:? *\d+ *(?:- *\d+ *)?(?:->|=>|:|=)? *[A-Za-z][\w-]*\d", True),  # RANK_MAP
     (r"(?:rank|process) \d+ (?:of \d+ )?(?:is )?(?:on|@) |^\([A-Za-z][\w.-]*\d[\w.-]*:\d"
      r"|MPI startup\(\): +\d+ ", True),  # origin.RANK_ON_HOST, HYDRA_MAP, IMPI_ROW

@@ -1,0 +1,60 @@
+"""Readings taught by blind20's misses (issue 38), each through `diagnose_dir` on variants of the real text."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from orchestrator.progress import PROGRESS_REGEX, last_iteration
+from tests.unit.test_blind14_readings import _diagnose, _said
+
+ILLEGAL = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
+
+
+@pytest.mark.parametrize("mapline", ["ray node miles-b200-0{i} ip 10.44.1.1{i} GPUs 8",
+                                     "node miles-b200-0{i} address: 10.44.1.1{i}",
+                                     "miles-b200-0{i} (10.44.1.1{i}): raylet up"])
+def test_rays_worker_prefix_names_the_node_by_its_address(tmp_path: Path, mapline: str) -> None:
+    """Ray prints `(Actor pid=N, ip=X) ` before every worker line: the address maps to a host through the job's own
+    lines, so one actor's crash after progress is that node's strike, never the job's stop."""
+    lines = [mapline.format(i=i) for i in range(1, 5)]
+    lines += [f"(MegatronTrainRayActor pid=77{i}, ip=10.44.1.1{i}) [2025-12-11 06:25:53] rollout {r}: train/loss 0.01"
+              for r in (5, 10, 15) for i in range(1, 5)]
+    lines += ["(MegatronTrainRayActor pid=8120, ip=10.44.1.13) Traceback (most recent call last):",
+              f"(MegatronTrainRayActor pid=8120, ip=10.44.1.13) {ILLEGAL}",
+              "(MegatronTrainRayActor pid=7731, ip=10.44.1.11) [rank0]:[E1211 13:22:42.12 ProcessGroupNCCL.cpp:632] "
+              "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=88, OpType=ALLREDUCE, "
+              "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out."]
+    d = _diagnose(tmp_path, {"slurm-660915.out": lines})
+    assert d["culprit_nodes"] == ["miles-b200-03"] and d["action"] == "resubmit", d["reason"]
+
+
+@pytest.mark.parametrize(("line", "it"), [
+    ("[06/02 02:44:37 main-logger]: Epoch: [12/50][250/1758] Data 0.001 (0.004) Batch 1.470 (1.490) Loss 1.71", 12),
+    ("Epoch: [3/100][10/500] Loss 0.52 Lr 0.001", 3),
+    ("rollout 120: train/loss -0.0117 train/kl 0.00085", 120)])
+def test_pointcept_epochs_and_rl_rollouts_are_progress(line: str, it: int) -> None:
+    assert last_iteration(re.compile(PROGRESS_REGEX), line) == it
+    assert last_iteration(re.compile(PROGRESS_REGEX), "Epoch: [3/100] validation done") is None
+    assert last_iteration(re.compile(PROGRESS_REGEX), "the rollout 3 workers started") is None
+
+
+def test_a_launchers_exit_after_the_collective_timeouts_above_it_follows_them(tmp_path: Path) -> None:
+    """In one job-wide file the ranks time out in a collective, then srun reports one node's task exited: that exit
+    followed the timeouts (nobody stands out), it did not begin them. An exit before any timeout is a strike."""
+    timeout = ("[rank{r}]:[E0215 09:44:15.07 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+               "operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=2, NumelOut=2, Timeout(ms)=600000) "
+               "ran for 600075 milliseconds before timing out.")
+    hosts = ["p5en-st-5", "p5en-st-6"]
+    maps = [f"{h}:2187{i}:22301 [0] NCCL INFO comm 0x55 rank {i} nRanks 2 nNodes 2 localRanks 1 localRank 0"
+            for i, h in enumerate(hosts)]
+    after = [*maps, *(f"{h}: " + timeout.format(r=i) for i, h in enumerate(hosts)),
+             "srun: error: p5en-st-5: task 0: Exited with exit code 1"]
+    d = _diagnose(tmp_path, {"slurm-6107.out": after})
+    assert d["culprit_nodes"] == [] and d["cause"] == "nccl_timeout", d["reason"]
+    before = [*maps, "srun: error: p5en-st-5: task 0: Exited with exit code 1",
+              *(f"{h}: " + timeout.format(r=i) for i, h in enumerate(hosts) if i)]
+    d2 = _diagnose(tmp_path / "b", {"slurm-6108.out": before})
+    assert _said(d2)[1] == ["p5en-st-5"], d2["reason"]
