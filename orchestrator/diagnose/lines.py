@@ -81,14 +81,21 @@ def peer_name(group: str, value: str) -> str:
     return f"lid:{int(value, 0)}" if group == "lid" else value
 
 
+# the default process group's (global) rank in torch's lines: `[PG 0 (default_pg) Rank 12]`, `[Rank
+# 5]`; another group's rank (`[PG ID 2 PG GUID 7 Rank 4]`) is a rank in that group only
+PG_RANK = re.compile(r"\[(?:PG (?:ID )?0\b[^\]]*?)?Rank (\d+)\]")
+
+
 def line_rank(groups: dict[str, str | None], rank: int | None, task: int | None,
-              kind: str = "") -> int | None:
+              kind: str = "", text: str = "") -> int | None:
     """The rank a line is about: one its signature names (`missing ranks: {13}`), else the rank or
     srun task its prefix gave; in a list of ranks behind, each labelled `N:` after the reporter's
     own tag (`[1,0]<stderr>:21: [allreduce...]`), the label."""
     named = groups.get("rank")
     if named and named.isdigit():
         return int(named)
+    if "Rank " in text and (pg := PG_RANK.search(text)):  # over a launcher's local `[default0]`
+        return int(pg.group(1))
     if kind == "behind" and task is not None:
         return task
     return rank if rank is not None else task

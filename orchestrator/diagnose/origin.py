@@ -100,10 +100,10 @@ def expand(hostlist_text: str) -> list[str]:
 _RANKS_HOST = rf"(\d+)(?:\s*-\s*(\d+))?\s*(?:->|=>|:|=)?\s*({HOST})"
 RANK_MAP = re.compile(rf"\brank(?:s|[ _-]?map(?:ping)?|\s*->\s*host)?\s*:?\s*"
                       rf"(?P<pairs>{_RANKS_HOST}(?:\s*[,;|]\s*{_RANKS_HOST})+)", re.IGNORECASE)
-# one rank's host on a line of its own (`rank 8 on cn4014`, mpi4py's `process 8 of 16 on cn4014`)
-# and MPICH hydra's `-print-rank-map` (`(cn4014:8,9,10,11)`)
+# one rank's host (`rank 8 on cn4014`, mpi4py's `process 8 of 16 on cn4014`, hydra's `(cn4014:8,9)`)
 RANK_ON_HOST = re.compile(rf"\b(?:rank|process) (?P<r>\d+)(?: of \d+)?(?: is)? (?:on|@) "
                           rf"(?:host |node )?(?P<h>{HOST})(?![\w-])", re.IGNORECASE)
+INIT_ON_HOST = re.compile(rf"distributed init \(rank (?P<r>\d+)\).*\bhost (?P<h>{HOST})")  # DeiT
 HYDRA_MAP = re.compile(rf"^\((?P<h>{HOST}):(?P<r>\d+(?:[,-]\d+)*)\)$")
 IMPI_ROW = re.compile(rf"MPI startup\(\): +(?P<r>\d+) +\d+ +(?P<h>{HOST}) ")  # Intel MPI's rows
 JOB_WIDE = re.compile(r"^(?:slurm|job|output|train|log|stdout|stderr)[-_.]?\d*(?:[-_.]\d+)*$",
@@ -152,8 +152,8 @@ def parse_prefixes(line: str) -> Prefixes:
             task = int(m.group("r1"))
         # r4: OpenMPI --tag-output "[job,rank]<stdout>:"
         r = m.group("r2") or m.group("r3") or m.group("r4") or m.group("r5")
-        if r is not None and rank is None:
-            rank = int(r)
+        if r is not None and (rank is None or m.group("r2") is not None):  # `[rankN]`: global,
+            rank = int(r)  # over torchrun --tee's `[defaultN]` (local) before it
         body = body[m.end():]
     return Prefixes(ts, task, rank, body)
 
@@ -240,7 +240,7 @@ class HostMap:
                 for rank in range(int(first), min(int(last or first), int(first) + 1024) + 1):
                     self.ranks[rank] = host  # a later allocation's map replaces an earlier one
             return
-        if (one := next((m for rx in (RANK_ON_HOST, HYDRA_MAP, IMPI_ROW)
+        if (one := next((m for rx in (RANK_ON_HOST, INIT_ON_HOST, HYDRA_MAP, IMPI_ROW)
                          if (m := rx.search(body.strip()))), None)) is not None:
             for part in one.group("r").split(","):
                 lo, _, hi = part.partition("-")

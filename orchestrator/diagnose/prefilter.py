@@ -59,7 +59,8 @@ SPECIAL = (
      r"\.\d{1,3}\.\d|[A-Za-z][\w-]*\d *= *\d{1,3}\.\d{1,3}\.\d{1,3}\.\d", False),
     (r"rank[\w ()>-]*:? *\d+ *(?:- *\d+ *)?(?:->|=>|:|=)? *[A-Za-z][\w-]*\d", True),  # RANK_MAP
     (r"(?:rank|process) \d+ (?:of \d+ )?(?:is )?(?:on|@) |^\([A-Za-z][\w.-]*\d[\w.-]*:\d"
-     r"|MPI startup\(\): +\d+ ", True),  # origin.RANK_ON_HOST, HYDRA_MAP, IMPI_ROW
+     r"|MPI startup\(\): +\d+ |distributed init \(rank \d+\).*\bhost ", True),
+    # origin.RANK_ON_HOST, HYDRA_MAP, IMPI_ROW
 )
 _NAMED = re.compile(r"\(\?P<\w+>")
 Compiled = dict[tuple[tuple[str, bool], ...], bytes]

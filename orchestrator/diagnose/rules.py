@@ -25,6 +25,8 @@ CUDA_CRASH = re.compile(r"illegal (?:memory access|instruction)|unspecified laun
                         r"cudaErrorIllegal(?:Address|Instruction)|cudaErrorLaunchFailure|"
                         r"CUDA_ERROR_ILLEGAL_(?:ADDRESS|INSTRUCTION)|CUDA_ERROR_LAUNCH_FAILED|"
                         r"Memory access fault by GPU")  # ROCm's (HSA) page fault
+# a checkpoint the job was writing (`.../checkpoint-2/global_step2/...`, `iter_0001000`, `step-500`)
+CKPT_WRITE = re.compile(r"/(?:checkpoint|ckpt|global_step|iter_|step[-_])[\w.-]*/", re.IGNORECASE)
 # the runtime's own words for it (`unspecified launch failure`, `hipErrorLaunchFailure`)
 LAUNCH_FAILURE = re.compile(r"launch[ _]?failure", re.IGNORECASE)
 # Positive evidence that a rank waits in the program's own machinery (a queue, a lock, a data
@@ -200,7 +202,9 @@ def judge_fs(best: Match, culprits: list[str], symmetric: bool,
                if (u := SHM_USE.search(t))}
         local = local or bool(culprits) and all(shm.get(c) == 100 for c in culprits) and any(
             v < 100 for v in shm.values())
-        if not symmetric and culprits and local:
+        # the job's own checkpoint filled it: it would fill the same disk on any node
+        own = bool(CKPT_WRITE.search(best.text))
+        if not symmetric and culprits and local and not own:
             return Cause.FILESYSTEM, culprits, Owner.NODE, "local_disk_full", (
                 f"a node-local disk is full on {','.join(culprits)} only")
         return Cause.FILESYSTEM, [], Owner.JOB, "disk_full", (

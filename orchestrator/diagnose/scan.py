@@ -219,7 +219,7 @@ class NodeScan:
             # NCCL names this host's own address in the same warning
             if peer and "localGid" in body and (gid := LOCAL_GID.search(body)):
                 self._address(gid.group(1), p.host)
-            rank = line_rank(groups, p.rank, p.task, sig.kind)
+            rank = line_rank(groups, p.rank, p.task, sig.kind, body)
             self._add(Match(line_no, body[:MAX_TEXT], sig.name, sig.cause, sig.blame, sig.cascade,
                             rank, p.ts or self.last_ts, named, self.file, peer, host, sig.kind,
                             p.task))

@@ -58,3 +58,44 @@ def test_a_launchers_exit_after_the_collective_timeouts_above_it_follows_them(tm
               *(f"{h}: " + timeout.format(r=i) for i, h in enumerate(hosts) if i)]
     d2 = _diagnose(tmp_path / "b", {"slurm-6108.out": before})
     assert _said(d2)[1] == ["p5en-st-5"], d2["reason"]
+
+
+@pytest.mark.parametrize("path", ["/tmp/run/checkpoint-2/global_step2/zero_pp_rank_0_mp_rank_00_model_states.pt",
+                                  "/local_nvme/ckpt/iter_0002000/mp_rank_00/model_optim_rng.pt",
+                                  "/scratch/local/out/step-500/__0_0.distcp"])
+def test_a_node_local_disk_filled_by_the_jobs_own_checkpoint_is_the_jobs(tmp_path: Path, path: str) -> None:
+    """`No space left on device` writing the job's own checkpoint into a node-local directory: the checkpoint would
+    fill that disk on any node (fix what and where it saves), not a node to exclude. Full with something else: the
+    node's."""
+    timeout = ("[E1203 10:13:00.5 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation "
+               "timeout: WorkNCCL(SeqNum=9, OpType=ALLGATHER, NumelIn=2, NumelOut=2, Timeout(ms)=600000) ran for "
+               "600078 milliseconds before timing out.")
+    files = {"a100-n0.log": [f"OSError: [Errno 28] No space left on device: '{path}'"],
+             "a100-n1.log": [timeout.format(r=8)], "a100-n2.log": [timeout.format(r=16)]}
+    d = _diagnose(tmp_path, files)
+    assert _said(d) == ("filesystem", [], "stop_and_alert"), d["reason"]
+    files["a100-n0.log"] = ["OSError: [Errno 28] No space left on device: '/tmp/torchinductor_root/triton/0/x.so'"]
+    d2 = _diagnose(tmp_path / "other", files)
+    assert _said(d2) == ("filesystem", ["a100-n0"], "resubmit_exclude"), d2["reason"]
+
+
+@pytest.mark.parametrize("pg", ["[PG 0 (default_pg) Rank 12]", "[PG ID 0 PG GUID 0(default_pg) Rank 12]",
+                                "[Rank 12]"])
+def test_the_default_groups_rank_in_the_line_names_the_host_over_torchruns_local_tag(tmp_path: Path, pg: str) -> None:
+    """torchrun --tee prefixes `[default0]:` (the local rank); the line's own `[PG 0 ... Rank 12]` is the global rank,
+    which the job's own init lines (`| distributed init (rank 12): env://, gpu 0, host nid006513`) put on a host."""
+    init = [f"[default{r % 4}]:| distributed init (rank {r}): env://, gpu {r % 4}, host nid00{6437 + 76 * (r // 12)}"
+            for r in (0, 1, 2, 3, 12, 13, 14, 15)]
+    err = f"[default0]:[rank12]:[E817 17:40:34.2 ProcessGroupNCCL.cpp:1515] {pg} Process group watchdog thread " \
+          "terminated with exception: CUDA error: uncorrectable ECC error encountered"
+    what = f"[default0]:  what():  {pg} Process group watchdog thread terminated with exception: CUDA error: " \
+           "uncorrectable ECC error encountered"
+    d = _diagnose(tmp_path, {"slurm-2411870.out": [*init, err, what]})
+    assert _said(d) == ("gpu_ecc", ["nid006513"], "resubmit_exclude"), d["reason"]
+
+
+def test_another_process_groups_rank_is_not_a_global_rank() -> None:
+    from orchestrator.diagnose.lines import line_rank
+    text = "[PG ID 2 PG GUID 7 Rank 4] Process group watchdog thread terminated with exception"
+    assert line_rank({}, 20, None, "", text) == 20
+    assert line_rank({}, 0, None, "", text.replace("PG ID 2 PG GUID 7 ", "PG 0 (default_pg) ")) == 4
