@@ -6,8 +6,8 @@ previous. The layouts, as the frameworks write them (tests/data/checkpoints/READ
 sources): accelerate `save_state` dirs whose last file written is `random_states_0.pkl`; DCP and
 torchtitan `step-N` dirs complete with the `.metadata` DCP writes last; NeMo `.ckpt` files and
 distributed-checkpoint dirs (`metadata.json`), less those with a `-unfinished` marker. Every
-directory candidate must also be whole (`_whole`): no shard written empty, every shard a Hugging
-Face index lists present, DCP shards with their `.metadata` (issue 41).
+directory candidate must also be whole (`_whole`): every shard a Hugging Face index lists present
+and non-empty, DCP shards with their `.metadata` (issue 41).
 """
 
 from __future__ import annotations
@@ -31,16 +31,12 @@ def _has_files(d: Path) -> bool:
     return d.is_dir() and any(p.is_file() and p.stat().st_size > 0 for p in d.rglob("*"))
 
 
-SHARD = re.compile(r".+\.(?:pt|pth|bin|safetensors|distcp)")
-
-
 def _whole(d: Path) -> bool:
-    """A checkpoint directory with no shard written empty, every shard a Hugging Face index
-    (`*.index.json` weight_map) lists present and non-empty, and DCP shards (`*.distcp`) beside
-    the `.metadata` DCP writes last: what a save cut short leaves otherwise."""
+    """A checkpoint directory with every shard a Hugging Face index (`*.index.json` weight_map)
+    lists present and non-empty, and its DCP shards (`*.distcp`) beside the `.metadata` DCP writes
+    last: what a save cut short leaves otherwise. (An empty file alone proves nothing: a DCP rank
+    with nothing to write leaves one.)"""
     files = [p for p in d.rglob("*") if p.is_file()] if d.is_dir() else []
-    if any(SHARD.fullmatch(p.name) and p.stat().st_size == 0 for p in files):
-        return False
     for index in (p for p in files if p.name.endswith(".index.json")):
         try:
             listed = set(json.loads(index.read_text(errors="replace"))["weight_map"].values())

@@ -155,14 +155,16 @@ def _hf(d: Path, shards: int, written: int | None = None, empty: str = "") -> No
 
 
 def test_a_checkpoint_missing_a_shard_its_index_lists_or_with_an_empty_shard_is_not_resumed(tmp_path: Path) -> None:
-    """Issue 41 item 4: completeness beyond the marker file: a save cut short (a shard missing, one written empty,
-    DCP shards without the `.metadata` written last) falls back to the one before."""
+    """Issue 41 item 4: completeness beyond the marker file: a save cut short (a shard its index lists missing or
+    empty, DCP shards without the `.metadata` written last) falls back to the one before; an empty file the index does
+    not list proves nothing (a DCP rank with nothing to write leaves one)."""
     _hf(tmp_path / "checkpoint-100", 4)
     _hf(tmp_path / "checkpoint-200", 4, written=3)
     _hf(tmp_path / "checkpoint-300", 4, empty="model-00002-of-00004.safetensors")
     got = find_latest(cfg(tmp_path, "hf"))
     assert got is not None and got.iteration == 100
     _hf(tmp_path / "checkpoint-400", 4)
+    touch(tmp_path / "checkpoint-400" / "padding.bin", b"")
     got = find_latest(cfg(tmp_path, "hf"))
     assert got is not None and got.iteration == 400
 
@@ -181,10 +183,12 @@ def test_a_megatron_torch_dist_iteration_without_its_dcp_metadata_is_not_whole(t
     assert got is not None and got.iteration == 1000
 
 
-def test_a_deepspeed_tag_with_an_empty_model_states_file_falls_back(tmp_path: Path) -> None:
-    for step, data in ((100, b"x"), (200, b"")):
-        touch(tmp_path / f"global_step{step}" / "mp_rank_00_model_states.pt", data)
-        touch(tmp_path / f"global_step{step}" / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
-    (tmp_path / "latest").write_text("global_step200")
-    got = find_latest(cfg(tmp_path, "deepspeed"))
-    assert got is not None and got.iteration == 100
+def test_an_empty_file_beside_the_shards_does_not_make_a_megatron_iteration_incomplete(tmp_path: Path) -> None:
+    """What the project's own PyTorch job writes (its save-time padding file, empty when the save is instant), and a
+    DCP rank with nothing to write: an empty file alone is no cut-short save."""
+    for it in (100, 200):
+        touch(tmp_path / f"iter_{it:07d}" / "mp_rank_00" / "model_optim_rng.pt")
+        touch(tmp_path / f"iter_{it:07d}" / "mp_rank_00" / "padding.bin", b"")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("200")
+    got = find_latest(cfg(tmp_path, "megatron"))
+    assert got is not None and got.iteration == 200
