@@ -120,6 +120,25 @@ def _named_by_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch]) -> 
 COLLECTIVE_TIMEOUT = re.compile(r"collective operation timeout|Timeout\(ms\)=\d")
 
 
+# a watchdog's timed-out work: its process group (when named), sequence number, operation and size
+WORK = re.compile(r"(?:\[PG (?:ID )?(?P<pg>\d+)[^\]]*\] )?(?:\[Rank \d+\] )?Watchdog caught "
+                  r"collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), "
+                  r"OpType=(?P<op>\w+), NumelIn=(?P<n>\d+)")
+
+
+def mismatched_work(secondary: list[NodeMatch]) -> str | None:
+    """The sequence number at which ranks of one process group timed out in collectives of
+    different operations or sizes (`SeqNum=3437 ALLREDUCE 4311252` beside `SeqNum=3437 ALLREDUCE
+    1`): the ranks called different collectives, no node's fault."""
+    seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for _, m in secondary:
+        if "WorkNCCL(SeqNum=" in m.text and (w := WORK.search(m.text)):
+            seen.setdefault((w.group("pg") or "0", w.group("seq")), set()).add(
+                (w.group("op"), w.group("n")))
+    return next((f"SeqNum={seq}" for (_, seq), calls in sorted(seen.items()) if len(calls) > 1),
+                None)
+
+
 def _after_timeouts(kinds: list[NodeMatch], secondary: list[NodeMatch]) -> bool:
     """Every exit a launcher reported comes after a collective timeout printed above it in the
     same file: it followed the timeouts, it did not begin them."""
@@ -157,6 +176,11 @@ def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: l
                         + ("a transport error of its own" if link else "an error and printed none")
                         + "; the others followed: a strike", "unexplained_crash",
                         Owner.NODE_SUSPECT)
+    if (work := mismatched_work(secondary)) is not None:
+        return verdict(Cause.HANG, [], False, 0.7, evs(secondary, Role.SECONDARY, 30),
+                       f"the ranks timed out in collective {work} called with different operations "
+                       "or sizes: they called different collectives, a deadlock in the program's "
+                       "own code", "collectives_differ", Owner.JOB)
     if secondary:
         cause = cascade_cause(secondary)
         behind = progress_culprit(nodes)

@@ -90,7 +90,7 @@ EVENTS: tuple[Signature, ...] = (
               r"reached|Saving (?:the )?final (?:model|checkpoint)|saved final "
               r"(?:model|checkpoint)|Model weights saved in \S*final|Exiting after successful "
               r"completion|\[after training is done\]|Done training\b"
-              r"|End time of running main|\blast_model_checkpoint: \S"
+              r"|End time of running main|\blast_model_checkpoint: \S|training loop finished\b"
               r"|validation results at the end of training"
               # detectron2 (fvcore's final save, its hooks' totals), fairseq
               r"|Saving checkpoint to \S*model_final\.pth|Overall training speed: \d+ iterations in"

@@ -142,6 +142,8 @@ def last_sign_of_life(nodes: list[NodeEvidence], end: datetime) -> datetime | No
     for n in nodes:
         seen: datetime | None = None
         for _, text in sorted(set(n.tail)):  # matched lines and the last lines, in line order
+            if " CANCELLED AT " in text:  # Slurm's end banner: an epilog's times follow (`Start :`)
+                break
             m = _ANY_TS.search(text[:80])
             if progress.search(text) and not _PHASE.search(text):
                 seen = None  # progress after it: its time is the progress line's own, unread

@@ -99,3 +99,48 @@ def test_another_process_groups_rank_is_not_a_global_rank() -> None:
     text = "[PG ID 2 PG GUID 7 Rank 4] Process group watchdog thread terminated with exception"
     assert line_rank({}, 20, None, "", text) == 20
     assert line_rank({}, 0, None, "", text.replace("PG ID 2 PG GUID 7 ", "PG 0 (default_pg) ")) == 4
+
+
+WORK = ("[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={s}, "
+        "OpType={op}, NumelIn={n}, NumelOut={n}, Timeout(ms)=600000) ran for 600057 milliseconds before timing out.")
+
+
+@pytest.mark.parametrize(("a", "b"), [(("ALLREDUCE", 4311252), ("ALLREDUCE", 1)),
+                                      (("ALLREDUCE", 1), ("BROADCAST", 1))])
+def test_ranks_timing_out_in_different_collectives_at_one_sequence_number_are_the_programs_deadlock(
+        tmp_path: Path, a: tuple[str, int], b: tuple[str, int]) -> None:
+    """Half the ranks validate (a 1-element ALLREDUCE) while the others still train (a gradient ALLREDUCE), all at
+    SeqNum 3437: they called different collectives, a deadlock in the program's own loop (stop), no node's fault.
+    The same collective everywhere stays a timeout where nobody stands out."""
+    files = {f"asr-g0{h}.log": [WORK.format(r=r, s=3437, op=(a if r % 2 else b)[0], n=(a if r % 2 else b)[1])
+                                for r in range(4 * (h - 1), 4 * h)] for h in (1, 2)}
+    d = _diagnose(tmp_path, files)
+    assert _said(d) == ("hang", [], "stop_and_alert") and d["rule"] == "collectives_differ", d["reason"]
+    same = {f"asr-g0{h}.log": [WORK.format(r=r, s=3437, op="ALLREDUCE", n=4311252) for r in range(4 * (h - 1), 4 * h)]
+            for h in (1, 2)}
+    d2 = _diagnose(tmp_path / "same", same)
+    assert d2["rule"] != "collectives_differ" and d2["action"] == "resubmit", d2["reason"]
+
+
+def test_an_epilogs_times_after_the_time_limit_banner_are_no_sign_of_life(tmp_path: Path) -> None:
+    """Progress bars without a time of their own up to the banner, then the site's epilog (`Start : 06:00:37`): the
+    time limit ended a working run, not a hang that began at the job's start."""
+    bars = [f"Epoch {e}: 100%|##########| 1460/1460 [14:36<00:00,  1.67it/s, v_num=d6aa]" for e in range(41, 90)]
+    saves = [f"[2025-09-23 {6 + (e - 41) // 4:02d}:{(e % 4) * 14:02d}:31,947][anemoi.training][INFO] - Saving "
+             f"checkpoint last.ckpt (epoch={e}, step={e * 1460})" for e in range(41, 90)]
+    lines = [x for pair in zip(bars, saves, strict=True) for x in pair]
+    lines += ["Epoch 90:  23%|##        | 337/1460 [03:22<11:14,  1.67it/s, v_num=d6aa]",
+              "slurmstepd: error: *** JOB 48120511 ON ac6-301 CANCELLED AT 2025-09-23T18:00:41 DUE TO TIME LIMIT ***",
+              "[ECMWF-INFO -ecepilog] - Start                     : 2025-09-23T06:00:37",
+              "[ECMWF-INFO -ecepilog] - State                     : TIMEOUT"]
+    d = _diagnose(tmp_path, {"slurm-48120511.out": lines})
+    assert _said(d) == ("timelimit", [], "resubmit"), d["reason"]
+
+
+@pytest.mark.parametrize("end", ["Reached steps=10; training loop finished.", "training loop finished after 500 steps"])
+def test_a_training_loop_finished_line_is_the_end(tmp_path: Path, end: str) -> None:
+    teardown = ("E0616 13:44:08.82 63 coordination_service_agent.cc:462] Failed to disconnect from coordination "
+                "service with status: DEADLINE_EXCEEDED: Barrier timed out.")
+    d = _diagnose(tmp_path, {"slurm-16784.out": [f"0: I0616 13:43:59.20 1 train.py:1190] {end}", f"0: {teardown}",
+                                                 f"7: {teardown}"]})
+    assert _said(d) == ("success", [], "done"), d["reason"]
