@@ -111,6 +111,11 @@ EVENTS: tuple[Signature, ...] = (
               r"stop_time_hours", C.TIMELIMIT, kind="stop",
               source="Megatron --exit-duration-in-mins and --exit-signal-handler; Lightning "
                      "Timer callback; submitit's timeout handling; fairseq --stop-time-hours"),
+    # A row of the kernel OOM report's task table holding 4 GiB or more (pid uid tgid total_vm rss
+    # ... name): who held the memory (owner.foreign_hog)
+    Signature("oom_task_row", r"\[\s*\d+\]\s+\d+\s+\d+\s+\d+\s+(?P<rss>\d{7,})(?:\s+-?\d+){2,4}\s+"
+              r"(?P<pname>[^\s\[\]]+)\s*$", C.HOST_OOM, kind="oomrow",
+              source="the kernel's dump_tasks() in an OOM report"),
     # Another recovery owner inside the job (NVRx ft_launcher) decided the job must not be
     # restarted: its exit code (93 by default) and this line; the run stops (diagnose/supervisor.py)
     Signature("supervisor_no_restart",

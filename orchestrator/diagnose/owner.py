@@ -66,3 +66,22 @@ def without_foreign_kills(nodes: list[NodeEvidence], job: str | None) -> list[No
         kept = tuple(m for m in n.matches if not _foreign(m, job, killed, pids, crashed))
         out.append(n if len(kept) == len(n.matches) else dataclasses.replace(n, matches=kept))
     return out
+
+
+_ROW = re.compile(r"\]\s+\d+\s+\d+\s+\d+\s+(\d{7,})(?:\s+-?\d+){2,4}\s+(\S+)\s*$")
+
+
+def foreign_hog(culprits: list[str], nodes: list[NodeEvidence]) -> str:
+    """The process that held the memory when the kernel killed the job's rank on `culprits`: the
+    biggest of its OOM report's task table, when it is none of the job's (a leaking daemon) and
+    holds more than twice the job's biggest process; "" otherwise."""
+    rows = [(int(r.group(1)), r.group(2)) for n in nodes for m in n.matches
+            if m.signature == "oom_task_row" and (m.host or n.node) in culprits
+            and (r := _ROW.search(m.text))]
+    if not rows:
+        return ""
+    rss, name = max(rows)
+    job = max((r for r, p in rows if _JOB_PROCESS.search(p)), default=0)
+    if _JOB_PROCESS.search(name) or rss <= 2 * job:
+        return ""
+    return f"{name} held {rss * 4 // 2**20} GiB"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from orchestrator.diagnose.judge import held_by_the_job, local_disk, refine_oom
+from orchestrator.diagnose.owner import foreign_hog
 from orchestrator.diagnose.verdicts import Context
 from orchestrator.evidence import Match, NodeEvidence
 from orchestrator.model import Cause, Owner
@@ -90,6 +91,10 @@ def judge_root(cause: Cause, best: Match, culprits: list[str], symmetric: bool,
                 "in shared memory (/dev/shm too small for its workers): it will happen again")
     if (weak := weak_node_error(cause, best, culprits, nodes, ctx)) is not None:
         return weak
+    if cause == Cause.HOST_OOM and culprits and (hog := foreign_hog(culprits, nodes)):
+        return cause, culprits, Owner.NODE, "another_process_held_the_memory", (
+            f"the kernel killed the job's rank on {','.join(culprits)} while another process there "
+            f"held the memory ({hog}): the node's, not the job's")
     if cause in (Cause.USER_BUG, Cause.HOST_OOM):
         rule = "program_error" if cause == Cause.USER_BUG else "job_memory"
         return cause, [], Owner.JOB, rule, ""

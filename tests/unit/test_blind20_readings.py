@@ -144,3 +144,36 @@ def test_a_training_loop_finished_line_is_the_end(tmp_path: Path, end: str) -> N
     d = _diagnose(tmp_path, {"slurm-16784.out": [f"0: I0616 13:43:59.20 1 train.py:1190] {end}", f"0: {teardown}",
                                                  f"7: {teardown}"]})
     assert _said(d) == ("success", [], "done"), d["reason"]
+
+
+ROW = "{pid:>7}]  {uid:>4} {pid:>6} {vm:>10} {rss:>10} 1536581632 0 0 {n}"
+
+
+def _oom_node(hog: str, hog_rss: int, row: str = ROW) -> list[str]:
+    table = [("4025", "999", 196610048, hog_rss, hog), ("55120", "1042", 24118301, 5763211, "python3"),
+             ("55125", "1042", 24402117, 5801944, "python3")]
+    return ["[Wed Feb 14 18:37:19 2024] telegraf invoked oom-killer: gfp_mask=0x140cca, order=0",
+            "[Wed Feb 14 18:37:19 2024] [ pid ]   uid  tgid total_vm      rss pgtables_bytes swapents score_adj name",
+            *("[Wed Feb 14 18:37:19 2024] [" + row.format(pid=p, uid=u, vm=v, rss=r, n=n) for p, u, v, r, n in table),
+            "[Wed Feb 14 18:37:19 2024] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0-1,"
+            "global_oom,task_memcg=/system.slice/slurmstepd.scope/job_6671020,task=python3,pid=55125,uid=1042",
+            "[Wed Feb 14 18:37:19 2024] Out of memory: Killed process 55125 (python3) total-vm:97608468kB, "
+            "anon-rss:23207776kB, file-rss:0kB, shmem-rss:0kB, UID:1042 pgtables:51080kB oom_score_adj:0"]
+
+
+@pytest.mark.parametrize("row", [ROW, "{pid:>7}]  {uid:>4} {pid:>6} {vm:>10} {rss:>10} 1536 12 0 0 {n}"])
+def test_a_daemon_holding_the_memory_when_the_kernel_killed_the_jobs_rank_is_the_nodes(tmp_path: Path,
+                                                                                     row: str) -> None:
+    """The OOM report's task table: telegraf held ~730 GiB, the job's ranks ~22 GiB each; the kernel killed one of the
+    job's ranks, but the node ran out of memory through another process: exclude the node, do not stop the run. A
+    table whose biggest process is the job's stays the job's memory."""
+    timeout = ("[E214 18:47:21.9 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective operation timeout: "
+               "WorkNCCL(SeqNum=91214, OpType=ALLREDUCE, NumelIn=9, NumelOut=9, Timeout(ms)=600000) ran for 600071 "
+               "milliseconds before timing out.")
+    files = {"dgx-b2-17.dmesg": _oom_node("telegraf", 191102976, row), "dgx-b2-15.out": [timeout.format(r=2)],
+             "dgx-b2-16.out": [timeout.format(r=10)], "dgx-b2-17.out": ["Killed"]}
+    d = _diagnose(tmp_path, files)
+    assert _said(d) == ("host_oom", ["dgx-b2-17"], "resubmit_exclude"), d["reason"]
+    files["dgx-b2-17.dmesg"] = _oom_node("python3", 191102976, row)
+    d2 = _diagnose(tmp_path / "job", files)
+    assert d2["action"] == "stop_and_alert" and d2["culprit_nodes"] == [], d2["reason"]
