@@ -147,6 +147,23 @@ def _after_timeouts(kinds: list[NodeMatch], secondary: list[NodeMatch]) -> bool:
     return bool(ends) and all(any(f == g and t < line for g, t in timed) for f, line in ends)
 
 
+def _lone_crash(nodes: list[NodeEvidence], secondary: list[NodeMatch],
+                kinds: list[NodeMatch]) -> Verdict | None:
+    """One host's rank exited (and not after the timeouts above it): a strike on it; its only error
+    a transport one (no host named, no peer) is its own endpoint's."""
+    crashed = sorted({h for n, m in kinds if m.kind in ("crash", "killed") and (h := origin(n, m))})
+    if len(crashed) != 1 or len(all_hosts(nodes)) < 2 or _after_timeouts(kinds, secondary):
+        return None
+    link = any(m.cause == Cause.NETWORK and not m.peer_ip and origin(n, m) in (None, crashed[0])
+               for n, m in secondary)
+    return verdict(Cause.NETWORK if link else Cause.UNKNOWN, crashed, True, 0.5,
+                   evs([(n, m) for n, m in kinds if m.kind in ("crash", "killed")], Role.ROOT, 10)
+                   + evs(secondary, Role.SECONDARY, 20),
+                   f"a rank on {crashed[0]} exited with "
+                   + ("a transport error of its own" if link else "an error and printed none")
+                   + "; the others followed: a strike", "unexplained_crash", Owner.NODE_SUSPECT)
+
+
 def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: list[NodeMatch],
                  ctx: Context, job: JobStatus) -> Verdict:
     named = _named_by_cascade(nodes, secondary)
@@ -164,18 +181,8 @@ def from_cascade(nodes: list[NodeEvidence], secondary: list[NodeMatch], kinds: l
                         + evs(secondary, Role.SECONDARY, 20),
                         f"the peers failed; {','.join(hosts)} reported a hardware error of its own",
                         "node_reports_hardware", Owner.NODE)
-    crashed = sorted({h for n, m in kinds if m.kind in ("crash", "killed") and (h := origin(n, m))})
-    if len(crashed) == 1 and len(all_hosts(nodes)) > 1 and not _after_timeouts(kinds, secondary):
-        # its only error a transport one (no host named, no peer): its own endpoint's, a strike
-        link = any(m.cause == Cause.NETWORK and not m.peer_ip and origin(n, m) in (None, crashed[0])
-                   for n, m in secondary)
-        return verdict(Cause.NETWORK if link else Cause.UNKNOWN, crashed, True, 0.5,
-                        evs([(n, m) for n, m in kinds if m.kind in ("crash", "killed")], Role.ROOT,
-                            10) + evs(secondary, Role.SECONDARY, 20),
-                        f"a rank on {crashed[0]} exited with "
-                        + ("a transport error of its own" if link else "an error and printed none")
-                        + "; the others followed: a strike", "unexplained_crash",
-                        Owner.NODE_SUSPECT)
+    if (lone := _lone_crash(nodes, secondary, kinds)) is not None:
+        return lone
     if (work := mismatched_work(secondary)) is not None:
         return verdict(Cause.HANG, [], False, 0.7, evs(secondary, Role.SECONDARY, 30),
                        f"the ranks timed out in collective {work} called with different operations "
