@@ -57,7 +57,7 @@ def test_the_wheel_holds_every_module_of_the_package(wheel: zipfile.ZipFile) -> 
 
 def test_the_wheel_declares_the_console_script_and_the_dependencies(wheel: zipfile.ZipFile) -> None:
     meta = {Path(n).name: wheel.read(n).decode() for n in wheel.namelist() if ".dist-info/" in n}
-    assert "[console_scripts]\norchestrator = orchestrator.cli:main" in meta["entry_points.txt"]
+    assert "[console_scripts]\norchestrator = orchestrator.__main__:entry" in meta["entry_points.txt"]
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     requires = [ln for ln in meta["METADATA"].splitlines() if ln.startswith("Requires-Dist:")]
     for dep in declared:  # python-hostlist, typer, ...: all of them, not only what the build saw
