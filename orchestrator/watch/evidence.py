@@ -18,7 +18,9 @@ def node_evidences(nodes: Mapping[str, NodeWatch], scheduler: Iterable[NodeWatch
     """One NodeEvidence per node with a log or a scheduler file, sorted by node."""
     extra: dict[str, list[Match]] = {}
     for sw in scheduler:
-        extra.setdefault(sw.scan.node, []).extend(sw.scan.matches)
+        # submitit's own `Job completed successfully` / `Exiting after successful completion` there
+        # say the agent's function returned (a cancelled one too), never that the training ended
+        extra.setdefault(sw.scan.node, []).extend(m for m in sw.scan.matches if m.kind != "done")
     out = []
     for node in sorted(set(nodes) | set(extra)):
         nw = nodes.get(node)

@@ -107,3 +107,27 @@ def test_scheduler_logs_are_read_only_when_they_grow(tmp_path: Path) -> None:
     finally:
         watch.close()
     assert sw.scan.node == "node2" and sw.scan.matches
+
+
+def test_submitits_own_completion_lines_in_a_segments_task_log_are_not_the_trainings_end(tmp_path: Path) -> None:
+    """The per-host scenario's wrong `success` (CI, twice): the stall cancel made task 0's agent return, and
+    submitit logged `Job completed successfully` / `Exiting after successful completion` in its per-task file; read
+    as the training's end, a hang was judged a finished run. They say the agent's function returned, nothing more."""
+    from orchestrator.contract import SegmentPaths
+
+    job = SegmentPaths(tmp_path).submitit / "425"
+    job.mkdir(parents=True)
+    (job / "425_0_log.out").write_text(
+        "srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n"
+        "submitit INFO (2026-12-07 20:05:56,216) - Job completed successfully\n"
+        "submitit INFO (2026-12-07 20:05:56,217) - Exiting after successful completion\n")
+    watch = SegmentWatch(tmp_path, build_table(), re.compile(r"iteration\s+(\d+)/"), 10.0)
+    try:
+        watch.slurm_nodes = ["node1", "node2"]
+        watch.poll(datetime.now(UTC), final=True)
+        scanned = watch.scheduler_logs[str(job / "425_0_log.out")].scan.matches
+        assert any(m.kind == "done" for m in scanned)  # the table reads it (offline it is a submitit job's end)
+        evidence = watch.evidence()
+    finally:
+        watch.close()
+    assert not [m for n in evidence for m in n.matches if m.kind == "done"], evidence
